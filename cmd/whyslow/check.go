@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+)
+
+func init() {
+	register(command{name: "check", summary: "validate a file: check config FILE", run: runCheck})
+}
+
+// runCheck implements `whyslow check config FILE...`: exit 0 when every file
+// is valid, 2 with every problem listed (file:line:col: message) otherwise.
+func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprintln(stderr, "usage: whyslow check config FILE...") }
+	if err := fs.Parse(args); err != nil {
+		return exitFailed
+	}
+	if fs.NArg() < 2 || fs.Arg(0) != "config" {
+		fs.Usage()
+		return exitFailed
+	}
+	code := exitOK
+	for _, file := range fs.Args()[1:] {
+		if _, err := loadConfigFile(file); err != nil {
+			code = exitFailed
+			n := 0
+			for _, e := range splitJoined(err) {
+				fmt.Fprintln(stderr, e)
+				n++
+			}
+			var ce configError
+			if n == 1 && !errors.As(err, &ce) {
+				continue
+			}
+			fmt.Fprintf(stderr, "%s: %d problem(s)\n", file, n)
+			continue
+		}
+		fmt.Fprintf(stdout, "%s: ok\n", file)
+	}
+	return code
+}

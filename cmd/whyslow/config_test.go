@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func envMap(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestExampleConfigPassesCheck(t *testing.T) {
+	t.Setenv("WHYSLOW_WEBHOOK_URL", "https://hooks.example.com/T0/B0/secret")
+	path := filepath.Join("..", "..", "whyslow.example.yml")
+	var stdout, stderr bytes.Buffer
+	if code := dispatch(context.Background(), []string{"check", "config", path}, &stdout, &stderr); code != exitOK {
+		t.Fatalf("check config %s: exit %d\n%s", path, code, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), ": ok") {
+		t.Errorf("stdout %q", stdout.String())
+	}
+	cfg, err := loadConfigFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Receivers) != 2 || string(cfg.Receivers[0].Webhook.URL) != "https://hooks.example.com/T0/B0/secret" {
+		t.Errorf("receivers = %+v", cfg.Receivers)
+	}
+	if cfg.ScrapeInterval != 5*time.Second || cfg.Detect.LongWindow != 3*time.Minute || len(cfg.Detect.Triggers) != 4 {
+		t.Errorf("config = %+v", cfg)
+	}
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		env  map[string]string
+		want []string // substrings, each in the error
+	}{
+		{"unknown top-level key", "engine: vllm\nscrape_intervall: 5s\n", nil,
+			[]string{`cfg.yml:2:1: unknown key "scrape_intervall" in the top level`}},
+		{"unknown nested keys, all listed", "detect:\n  short_window: 1m\n  triggers:\n    - name: x\n      signal: ttft_p95\n      ratoi: 2\nincidents:\n  resolve_afer: 1m\n", nil,
+			[]string{`cfg.yml:6:7: unknown key "ratoi" in detect.triggers[0]`, `cfg.yml:8:3: unknown key "resolve_afer" in incidents`}},
+		{"missing env", "api:\n  token: ${NOPE}\n", nil,
+			[]string{"cfg.yml:2:10: environment variable NOPE is not set"}},
+		{"type error", "scrape_interval: soon\n", nil,
+			[]string{"cfg.yml:1: cannot unmarshal"}},
+		{"syntax error", "engine: [vllm\n", nil,
+			[]string{"cfg.yml:"}},
+		{"validation with position", "engine: tgi\nengine_urls:\n  - ftp://x\n", nil,
+			[]string{`cfg.yml:1:1: engine: unknown engine "tgi"`, `cfg.yml:3:5: engine_urls[0]: "ftp://x" is not an http(s) URL`}},
+		{"detect validation", "detect:\n  triggers:\n    - name: x\n      signal: ttft_p99\n      ratio: 2\n", nil,
+			[]string{`cfg.yml:1:1: detect: trigger 1 (x): unknown signal "ttft_p99"`}},
+		{"receiver validation never prints the url", "receivers:\n  - name: r\n    webhook:\n      url: ${URL}\n", map[string]string{"URL": "gopher://secret-token@x"},
+			[]string{`receivers[0].webhook`}},
+		{"empty", "", nil, []string{"cfg.yml: empty config"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseConfig("cfg.yml", []byte(tc.yaml), envMap(tc.env))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error\n%v\nwant it to contain %q", err, w)
+				}
+			}
+			if strings.Contains(err.Error(), "secret-token") {
+				t.Errorf("error leaks a secret: %v", err)
+			}
+		})
+	}
+}
+
+func TestParseConfigEnvAndDefaults(t *testing.T) {
+	cfg, err := parseConfig("c.yml", []byte("api:\n  token: ${TOK}\n  external_url: ${EXT:-http://whyslow:9109}\n"), envMap(map[string]string{"TOK": "s3cret"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.API.Token != "s3cret" || cfg.API.ExternalURL != "http://whyslow:9109" {
+		t.Fatalf("api = %+v", cfg.API)
+	}
+}
+
+func TestCheckConfigExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yml")
+	if err := os.WriteFile(bad, []byte("listen: :9109\nbogus: 1\nincidents:\n  nope: 2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := dispatch(context.Background(), []string{"check", "config", bad}, &stdout, &stderr); code != exitFailed {
+		t.Fatalf("exit %d, want %d", code, exitFailed)
+	}
+	out := stderr.String()
+	for _, w := range []string{"bad.yml:2:1: unknown key \"bogus\"", "bad.yml:4:3: unknown key \"nope\"", "2 problem(s)"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("stderr %q lacks %q", out, w)
+		}
+	}
+	if code := dispatch(context.Background(), []string{"check", "config", filepath.Join(dir, "missing.yml")}, &stdout, &stderr); code != exitFailed {
+		t.Errorf("missing file: exit %d", code)
+	}
+	if code := dispatch(context.Background(), []string{"check"}, &stdout, &stderr); code != exitFailed {
+		t.Errorf("no args: exit %d", code)
+	}
+}

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"reflect"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/whyslow/whyslow/internal/daemon"
+)
+
+func init() {
+	register(command{name: "serve", summary: "run the sidecar daemon: detect, triage, notify, serve the API", run: runServe})
+}
+
+// stringList is a repeatable flag.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+// serveFlags are the command-line overrides of the config file.
+type serveFlags struct {
+	config         string
+	engineURLs     stringList
+	listen         string
+	dataDir        string
+	scrapeInterval time.Duration
+	logLevel       string
+	set            map[string]bool
+}
+
+func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
+	f := &serveFlags{set: map[string]bool{}}
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.config, "config", "", "YAML config file (see whyslow.example.yml)")
+	fs.Var(&f.engineURLs, "engine-url", "engine /metrics URL, repeatable (default "+daemon.DefaultEngineURL+")")
+	fs.StringVar(&f.listen, "listen", "", "HTTP API address (default "+daemon.DefaultListen+")")
+	fs.StringVar(&f.dataDir, "data-dir", "", "directory for the TSDB, incident state and outbox (default: in memory)")
+	fs.DurationVar(&f.scrapeInterval, "scrape-interval", 0, "scrape and detection interval (default 5s)")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
+	}
+	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+	return f, nil
+}
+
+// load reads the config file (if any) and applies the flags over it.
+func (f *serveFlags) load() (daemon.Config, error) {
+	var cfg daemon.Config
+	if f.config != "" {
+		c, err := loadConfigFile(f.config)
+		if err != nil {
+			return cfg, err
+		}
+		cfg = c
+	}
+	if f.set["engine-url"] {
+		cfg.EngineURLs = append([]string(nil), f.engineURLs...)
+	}
+	if f.set["listen"] {
+		cfg.Listen = f.listen
+	}
+	if f.set["data-dir"] {
+		cfg.DataDir = f.dataDir
+	}
+	if f.set["scrape-interval"] {
+		cfg.ScrapeInterval = f.scrapeInterval
+		cfg.ScrapeTimeout = 0
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("flags: %w", err)
+	}
+	return cfg, nil
+}
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	f, err := parseServeFlags(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		fmt.Fprintln(stderr, err)
+		return exitFailed
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		fmt.Fprintf(stderr, "serve: --log-level: %v\n", err)
+		return exitFailed
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	cfg, err := f.load()
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitFailed
+	}
+	stack, err := daemon.NewStack(daemon.StackOptions{Config: cfg, LogWriter: stdout, Logger: logger})
+	if err != nil {
+		fmt.Fprintf(stderr, "serve: %v\n", err)
+		return exitFailed
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "serve: listen: %v\n", err)
+		_ = stack.Close(context.Background())
+		return exitFailed
+	}
+	srv := &http.Server{Handler: stack.Daemon.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: 2 * time.Minute}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("HTTP server failed", "err", err)
+		}
+	}()
+	logger.Info("Serving", "listen", ln.Addr().String(), "engines", strings.Join(cfg.EngineURLs, ","), "data_dir", cfg.DataDir)
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	runDone := make(chan struct{})
+	go func() { _ = stack.Daemon.Run(ctx); close(runDone) }()
+	for loop := true; loop; {
+		select {
+		case <-ctx.Done():
+			loop = false
+		case <-hup:
+			if err := reload(f, stack); err != nil {
+				logger.Error("Reload failed; keeping the running configuration", "err", err)
+			}
+		}
+	}
+	<-runDone
+	logger.Info("Shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownFlush)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	if err := stack.Close(sctx); err != nil {
+		logger.Error("Shutdown incomplete", "err", err)
+		return exitFailed
+	}
+	return exitOK
+}
+
+// reload re-reads the config and applies it all-or-nothing. Settings bound
+// at start (listen, data_dir, retention, receivers) need a restart: a change
+// to them rejects the whole reload.
+func reload(f *serveFlags, stack *daemon.Stack) error {
+	cfg, err := f.load()
+	if err != nil {
+		return err
+	}
+	cur := stack.Daemon.Config()
+	var fixed []string
+	if cfg.Listen != cur.Listen {
+		fixed = append(fixed, "listen")
+	}
+	if cfg.DataDir != cur.DataDir {
+		fixed = append(fixed, "data_dir")
+	}
+	if cfg.Retention != cur.Retention {
+		fixed = append(fixed, "retention")
+	}
+	if !reflect.DeepEqual(cfg.Receivers, cur.Receivers) {
+		fixed = append(fixed, "receivers")
+	}
+	if len(fixed) > 0 {
+		return fmt.Errorf("reload: %s cannot change without a restart", strings.Join(fixed, ", "))
+	}
+	var scraper daemon.Scraper
+	if !reflect.DeepEqual(cfg.EngineURLs, cur.EngineURLs) || cfg.ScrapeTimeout != cur.ScrapeTimeout {
+		scraper = &daemon.HTTPScraper{Targets: cfg.EngineURLs, Timeout: cfg.ScrapeTimeout, Store: stack.Store}
+	}
+	return stack.Daemon.Reload(cfg, scraper, nil)
+}

@@ -1,0 +1,238 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/whyslow/whyslow/collectors/bundle"
+	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/notifiers/render"
+	"github.com/whyslow/whyslow/rules"
+	"github.com/whyslow/whyslow/rulesets"
+	"github.com/whyslow/whyslow/triage"
+)
+
+func init() {
+	register(command{name: "why", summary: "triage one scope now: ranked root causes with evidence and the fix", run: runWhy})
+}
+
+// whyFlags are the flags of `whyslow why`.
+type whyFlags struct {
+	bundle     string
+	scrape     string
+	prometheus string
+	server     string
+	selector   string
+	at         string
+	window     time.Duration
+	baseline   time.Duration
+	sample     time.Duration
+	engine     string
+	gpu        string
+	output     string
+	explain    bool
+	rulesets   stringList
+	timeout    time.Duration
+	token      string
+	basicUser  string
+	basicPass  string
+	color      bool
+}
+
+func (f *whyFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.bundle, "bundle", "", "incident bundle `DIR` to replay (metrics.om, incident.yaml)")
+	fs.StringVar(&f.scrape, "scrape", "", "engine /metrics `URL[,URL]` to sample directly (no Prometheus)")
+	fs.StringVar(&f.prometheus, "prometheus", "", "Prometheus-compatible query API base `URL` (Prometheus, Thanos, Mimir, VictoriaMetrics)")
+	fs.StringVar(&f.server, "server", "", "a running whyslow daemon's base `URL`: ask it to triage (POST /api/v1/triage)")
+	fs.StringVar(&f.selector, "selector", "", "PromQL label matchers for the scope, without braces (e.g. model_name=\"llama\")")
+	fs.StringVar(&f.at, "at", "", "end of the incident window, RFC 3339 (default now, or the bundle's incident.yaml)")
+	fs.DurationVar(&f.window, "window", 0, "incident window length (default 5m, or the bundle's)")
+	fs.DurationVar(&f.baseline, "baseline", 0, "offset back from --at to the baseline window (default 1h, or the bundle's)")
+	fs.DurationVar(&f.sample, "sample", 20*time.Second, "with --scrape: how long to sample the engine")
+	fs.StringVar(&f.engine, "engine", "auto", "engine: auto, vllm, sglang or trtllm")
+	fs.StringVar(&f.gpu, "gpu", "", "GPU class when the source does not say (e.g. H100, A100, H200)")
+	fs.StringVar(&f.output, "output", "text", "output format: text, json or markdown")
+	fs.BoolVar(&f.explain, "explain", false, "show every signal value and rule outcome behind the verdict")
+	fs.Var(&f.rulesets, "ruleset", "ruleset `FILE` to use instead of the shipped one (repeatable)")
+	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "timeout for remote queries")
+	fs.StringVar(&f.token, "bearer-token", "", "bearer token for --prometheus or --server (or env WHYSLOW_BEARER_TOKEN)")
+	fs.StringVar(&f.basicUser, "basic-user", "", "basic-auth user for --prometheus")
+	fs.StringVar(&f.basicPass, "basic-password", "", "basic-auth password for --prometheus (or env WHYSLOW_BASIC_PASSWORD)")
+	fs.BoolVar(&f.color, "color", false, "colour text output")
+}
+
+func runWhy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("why", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f whyFlags
+	f.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return exitFailed
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "whyslow why: unexpected argument %q\n", fs.Arg(0))
+		return exitFailed
+	}
+	format, err := render.ParseFormat(f.output)
+	if err != nil {
+		fmt.Fprintf(stderr, "whyslow why: %v\n", err)
+		return exitFailed
+	}
+	v, err := whyVerdict(ctx, &f, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "whyslow why: %v\n", err)
+		return exitFailed
+	}
+	if err := render.Render(stdout, v, format, render.Options{Explain: f.explain, Color: f.color, Indent: true}); err != nil {
+		fmt.Fprintf(stderr, "whyslow why: render: %v\n", err)
+		return exitFailed
+	}
+	return verdictExit(v, stderr)
+}
+
+// verdictExit maps a verdict to the CLI's exit code.
+func verdictExit(v *triage.Verdict, stderr io.Writer) int {
+	switch v.Status {
+	case triage.StatusAnomaly:
+		return exitCause
+	case triage.StatusHealthy:
+		return exitOK
+	}
+	reason := "not enough data to judge"
+	if len(v.DataGaps) > 0 {
+		reason = v.DataGaps[0].Signal + ": " + v.DataGaps[0].Reason
+	}
+	fmt.Fprintf(stderr, "whyslow why: insufficient data: %s\n", reason)
+	return exitFailed
+}
+
+// whyVerdict opens the chosen source and triages it.
+func whyVerdict(ctx context.Context, f *whyFlags, stderr io.Writer) (*triage.Verdict, error) {
+	sources := 0
+	for _, s := range []string{f.bundle, f.scrape, f.prometheus, f.server} {
+		if s != "" {
+			sources++
+		}
+	}
+	if sources != 1 {
+		return nil, errors.New("give exactly one source: --bundle DIR, --scrape URL, --prometheus URL or --server URL")
+	}
+	opts := triage.Options{
+		Window:   f.window,
+		Baseline: f.baseline,
+		Selector: f.selector,
+		Engine:   f.engine,
+		GPU:      f.gpu,
+		Explain:  f.explain,
+	}
+	if f.at != "" {
+		at, err := time.Parse(time.RFC3339, f.at)
+		if err != nil {
+			return nil, fmt.Errorf("--at %q: want RFC 3339 (e.g. 2026-01-01T10:00:00Z)", f.at)
+		}
+		opts.At = at
+	}
+	if err := loadRulesets(&opts, f.rulesets); err != nil {
+		return nil, err
+	}
+
+	switch {
+	case f.bundle != "":
+		return whyBundle(ctx, f.bundle, opts)
+	case f.server != "":
+		return whyServer(ctx, f, opts)
+	case f.prometheus != "":
+		return whyPrometheus(ctx, f, opts)
+	default:
+		return whyScrape(ctx, f, opts)
+	}
+}
+
+// loadRulesets puts either the user's rulesets or the shipped ones into opts.
+func loadRulesets(opts *triage.Options, files []string) error {
+	if len(files) > 0 {
+		rs, err := rulesets.Load(files...)
+		if err != nil {
+			return fmt.Errorf("ruleset: %w", err)
+		}
+		opts.Ruleset = rs
+		return nil
+	}
+	all, err := rulesets.All()
+	if err != nil {
+		return fmt.Errorf("shipped rulesets: %w", err)
+	}
+	opts.Rulesets = all
+	return nil
+}
+
+// whyBundle replays an incident bundle through the embedded store.
+func whyBundle(ctx context.Context, dir string, opts triage.Options) (*triage.Verdict, error) {
+	b, err := bundle.Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	st, err := store.Open(store.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("embedded store: %w", err)
+	}
+	defer st.Close()
+	stats, err := b.LoadMetrics(ctx, st)
+	if err != nil {
+		return nil, err
+	}
+	applyIncident(&opts, b.Incident)
+	if opts.At.IsZero() {
+		// No incident.yaml time: the end of the recorded data is the natural "now".
+		opts.At = stats.MaxTime
+	}
+	opts.Metrics = st
+	return triage.Run(ctx, opts)
+}
+
+// applyIncident fills options the user did not set from the bundle's incident.yaml.
+func applyIncident(opts *triage.Options, in *bundle.Incident) {
+	if in == nil {
+		return
+	}
+	if opts.At.IsZero() {
+		opts.At = in.At
+	}
+	if opts.Window == 0 {
+		opts.Window = in.Window
+	}
+	if opts.Baseline == 0 {
+		opts.Baseline = in.Baseline
+	}
+	if opts.Selector == "" {
+		opts.Selector = in.Selector
+	}
+	if (opts.Engine == "" || opts.Engine == "auto") && in.Engine != "" {
+		opts.Engine = in.Engine
+	}
+	if opts.GPU == "" {
+		opts.GPU = in.GPU
+	}
+	opts.Scheduler = schedulerOf(in.Scheduler)
+}
+
+// schedulerOf converts the bundle's scheduler block to the rules' view.
+func schedulerOf(s bundle.Scheduler) rules.Scheduler {
+	if s.ChunkedPrefill == nil && s.MaxNumBatchedTokens == 0 && s.MaxNumSeqs == 0 {
+		return rules.Scheduler{}
+	}
+	out := rules.Scheduler{
+		Known:               true,
+		MaxNumBatchedTokens: s.MaxNumBatchedTokens,
+		MaxNumSeqs:          s.MaxNumSeqs,
+		Source:              "incident",
+	}
+	if s.ChunkedPrefill != nil {
+		out.ChunkedPrefill = *s.ChunkedPrefill
+	}
+	return out
+}

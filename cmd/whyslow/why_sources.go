@@ -1,0 +1,156 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/whyslow/whyslow/collectors/remote"
+	"github.com/whyslow/whyslow/collectors/scrape"
+	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/triage"
+)
+
+// sampleInterval is how often --scrape samples the engine.
+const sampleInterval = time.Second
+
+// whyScrape samples bare engine endpoints and compares the sample window
+// with the engines' lifetime averages from their cumulative counters.
+func whyScrape(ctx context.Context, f *whyFlags, opts triage.Options) (*triage.Verdict, error) {
+	if f.sample < 3*sampleInterval {
+		return nil, fmt.Errorf("--sample %s is too short: rate() needs at least 3 scrapes (%s apart)", f.sample, sampleInterval)
+	}
+	st, err := store.Open(store.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("embedded store: %w", err)
+	}
+	defer st.Close()
+	sc, err := scrape.New(st, scrape.Options{Timeout: min(f.timeout, f.sample)})
+	if err != nil {
+		return nil, err
+	}
+	targets := splitList(f.scrape)
+	loop := &scrape.Loop{Scraper: sc, Targets: targets, Interval: sampleInterval}
+	if _, err := loop.Sample(ctx, f.sample); err != nil {
+		return nil, err
+	}
+	stats := st.Stats()
+	first, last := stats.MinTime, stats.MaxTime
+
+	// The baseline window sits before the first scrape, clear of every rate() range.
+	window := last.Sub(first)
+	baseEnd := first.Add(-time.Minute)
+	lb, err := scrape.WriteLifetimeBaseline(ctx, st, st, first, baseEnd, window)
+	if err != nil {
+		return nil, err
+	}
+	opts.Metrics = st
+	opts.At = last
+	opts.Window = window
+	opts.Baseline = last.Sub(baseEnd)
+	v, err := triage.Run(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	if !lb.StartKnown {
+		v.DataGaps = append(v.DataGaps, triage.DataGap{Signal: "engine_start_time", Window: "baseline",
+			Reason: fmt.Sprintf("no process_start_time_seconds or *_created: lifetime rates assume the engine ran %s; ratios, quantiles and means are exact", scrape.AssumedLifetime)})
+	}
+	return v, nil
+}
+
+// whyServer asks a running whyslow daemon to triage (POST /api/v1/triage).
+func whyServer(ctx context.Context, f *whyFlags, opts triage.Options) (*triage.Verdict, error) {
+	req := map[string]string{"selector": opts.Selector}
+	if !opts.At.IsZero() {
+		req["at"] = opts.At.Format(time.RFC3339)
+	}
+	if opts.Window > 0 {
+		req["window"] = opts.Window.String()
+	}
+	if opts.Baseline > 0 {
+		req["baseline"] = opts.Baseline.String()
+	}
+	body, _ := json.Marshal(req)
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	url := strings.TrimSuffix(f.server, "/") + "/api/v1/triage"
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("--server: %w", err)
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	if tok := bearerToken(f); tok != "" {
+		hr.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := http.DefaultClient.Do(hr)
+	if err != nil {
+		return nil, fmt.Errorf("whyslow server %s unreachable: %w", f.server, unwrapURLError(err))
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, fmt.Errorf("whyslow server %s: read response: %w", f.server, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("whyslow server %s: %s: %s", f.server, resp.Status, strings.TrimSpace(string(data)))
+	}
+	var v triage.Verdict
+	if err := json.Unmarshal(data, &v); err != nil {
+		return nil, fmt.Errorf("whyslow server %s: bad verdict JSON: %w", f.server, err)
+	}
+	return &v, nil
+}
+
+func bearerToken(f *whyFlags) string {
+	if f.token != "" {
+		return f.token
+	}
+	return os.Getenv("WHYSLOW_BEARER_TOKEN")
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// unwrapURLError drops net/url's "Post URL:" prefix, which repeats the URL.
+func unwrapURLError(err error) error {
+	type unwrapper interface{ Unwrap() error }
+	if u, ok := err.(unwrapper); ok && strings.HasPrefix(err.Error(), "Post ") {
+		return u.Unwrap()
+	}
+	return err
+}
+
+// whyPrometheus triages against a Prometheus-compatible query API.
+func whyPrometheus(ctx context.Context, f *whyFlags, opts triage.Options) (*triage.Verdict, error) {
+	ro := remote.Options{URL: f.prometheus, Timeout: f.timeout, BearerToken: bearerToken(f)}
+	if f.basicUser != "" {
+		pass := f.basicPass
+		if pass == "" {
+			pass = os.Getenv("WHYSLOW_BASIC_PASSWORD")
+		}
+		ro.BasicAuthUser, ro.BasicAuthPassword = f.basicUser, pass
+	}
+	c, err := remote.New(ro)
+	if err != nil {
+		return nil, err
+	}
+	if opts.At.IsZero() {
+		opts.At = time.Now()
+	}
+	opts.Metrics = c
+	return triage.Run(ctx, opts)
+}

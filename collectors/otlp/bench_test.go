@@ -1,0 +1,79 @@
+package otlp
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/whyslow/whyslow/collectors/spanstore"
+)
+
+// BenchmarkIngestVsDecode measures, in one run and on one goroutine, the full
+// OTLP/HTTP protobuf ingest (handler: read, decode, convert, index into the
+// span store) and a bare proto.Unmarshal of the same payloads, and reports
+// spans per second for both and their ratio (target: ratio ≤ 2.5).
+func BenchmarkIngestVsDecode(b *testing.B) {
+	const payloads, resources, spansPer = 8, 4, 128
+	bodies := make([][]byte, payloads)
+	for i := range bodies {
+		req := testRequest(resources, spansPer)
+		// Distinct trace ids per payload so the store indexes new traces.
+		for _, rs := range req.ResourceSpans {
+			for _, sp := range rs.ScopeSpans[0].Spans {
+				sp.TraceId[0] = byte(i)
+			}
+		}
+		bodies[i], _ = proto.Marshal(req)
+	}
+	spansPerBody := resources * spansPer
+	store, err := spanstore.New(spanstore.Options{MaxSpans: 200_000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r, err := New(Options{Sink: store})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := r.Handler()
+	var ingest, decode time.Duration
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		body := bodies[i%payloads]
+		t0 := time.Now()
+		if w := post(b, h, contentProtobuf, "", body); w.Code != http.StatusOK {
+			b.Fatalf("status %d", w.Code)
+		}
+		t1 := time.Now()
+		var req coltracepb.ExportTraceServiceRequest
+		if err := proto.Unmarshal(body, &req); err != nil {
+			b.Fatal(err)
+		}
+		ingest += t1.Sub(t0)
+		decode += time.Since(t1)
+	}
+	spans := float64(b.N * spansPerBody)
+	ingestRate := spans / ingest.Seconds()
+	decodeRate := spans / decode.Seconds()
+	b.ReportMetric(ingestRate, "ingest_spans/s")
+	b.ReportMetric(decodeRate, "decode_spans/s")
+	b.ReportMetric(decodeRate/ingestRate, "ingest/decode")
+	b.ReportMetric(float64(store.Bytes())/float64(max(store.Len(), 1)), "est_bytes/span")
+}
+
+// BenchmarkDecodeJSON measures the OTLP/JSON decoder (hex ids) on a
+// 512-span payload.
+func BenchmarkDecodeJSON(b *testing.B) {
+	body, _ := EncodeJSON(testRequest(4, 128))
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := DecodeJSON(body, IDHex); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(512*b.N)/b.Elapsed().Seconds(), "spans/s")
+}

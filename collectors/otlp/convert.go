@@ -1,0 +1,197 @@
+// Package otlp receives OpenTelemetry traces over OTLP/HTTP (protobuf and
+// JSON) and OTLP/gRPC and turns them into triage.Span values for a Sink.
+package otlp
+
+import (
+	"encoding/base64"
+	"fmt"
+	"strconv"
+	"strings"
+
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+
+	"github.com/whyslow/whyslow/triage"
+)
+
+// FieldError says which field of a request is malformed. A request holding
+// one is rejected whole (HTTP 400, gRPC InvalidArgument).
+type FieldError struct {
+	// Path is the field in OTLP/JSON spelling, e.g.
+	// resourceSpans[0].scopeSpans[1].spans[3].traceId.
+	Path string
+	Msg  string
+}
+
+// Error implements error.
+func (e *FieldError) Error() string { return e.Path + ": " + e.Msg }
+
+// Rejected counts spans dropped from an otherwise valid request (the OTLP
+// partial success), with the first reason.
+type Rejected struct {
+	Spans   int64
+	Message string
+}
+
+func (r *Rejected) add(path, why string) {
+	if r.Spans == 0 {
+		r.Message = path + ": " + why
+	}
+	r.Spans++
+}
+
+// Convert appends the spans of rss to dst in triage form. Spans with a
+// wrong-length id make the whole request malformed (*FieldError); spans with
+// zero ids or an end before their start are dropped and counted in Rejected.
+// Spans of one resource share one Resource slice.
+func Convert(dst []triage.Span, rss []*tracepb.ResourceSpans) ([]triage.Span, Rejected, error) {
+	var rej Rejected
+	for i, rs := range rss {
+		if rs == nil {
+			continue
+		}
+		var res triage.Attrs
+		if rs.Resource != nil && len(rs.Resource.Attributes) > 0 {
+			res = appendAttrs(make(triage.Attrs, 0, len(rs.Resource.Attributes)), rs.Resource.Attributes)
+		}
+		for j, ss := range rs.ScopeSpans {
+			if ss == nil {
+				continue
+			}
+			for k, sp := range ss.Spans {
+				if sp == nil {
+					continue
+				}
+				var s triage.Span
+				if err := copyID(s.TraceID[:], sp.TraceId, i, j, k, "traceId"); err != nil {
+					return dst, rej, err
+				}
+				if err := copyID(s.SpanID[:], sp.SpanId, i, j, k, "spanId"); err != nil {
+					return dst, rej, err
+				}
+				if err := copyID(s.ParentID[:], sp.ParentSpanId, i, j, k, "parentSpanId"); err != nil {
+					return dst, rej, err
+				}
+				switch {
+				case s.TraceID.IsZero():
+					rej.add(spanPath(i, j, k, "traceId"), "missing or all-zero trace id")
+					continue
+				case s.SpanID.IsZero():
+					rej.add(spanPath(i, j, k, "spanId"), "missing or all-zero span id")
+					continue
+				case sp.StartTimeUnixNano == 0 || sp.StartTimeUnixNano > 1<<63-1 || sp.EndTimeUnixNano > 1<<63-1:
+					rej.add(spanPath(i, j, k, "startTimeUnixNano"), "start time missing or out of range")
+					continue
+				case sp.EndTimeUnixNano < sp.StartTimeUnixNano:
+					rej.add(spanPath(i, j, k, "endTimeUnixNano"), "end before start")
+					continue
+				}
+				s.Name = sp.Name
+				if sp.Kind >= 0 && sp.Kind <= tracepb.Span_SPAN_KIND_CONSUMER {
+					s.Kind = triage.SpanKind(sp.Kind)
+				}
+				s.Error = sp.Status != nil && sp.Status.Code == tracepb.Status_STATUS_CODE_ERROR
+				s.StartUnixNano = int64(sp.StartTimeUnixNano)
+				s.EndUnixNano = int64(sp.EndTimeUnixNano)
+				if len(sp.Attributes) > 0 {
+					s.Attrs = appendAttrs(make(triage.Attrs, 0, len(sp.Attributes)), sp.Attributes)
+				}
+				s.Resource = res
+				dst = append(dst, s)
+			}
+		}
+	}
+	return dst, rej, nil
+}
+
+// copyID copies an id; a missing id stays zero (and its span is rejected
+// unless the id is optional), a wrong-length one is a *FieldError.
+func copyID(dst, src []byte, i, j, k int, field string) error {
+	if len(src) == 0 {
+		return nil
+	}
+	if len(src) != len(dst) {
+		return &FieldError{Path: spanPath(i, j, k, field), Msg: fmt.Sprintf("want %d bytes, got %d", len(dst), len(src))}
+	}
+	copy(dst, src)
+	return nil
+}
+
+func spanPath(i, j, k int, field string) string {
+	return "resourceSpans[" + strconv.Itoa(i) + "].scopeSpans[" + strconv.Itoa(j) + "].spans[" + strconv.Itoa(k) + "]." + field
+}
+
+func appendAttrs(dst triage.Attrs, kvs []*commonpb.KeyValue) triage.Attrs {
+	for _, kv := range kvs {
+		if kv == nil || kv.Key == "" {
+			continue
+		}
+		dst = append(dst, attrOf(kv.Key, kv.Value))
+	}
+	return dst
+}
+
+func attrOf(key string, v *commonpb.AnyValue) triage.Attr {
+	if v == nil {
+		return triage.StringAttr(key, "")
+	}
+	switch x := v.Value.(type) {
+	case *commonpb.AnyValue_StringValue:
+		return triage.StringAttr(key, x.StringValue)
+	case *commonpb.AnyValue_IntValue:
+		return triage.IntAttr(key, x.IntValue)
+	case *commonpb.AnyValue_DoubleValue:
+		return triage.FloatAttr(key, x.DoubleValue)
+	case *commonpb.AnyValue_BoolValue:
+		return triage.BoolAttr(key, x.BoolValue)
+	}
+	var b strings.Builder
+	writeAny(&b, v, 0)
+	return triage.StringAttr(key, b.String())
+}
+
+// writeAny renders arrays, maps and bytes as compact JSON-like text.
+func writeAny(b *strings.Builder, v *commonpb.AnyValue, depth int) {
+	if v == nil || depth > 8 {
+		b.WriteString("null")
+		return
+	}
+	switch x := v.Value.(type) {
+	case *commonpb.AnyValue_StringValue:
+		b.WriteString(strconv.Quote(x.StringValue))
+	case *commonpb.AnyValue_IntValue:
+		b.WriteString(strconv.FormatInt(x.IntValue, 10))
+	case *commonpb.AnyValue_DoubleValue:
+		b.WriteString(strconv.FormatFloat(x.DoubleValue, 'g', -1, 64))
+	case *commonpb.AnyValue_BoolValue:
+		b.WriteString(strconv.FormatBool(x.BoolValue))
+	case *commonpb.AnyValue_BytesValue:
+		b.WriteString(strconv.Quote(base64.StdEncoding.EncodeToString(x.BytesValue)))
+	case *commonpb.AnyValue_ArrayValue:
+		b.WriteByte('[')
+		if x.ArrayValue != nil {
+			for i, e := range x.ArrayValue.Values {
+				if i > 0 {
+					b.WriteByte(',')
+				}
+				writeAny(b, e, depth+1)
+			}
+		}
+		b.WriteByte(']')
+	case *commonpb.AnyValue_KvlistValue:
+		b.WriteByte('{')
+		if x.KvlistValue != nil {
+			for i, kv := range x.KvlistValue.Values {
+				if i > 0 {
+					b.WriteByte(',')
+				}
+				b.WriteString(strconv.Quote(kv.GetKey()))
+				b.WriteByte(':')
+				writeAny(b, kv.GetValue(), depth+1)
+			}
+		}
+		b.WriteByte('}')
+	default:
+		b.WriteString("null")
+	}
+}

@@ -1,0 +1,444 @@
+package otlp
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"runtime"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	statuspb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	_ "google.golang.org/grpc/encoding/gzip" // OTLP/gRPC clients may gzip
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/whyslow/whyslow/triage"
+)
+
+// Sink receives converted spans. It must not fail: a full store evicts.
+// It takes ownership of the spans' attribute slices, not of the slice itself.
+type Sink interface {
+	Append(spans []triage.Span)
+}
+
+// Defaults for a zero Options.
+const (
+	DefaultMaxRequestBytes = 16 << 20
+	// TracesPath is the OTLP/HTTP traces path.
+	TracesPath = "/v1/traces"
+)
+
+const (
+	contentProtobuf = "application/x-protobuf"
+	contentJSON     = "application/json"
+	retryAfter      = time.Second
+)
+
+// Options configures a Receiver; zero values get defaults.
+type Options struct {
+	// HTTPAddr is the OTLP/HTTP listen address (":4318"); empty disables it.
+	HTTPAddr string
+	// GRPCAddr is the OTLP/gRPC listen address (":4317"); empty disables it.
+	GRPCAddr string
+	// Sink receives the spans (required).
+	Sink Sink
+	// Registerer receives the receiver's metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+	// MaxRequestBytes bounds a request body, before and after gzip
+	// (default DefaultMaxRequestBytes).
+	MaxRequestBytes int64
+	// MaxInFlight bounds exports decoded at once; beyond it clients get a
+	// retryable 503 / UNAVAILABLE (default 4×GOMAXPROCS).
+	MaxInFlight int
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Receiver serves OTLP/HTTP and OTLP/gRPC trace exports.
+type Receiver struct {
+	opts     Options
+	log      *slog.Logger
+	inFlight chan struct{}
+	spanPool sync.Pool
+	gzPool   sync.Pool
+
+	received *prometheus.CounterVec
+	rejected *prometheus.CounterVec
+	failed   *prometheus.CounterVec
+
+	httpLn, grpcLn net.Listener
+	httpSrv        *http.Server
+	grpcSrv        *grpc.Server
+}
+
+// New returns a receiver that is not yet listening.
+func New(opts Options) (*Receiver, error) {
+	if opts.Sink == nil {
+		return nil, errors.New("otlp receiver: no sink")
+	}
+	if opts.MaxRequestBytes <= 0 {
+		opts.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = 4 * runtime.GOMAXPROCS(0)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	r := &Receiver{
+		opts:     opts,
+		log:      opts.Logger.With("collector", "otlp"),
+		inFlight: make(chan struct{}, opts.MaxInFlight),
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "whyslow_otlp_spans_received_total", Help: "Spans accepted by the OTLP receivers.",
+		}, []string{"transport"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "whyslow_otlp_spans_rejected_total", Help: "Spans the OTLP receivers refused, by reason.",
+		}, []string{"reason"}),
+		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "whyslow_otlp_requests_failed_total", Help: "Export requests refused whole, by transport and reason.",
+		}, []string{"transport", "reason"}),
+	}
+	for _, t := range []string{"http", "grpc"} {
+		r.received.WithLabelValues(t)
+	}
+	if opts.Registerer != nil {
+		for _, c := range []prometheus.Collector{r.received, r.rejected, r.failed} {
+			if err := opts.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("otlp receiver: register metrics: %w", err)
+			}
+		}
+	}
+	return r, nil
+}
+
+// Listen binds the configured addresses, so that HTTPAddr and GRPCAddr
+// report the real ports (useful with ":0").
+func (r *Receiver) Listen() error {
+	if r.opts.HTTPAddr != "" {
+		ln, err := net.Listen("tcp", r.opts.HTTPAddr)
+		if err != nil {
+			return fmt.Errorf("otlp http listen %s: %w", r.opts.HTTPAddr, err)
+		}
+		r.httpLn = ln
+	}
+	if r.opts.GRPCAddr != "" {
+		ln, err := net.Listen("tcp", r.opts.GRPCAddr)
+		if err != nil {
+			if r.httpLn != nil {
+				r.httpLn.Close()
+			}
+			return fmt.Errorf("otlp grpc listen %s: %w", r.opts.GRPCAddr, err)
+		}
+		r.grpcLn = ln
+	}
+	return nil
+}
+
+// HTTPAddr returns the bound OTLP/HTTP address, or "" when disabled.
+func (r *Receiver) HTTPAddr() string {
+	if r.httpLn == nil {
+		return ""
+	}
+	return r.httpLn.Addr().String()
+}
+
+// GRPCAddr returns the bound OTLP/gRPC address, or "" when disabled.
+func (r *Receiver) GRPCAddr() string {
+	if r.grpcLn == nil {
+		return ""
+	}
+	return r.grpcLn.Addr().String()
+}
+
+// Run listens (unless Listen was called) and serves until ctx is done, then
+// shuts both servers down gracefully.
+func (r *Receiver) Run(ctx context.Context) error {
+	if r.httpLn == nil && r.grpcLn == nil {
+		if err := r.Listen(); err != nil {
+			return err
+		}
+	}
+	errc := make(chan error, 2)
+	if r.httpLn != nil {
+		mux := http.NewServeMux()
+		mux.Handle(TracesPath, r.Handler())
+		r.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { errc <- r.httpSrv.Serve(r.httpLn) }()
+		r.log.Info("OTLP/HTTP receiver listening", "addr", r.HTTPAddr())
+	}
+	if r.grpcLn != nil {
+		r.grpcSrv = grpc.NewServer(grpc.MaxRecvMsgSize(int(r.opts.MaxRequestBytes)))
+		coltracepb.RegisterTraceServiceServer(r.grpcSrv, grpcService{r: r})
+		go func() { errc <- r.grpcSrv.Serve(r.grpcLn) }()
+		r.log.Info("OTLP/gRPC receiver listening", "addr", r.GRPCAddr())
+	}
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+	}
+	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if r.httpSrv != nil {
+		r.httpSrv.Shutdown(shutCtx)
+	}
+	if r.grpcSrv != nil {
+		done := make(chan struct{})
+		go func() { r.grpcSrv.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-shutCtx.Done():
+			r.grpcSrv.Stop()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("otlp receiver: %w", err)
+	}
+	return nil
+}
+
+// acquire takes an in-flight slot without waiting.
+func (r *Receiver) acquire() bool {
+	select {
+	case r.inFlight <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (r *Receiver) release() { <-r.inFlight }
+
+// ingest converts and stores one decoded request. It returns the partial
+// success, or a *FieldError for a malformed request.
+func (r *Receiver) ingest(req *coltracepb.ExportTraceServiceRequest, transport string) (*coltracepb.ExportTraceServiceResponse, error) {
+	bufp, _ := r.spanPool.Get().(*[]triage.Span)
+	if bufp == nil {
+		bufp = new([]triage.Span)
+	}
+	spans, rej, err := Convert((*bufp)[:0], req.ResourceSpans)
+	if err != nil {
+		r.putSpans(bufp, spans)
+		return nil, err
+	}
+	if len(spans) > 0 {
+		r.opts.Sink.Append(spans)
+		r.received.WithLabelValues(transport).Add(float64(len(spans)))
+	}
+	r.putSpans(bufp, spans)
+	resp := &coltracepb.ExportTraceServiceResponse{}
+	if rej.Spans > 0 {
+		r.rejected.WithLabelValues("invalid_span").Add(float64(rej.Spans))
+		resp.PartialSuccess = &coltracepb.ExportTracePartialSuccess{RejectedSpans: rej.Spans, ErrorMessage: rej.Message}
+	}
+	return resp, nil
+}
+
+func (r *Receiver) putSpans(bufp *[]triage.Span, spans []triage.Span) {
+	clear(spans) // drop references to attribute slices now owned by the sink
+	if cap(spans) > 1<<16 {
+		return
+	}
+	*bufp = spans[:0]
+	r.spanPool.Put(bufp)
+}
+
+func countSpans(req *coltracepb.ExportTraceServiceRequest) int {
+	n := 0
+	for _, rs := range req.GetResourceSpans() {
+		for _, ss := range rs.GetScopeSpans() {
+			n += len(ss.GetSpans())
+		}
+	}
+	return n
+}
+
+// Handler returns the OTLP/HTTP handler for POST /v1/traces.
+func (r *Receiver) Handler() http.Handler { return http.HandlerFunc(r.serveHTTP) }
+
+// httpError is a refused request: status, message, and the metric reason.
+type httpError struct {
+	code   int
+	reason string
+	msg    string
+}
+
+func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
+	ctype := contentProtobuf
+	if mt, _, err := mime.ParseMediaType(req.Header.Get("Content-Type")); err == nil && mt == contentJSON {
+		ctype = contentJSON
+	}
+	resp, herr := r.handleHTTP(w, req)
+	if herr != nil {
+		r.failed.WithLabelValues("http", herr.reason).Inc()
+		if herr.code == http.StatusServiceUnavailable || herr.code == http.StatusTooManyRequests {
+			w.Header().Set("Retry-After", strconv.Itoa(int(retryAfter/time.Second)))
+		}
+		if herr.code == http.StatusMethodNotAllowed {
+			w.Header().Set("Allow", http.MethodPost)
+		}
+		r.log.Debug("Refused OTLP/HTTP export", "code", herr.code, "reason", herr.reason, "err", herr.msg)
+		writeMessage(w, ctype, herr.code, &statuspb.Status{Code: int32(grpcCodeFor(herr.code)), Message: herr.msg})
+		return
+	}
+	writeMessage(w, ctype, http.StatusOK, resp)
+}
+
+func grpcCodeFor(httpCode int) codes.Code {
+	switch httpCode {
+	case http.StatusServiceUnavailable, http.StatusTooManyRequests:
+		return codes.Unavailable
+	case http.StatusRequestEntityTooLarge:
+		return codes.ResourceExhausted
+	}
+	return codes.InvalidArgument
+}
+
+func writeMessage(w http.ResponseWriter, ctype string, code int, m proto.Message) {
+	var b []byte
+	var err error
+	if ctype == contentJSON {
+		b, err = protojson.Marshal(m)
+	} else {
+		b, err = proto.Marshal(m)
+	}
+	if err != nil {
+		http.Error(w, "encode response: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", ctype)
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(code)
+	w.Write(b)
+}
+
+func (r *Receiver) handleHTTP(w http.ResponseWriter, req *http.Request) (*coltracepb.ExportTraceServiceResponse, *httpError) {
+	if req.Method != http.MethodPost {
+		return nil, &httpError{http.StatusMethodNotAllowed, "method", "only POST is allowed on " + TracesPath}
+	}
+	mt, _, err := mime.ParseMediaType(req.Header.Get("Content-Type"))
+	if err != nil || (mt != contentProtobuf && mt != contentJSON) {
+		return nil, &httpError{http.StatusUnsupportedMediaType, "content_type",
+			fmt.Sprintf("unsupported content type %q: want %s or %s", req.Header.Get("Content-Type"), contentProtobuf, contentJSON)}
+	}
+	if !r.acquire() {
+		return nil, &httpError{http.StatusServiceUnavailable, "overloaded", "too many exports in flight; retry later"}
+	}
+	defer r.release()
+	body, herr := r.readBody(w, req)
+	if herr != nil {
+		return nil, herr
+	}
+	var er *coltracepb.ExportTraceServiceRequest
+	if mt == contentJSON {
+		er, err = DecodeJSON(body, IDHex)
+	} else {
+		er = &coltracepb.ExportTraceServiceRequest{}
+		err = proto.Unmarshal(body, er)
+		if err != nil {
+			err = fmt.Errorf("invalid protobuf: %w", err)
+		}
+	}
+	if err == nil {
+		var resp *coltracepb.ExportTraceServiceResponse
+		if resp, err = r.ingest(er, "http"); err == nil {
+			return resp, nil
+		}
+		r.rejected.WithLabelValues("malformed").Add(float64(countSpans(er)))
+	}
+	return nil, &httpError{http.StatusBadRequest, "malformed", err.Error()}
+}
+
+// readBody reads the body, gunzipping it when asked, within the size limit.
+func (r *Receiver) readBody(w http.ResponseWriter, req *http.Request) ([]byte, *httpError) {
+	limit := r.opts.MaxRequestBytes
+	tooLarge := &httpError{http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body over %d bytes", limit)}
+	if req.ContentLength > limit {
+		return nil, tooLarge
+	}
+	var src io.Reader = http.MaxBytesReader(w, req.Body, limit)
+	switch enc := req.Header.Get("Content-Encoding"); enc {
+	case "", "identity":
+	case "gzip":
+		zr, _ := r.gzPool.Get().(*gzip.Reader)
+		var err error
+		if zr == nil {
+			zr, err = gzip.NewReader(src)
+		} else {
+			err = zr.Reset(src)
+		}
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				return nil, tooLarge
+			}
+			return nil, &httpError{http.StatusBadRequest, "malformed", "invalid gzip body: " + err.Error()}
+		}
+		defer r.gzPool.Put(zr)
+		src = zr
+	default:
+		return nil, &httpError{http.StatusUnsupportedMediaType, "content_encoding", fmt.Sprintf("unsupported content encoding %q: want gzip or none", enc)}
+	}
+	var buf bytes.Buffer
+	if req.ContentLength > 0 && req.Header.Get("Content-Encoding") == "" {
+		buf.Grow(int(req.ContentLength))
+	}
+	n, err := buf.ReadFrom(io.LimitReader(src, limit+1))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, tooLarge
+		}
+		return nil, &httpError{http.StatusBadRequest, "malformed", "read body: " + err.Error()}
+	}
+	if n > limit {
+		return nil, tooLarge
+	}
+	return buf.Bytes(), nil
+}
+
+type grpcService struct {
+	coltracepb.UnimplementedTraceServiceServer
+	r *Receiver
+}
+
+// Export implements the OTLP TraceService.
+func (g grpcService) Export(ctx context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+	r := g.r
+	if !r.acquire() {
+		r.failed.WithLabelValues("grpc", "overloaded").Inc()
+		st := status.New(codes.Unavailable, "too many exports in flight; retry later")
+		if d, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(retryAfter)}); err == nil {
+			st = d
+		}
+		return nil, st.Err()
+	}
+	defer r.release()
+	resp, err := r.ingest(req, "grpc")
+	if err != nil {
+		r.failed.WithLabelValues("grpc", "malformed").Inc()
+		r.rejected.WithLabelValues("malformed").Add(float64(countSpans(req)))
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return resp, nil
+}

@@ -1,0 +1,371 @@
+// Package scrape scrapes engine /metrics endpoints into the embedded store,
+// as Prometheus would: Prometheus text or OpenMetrics (chosen by the
+// response Content-Type; the Accept header asks for OpenMetrics first),
+// gzip, a timeout and a body size limit, and target labels job and instance
+// (host:port) on every series. Each scrape also writes Prometheus's own
+// per-target series, up, scrape_duration_seconds and scrape_samples_scraped,
+// and sets whyslow's metrics whyslow_scrape_duration_seconds{target},
+// whyslow_scrape_success{target} and whyslow_scrape_samples{target} on the
+// registerer it is given. A failing target is an error for that target only.
+//
+// # Bare-engine mode (why --scrape)
+//
+// Loop.Sample scrapes every target every Interval (1-2 s) for a while
+// (--sample, 20 s by default) and stores each sample at its real scrape
+// time. The store then answers both sides of the comparison in plain
+// PromQL, with no helper needed:
+//
+//   - the sample window, with rate() over it, e.g. at the last scrape
+//     rate(vllm:e2e_request_latency_seconds_sum[20s]) /
+//     rate(vllm:e2e_request_latency_seconds_count[20s]), or
+//     histogram_quantile(0.95, sum by (le) (rate(x_bucket[20s])));
+//   - the engine's lifetime, from the cumulative counters themselves (they
+//     count since the engine started): x_sum / x_count is the lifetime mean,
+//     histogram_quantile(0.95, sum by (le) (x_bucket)) the lifetime p95, and
+//     x_total / (time() - process_start_time_seconds) a lifetime rate where
+//     the engine exposes its start time.
+//
+// rate() needs at least two scrapes in its range: with a 1 s interval a
+// 20 s sample gives about 20. A counter reset (engine restart) during the
+// sample makes the lifetime figures cover only the time since the restart.
+// No staleness markers are written when a series disappears.
+package scrape
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/storage"
+)
+
+// Defaults for zero Options fields.
+const (
+	DefaultTimeout      = 10 * time.Second
+	DefaultMaxBodyBytes = 64 << 20
+	DefaultJob          = "engine"
+)
+
+// AcceptHeader is sent with every scrape: OpenMetrics preferred, classic
+// text accepted, as Prometheus asks.
+const AcceptHeader = "application/openmetrics-text;version=1.0.0;q=0.6," +
+	"application/openmetrics-text;version=0.0.1;q=0.5," +
+	"text/plain;version=0.0.4;q=0.4,*/*;q=0.1"
+
+// Options configures a Scraper. Zero values get defaults.
+type Options struct {
+	// Client does the requests; nil uses a plain http.Client.
+	Client *http.Client
+	// Timeout bounds one scrape (default 10s).
+	Timeout time.Duration
+	// MaxBodyBytes bounds a (decompressed) response body (default 64 MiB).
+	MaxBodyBytes int64
+	// Job is the job label of every scraped series (default "engine").
+	Job string
+	// Registerer receives whyslow_scrape_* metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+	// Logger logs failed scrapes at debug level; nil discards.
+	Logger *slog.Logger
+}
+
+// Scraper scrapes targets into a storage.Appendable (the embedded store).
+// It is safe for concurrent use.
+type Scraper struct {
+	app     storage.Appendable
+	client  *http.Client
+	timeout time.Duration
+	maxBody int64
+	job     string
+	logger  *slog.Logger
+
+	duration *prometheus.GaugeVec
+	success  *prometheus.GaugeVec
+	samples  *prometheus.GaugeVec
+}
+
+// New returns a Scraper writing into app.
+func New(app storage.Appendable, opts Options) (*Scraper, error) {
+	if app == nil {
+		return nil, errors.New("scrape: no storage")
+	}
+	s := &Scraper{
+		app:     app,
+		client:  opts.Client,
+		timeout: opts.Timeout,
+		maxBody: opts.MaxBodyBytes,
+		job:     opts.Job,
+		logger:  opts.Logger,
+	}
+	if s.client == nil {
+		s.client = &http.Client{}
+	}
+	if s.timeout <= 0 {
+		s.timeout = DefaultTimeout
+	}
+	if s.maxBody <= 0 {
+		s.maxBody = DefaultMaxBodyBytes
+	}
+	if s.job == "" {
+		s.job = DefaultJob
+	}
+	if s.logger == nil {
+		s.logger = slog.New(slog.DiscardHandler)
+	}
+	s.logger = s.logger.With("component", "scrape")
+	s.duration = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "whyslow_scrape_duration_seconds",
+		Help: "Duration of the last scrape of the target.",
+	}, []string{"target"})
+	s.success = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "whyslow_scrape_success",
+		Help: "Whether the last scrape of the target succeeded (1) or not (0).",
+	}, []string{"target"})
+	s.samples = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "whyslow_scrape_samples",
+		Help: "Samples stored by the last scrape of the target.",
+	}, []string{"target"})
+	if opts.Registerer != nil {
+		for _, c := range []prometheus.Collector{s.duration, s.success, s.samples} {
+			if err := opts.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("scrape: register metrics: %w", err)
+			}
+		}
+	}
+	return s, nil
+}
+
+// Scrape fetches target once, stores its samples (timestamped at, unless
+// the exposition has its own timestamps) with job and instance labels, plus
+// up, scrape_duration_seconds and scrape_samples_scraped, and returns the
+// number of exposed samples stored. A down or malformed target is an error
+// (and up 0).
+func (s *Scraper) Scrape(ctx context.Context, target string, at time.Time) (int, error) {
+	u, err := url.Parse(target)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return 0, fmt.Errorf("scrape %s: not an http(s) URL", redact(target))
+	}
+	name := u.Redacted()
+	tl := labels.FromStrings("instance", instanceOf(u.Scheme, u.Host), "job", s.job)
+
+	start := time.Now()
+	samples, scrapeErr := s.scrape(ctx, u, name, at, tl)
+	dur := time.Since(start)
+
+	if scrapeErr != nil && ctx.Err() != nil {
+		// Cancelled by the caller: not the target's fault, record nothing.
+		return 0, scrapeErr
+	}
+	up := 1.0
+	if scrapeErr != nil {
+		up, samples = 0, nil
+	}
+	atMs := at.UnixMilli()
+	report := func(metric string, v float64) Sample {
+		b := labels.NewBuilder(tl)
+		b.Set(labels.MetricName, metric)
+		return Sample{Labels: b.Labels(), T: atMs, V: v}
+	}
+	all := append(samples,
+		report("up", up),
+		report("scrape_duration_seconds", dur.Seconds()),
+		report("scrape_samples_scraped", float64(len(samples))),
+	)
+	if err := s.store(ctx, all); err != nil && scrapeErr == nil {
+		scrapeErr = fmt.Errorf("scrape %s: store: %w", name, err)
+		samples = nil
+	}
+
+	s.duration.WithLabelValues(name).Set(dur.Seconds())
+	s.samples.WithLabelValues(name).Set(float64(len(samples)))
+	if scrapeErr != nil {
+		s.success.WithLabelValues(name).Set(0)
+		s.logger.Debug("Scrape failed", "target", name, "err", scrapeErr)
+		return 0, scrapeErr
+	}
+	s.success.WithLabelValues(name).Set(1)
+	return len(samples), nil
+}
+
+func (s *Scraper) scrape(ctx context.Context, u *url.URL, name string, at time.Time, tl labels.Labels) ([]Sample, error) {
+	body, ctype, err := s.fetch(ctx, u)
+	if err != nil {
+		return nil, fmt.Errorf("scrape %s: %w", name, err)
+	}
+	samples, err := Parse(name, body, ctype, at, tl)
+	if err != nil {
+		return nil, fmt.Errorf("scrape: %w", err)
+	}
+	return samples, nil
+}
+
+// fetch does the request and returns the (decompressed) body and its
+// Content-Type.
+func (s *Scraper) fetch(ctx context.Context, u *url.URL) ([]byte, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, "", err
+	}
+	req.Header.Set("Accept", AcceptHeader)
+	req.Header.Set("Accept-Encoding", "gzip")
+	req.Header.Set("X-Prometheus-Scrape-Timeout-Seconds", fmt.Sprintf("%g", s.timeout.Seconds()))
+	req.Header.Set("User-Agent", "whyslow")
+	resp, err := s.client.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // the URL is already in the message, redacted
+		}
+		if ctx.Err() != nil {
+			return nil, "", fmt.Errorf("unreachable: timed out after %s", s.timeout)
+		}
+		return nil, "", fmt.Errorf("unreachable: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+		return nil, "", fmt.Errorf("server returned HTTP status %s", resp.Status)
+	}
+	var r io.Reader = resp.Body
+	if resp.Header.Get("Content-Encoding") == "gzip" {
+		zr, err := gzip.NewReader(resp.Body)
+		if err != nil {
+			return nil, "", fmt.Errorf("gzip body: %w", err)
+		}
+		defer zr.Close()
+		r = zr
+	}
+	var buf bytes.Buffer
+	n, err := buf.ReadFrom(io.LimitReader(r, s.maxBody+1))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, "", fmt.Errorf("read body: timed out after %s", s.timeout)
+		}
+		return nil, "", fmt.Errorf("read body: %w", err)
+	}
+	if n > s.maxBody {
+		return nil, "", fmt.Errorf("body larger than %d bytes", s.maxBody)
+	}
+	return buf.Bytes(), resp.Header.Get("Content-Type"), nil
+}
+
+// store appends samples in one transaction.
+func (s *Scraper) store(ctx context.Context, samples []Sample) error {
+	app := s.app.Appender(ctx)
+	for _, smp := range samples {
+		if _, err := app.Append(0, smp.Labels, smp.T, smp.V); err != nil {
+			_ = app.Rollback()
+			return fmt.Errorf("append %s: %w", smp.Labels, err)
+		}
+	}
+	return app.Commit()
+}
+
+// redact returns a raw URL with any password hidden, for messages about
+// URLs that did not parse.
+func redact(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return u.Redacted()
+	}
+	return "<unparseable URL>"
+}
+
+// Loop scrapes a set of targets at a fixed interval.
+type Loop struct {
+	// Scraper does the scrapes.
+	Scraper *Scraper
+	// Targets are the /metrics URLs.
+	Targets []string
+	// Interval is the time between scrapes of a target (default 1s).
+	Interval time.Duration
+	// Now returns the scrape timestamp; nil means time.Now.
+	Now func() time.Time
+}
+
+// TargetStatus summarises a target's scrapes over a Loop run.
+type TargetStatus struct {
+	// Target is the URL, password redacted.
+	Target string
+	// OK and Failed count scrapes.
+	OK, Failed int
+	// LastErr is the last scrape error, if any.
+	LastErr error
+}
+
+// Run scrapes every target once per Interval, all targets concurrently,
+// until ctx is done. The first round starts at once. It returns the
+// per-target status in Targets order.
+func (l *Loop) Run(ctx context.Context) []TargetStatus {
+	interval := l.Interval
+	if interval <= 0 {
+		interval = time.Second
+	}
+	now := l.Now
+	if now == nil {
+		now = time.Now
+	}
+	st := make([]TargetStatus, len(l.Targets))
+	for i, t := range l.Targets {
+		st[i].Target = redact(t)
+	}
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		at := now()
+		var wg sync.WaitGroup
+		for i, t := range l.Targets {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := l.Scraper.Scrape(ctx, t, at); err != nil {
+					if ctx.Err() != nil {
+						return // cut short by the end of the run
+					}
+					st[i].Failed++
+					st[i].LastErr = err
+				} else {
+					st[i].OK++
+				}
+			}()
+		}
+		wg.Wait()
+		select {
+		case <-ctx.Done():
+			return st
+		case <-ticker.C:
+		}
+	}
+}
+
+// Sample runs the loop for d (the bare-engine sample window). It fails only
+// if some target never answered; the status tells per target.
+func (l *Loop) Sample(ctx context.Context, d time.Duration) ([]TargetStatus, error) {
+	runCtx, cancel := context.WithTimeout(ctx, d)
+	st := l.Run(runCtx)
+	cancel()
+	if err := ctx.Err(); err != nil {
+		return st, fmt.Errorf("sample: %w", err)
+	}
+	var errs []error
+	for i := range st {
+		if st[i].OK == 0 {
+			err := st[i].LastErr
+			if err == nil {
+				err = fmt.Errorf("scrape %s: no scrape completed in %s", st[i].Target, d)
+			}
+			errs = append(errs, err)
+		}
+	}
+	return st, errors.Join(errs...)
+}

@@ -1,0 +1,232 @@
+package spanstore
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/whyslow/whyslow/triage"
+)
+
+var t0 = time.Unix(1700000000, 0)
+
+// batch builds n spans the way the OTLP converter does: fresh strings and
+// attribute slices per span, one shared resource slice.
+func batch(first, n, spansPerTrace int) []triage.Span {
+	res := triage.Attrs{
+		triage.StringAttr(strings.Clone("service.name"), strings.Clone("vllm")),
+		triage.StringAttr(strings.Clone("k8s.pod.name"), fmt.Sprintf("vllm-%d", first%3)),
+	}
+	out := make([]triage.Span, 0, n)
+	for i := first; i < first+n; i++ {
+		var s triage.Span
+		binary.BigEndian.PutUint64(s.TraceID[8:], uint64(i/spansPerTrace)+1)
+		binary.BigEndian.PutUint64(s.SpanID[:], uint64(i)+1)
+		s.Name = strings.Clone("llm_request")
+		s.Kind = triage.SpanKindServer
+		s.StartUnixNano = t0.Add(time.Duration(i) * 10 * time.Millisecond).UnixNano()
+		s.EndUnixNano = s.StartUnixNano + int64(1500*time.Millisecond)
+		s.Attrs = triage.Attrs{
+			triage.StringAttr(strings.Clone("gen_ai.request.id"), fmt.Sprintf("chatcmpl-%08d", i)),
+			triage.IntAttr(strings.Clone("gen_ai.usage.prompt_tokens"), 1000),
+			triage.IntAttr(strings.Clone("gen_ai.usage.completion_tokens"), 200),
+			triage.FloatAttr(strings.Clone("gen_ai.latency.time_in_queue"), 0.05),
+			triage.FloatAttr(strings.Clone("gen_ai.latency.time_to_first_token"), 0.2),
+			triage.FloatAttr(strings.Clone("gen_ai.latency.time_in_model_prefill"), 0.15),
+			triage.FloatAttr(strings.Clone("gen_ai.latency.time_in_model_decode"), 1.3),
+			triage.FloatAttr(strings.Clone("gen_ai.latency.e2e"), 1.5),
+		}
+		s.Resource = res
+		out = append(out, s)
+	}
+	return out
+}
+
+func TestQueries(t *testing.T) {
+	ctx := context.Background()
+	s, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Append(batch(0, 300, 4))
+	var id triage.TraceID
+	binary.BigEndian.PutUint64(id[8:], 3) // spans 8..11
+	spans, err := s.Trace(ctx, id)
+	if err != nil || len(spans) != 4 || spans[0].Attrs.String("gen_ai.request.id") != "chatcmpl-00000008" {
+		t.Fatalf("Trace = %d spans, %v", len(spans), err)
+	}
+	if _, err := s.Trace(ctx, triage.TraceID{9}); !errors.Is(err, triage.ErrTraceNotFound) {
+		t.Errorf("missing trace: err = %v", err)
+	}
+	if spans, _ := s.ByRequestID(ctx, "chatcmpl-00000042"); len(spans) != 1 || spans[0].SpanID[7] != 43 {
+		t.Errorf("ByRequestID = %+v", spans)
+	}
+	cases := []struct {
+		name       string
+		start, end time.Time
+		limit      int
+		want       int
+	}{
+		{"all", t0, t0.Add(time.Hour), 0, 300},
+		{"within one second", t0.Add(100 * time.Millisecond), t0.Add(200 * time.Millisecond), 0, 10},
+		{"across buckets", t0.Add(950 * time.Millisecond), t0.Add(1050 * time.Millisecond), 0, 10},
+		{"limit", t0, t0.Add(time.Hour), 7, 7},
+		{"wide range", time.Unix(0, 0), t0.Add(1000 * time.Hour), 0, 300},
+		{"empty", t0.Add(-time.Hour), t0, 0, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := s.SpansBetween(ctx, c.start, c.end, c.limit)
+			if err != nil || len(got) != c.want {
+				t.Fatalf("got %d spans (%v), want %d", len(got), err, c.want)
+			}
+			for i := 1; i < len(got); i++ {
+				if got[i].StartUnixNano < got[i-1].StartUnixNano {
+					t.Fatal("not sorted by start")
+				}
+			}
+		})
+	}
+}
+
+func TestEviction(t *testing.T) {
+	ctx := context.Background()
+	t.Run("count", func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		s, err := New(Options{MaxSpans: 10, Registerer: reg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Append(batch(0, 25, 1))
+		if s.Len() != 10 || s.Evicted() != 15 {
+			t.Fatalf("len %d evicted %d", s.Len(), s.Evicted())
+		}
+		if spans, _ := s.ByRequestID(ctx, "chatcmpl-00000014"); len(spans) != 0 {
+			t.Error("evicted span still indexed by request id")
+		}
+		if spans, _ := s.ByRequestID(ctx, "chatcmpl-00000015"); len(spans) != 1 {
+			t.Error("kept span not indexed")
+		}
+		all, _ := s.SpansBetween(ctx, t0, t0.Add(time.Hour), 0)
+		if len(all) != 10 {
+			t.Errorf("time index holds %d spans", len(all))
+		}
+		if v := testutil.ToFloat64(prometheus.Collector(mustGet(t, reg, "whyslow_spanstore_evicted_total"))); v != 15 {
+			t.Errorf("evicted metric %v", v)
+		}
+	})
+	t.Run("bytes", func(t *testing.T) {
+		s, _ := New(Options{MaxBytes: 8 << 10})
+		s.Append(batch(0, 1000, 10))
+		if s.Bytes() > 8<<10 || s.Len() == 0 || s.Len() == 1000 {
+			t.Fatalf("bytes %d len %d", s.Bytes(), s.Len())
+		}
+		// A trace whose older spans were evicted keeps its newer ones.
+		var id triage.TraceID
+		binary.BigEndian.PutUint64(id[8:], 100) // spans 990..999
+		if spans, err := s.Trace(ctx, id); err != nil || len(spans) != 10 {
+			t.Errorf("newest trace: %d spans, %v", len(spans), err)
+		}
+	})
+	t.Run("oversized span dropped", func(t *testing.T) {
+		s, _ := New(Options{MaxBytes: 100})
+		s.Append(batch(0, 3, 1))
+		if s.Len() != 0 || s.Evicted() != 3 || s.Bytes() != 0 {
+			t.Errorf("len %d evicted %d bytes %d", s.Len(), s.Evicted(), s.Bytes())
+		}
+	})
+}
+
+func mustGet(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {
+	t.Helper()
+	return collectorFunc(func() float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				return mf.GetMetric()[0].GetCounter().GetValue()
+			}
+		}
+		t.Fatalf("metric %s not registered", name)
+		return 0
+	})
+}
+
+// collectorFunc adapts a value to a Collector for testutil.ToFloat64.
+type collectorFunc func() float64
+
+func (f collectorFunc) Describe(ch chan<- *prometheus.Desc) {
+	prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "x", Help: "x"}, f).Describe(ch)
+}
+
+func (f collectorFunc) Collect(ch chan<- prometheus.Metric) {
+	prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "x", Help: "x"}, f).Collect(ch)
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// TestFloodStaysBounded pushes far more spans than the store may hold
+// (bounded in count and time) with distinct traces, request ids and
+// attribute keys, and checks the accounted bytes never pass the bound and
+// the heap does not grow much past it.
+func TestFloodStaysBounded(t *testing.T) {
+	const maxBytes = 2 << 20
+	before := heapInUse()
+	s, _ := New(Options{MaxBytes: maxBytes})
+	deadline := time.Now().Add(3 * time.Second)
+	n := 0
+	for ; n < 300_000 && time.Now().Before(deadline); n += 500 {
+		b := batch(n, 500, 3)
+		for i := range b {
+			b[i].Attrs = append(b[i].Attrs, triage.StringAttr(fmt.Sprintf("flood.key.%d", n+i), "v"))
+		}
+		s.Append(b)
+		if s.Bytes() > maxBytes {
+			t.Fatalf("after %d spans: %d bytes held, bound %d", n+500, s.Bytes(), maxBytes)
+		}
+	}
+	grown := int64(heapInUse()) - int64(before)
+	t.Logf("flooded %d spans: held %d spans, %d accounted bytes, heap grew %d bytes, evicted %d", n, s.Len(), s.Bytes(), grown, s.Evicted())
+	if s.Evicted() == 0 {
+		t.Fatal("flood never reached the bound")
+	}
+	// Slack: ring buffer growth, Go maps that do not shrink, intern table.
+	if limit := int64(3*maxBytes + 4<<20); grown > limit {
+		t.Errorf("heap grew %d bytes, want under %d", grown, limit)
+	}
+	runtime.KeepAlive(s)
+}
+
+// TestBytesPerSpan measures the heap held per stored span against the
+// store's estimate.
+func TestBytesPerSpan(t *testing.T) {
+	const n = 50_000
+	before := heapInUse()
+	s, _ := New(Options{})
+	for i := 0; i < n; i += 512 {
+		s.Append(batch(i, 512, 4))
+	}
+	held := float64(int64(heapInUse())-int64(before)) / float64(s.Len())
+	est := float64(s.Bytes()) / float64(s.Len())
+	t.Logf("heap per stored span %.0f bytes, estimate %.0f bytes", held, est)
+	if held > 2*est {
+		t.Errorf("estimate %.0f is far below the measured %.0f bytes/span", est, held)
+	}
+	runtime.KeepAlive(s)
+}

@@ -1,0 +1,207 @@
+package accuracy
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/whyslow/whyslow/internal/sim"
+	"github.com/whyslow/whyslow/rulesets"
+)
+
+var (
+	seedFlag    = flag.Int64("accuracy.seed", 0, "seed for drawing instance seeds (0: time-based)")
+	perScenario = flag.Int("accuracy.per", 0, "instances per scenario (default 6, 2 with -short)")
+	verboseCase = flag.Bool("accuracy.explain", false, "print every verdict's signals for misses")
+)
+
+// cases draws the instances: every scenario, both metric-name generations,
+// GPU series varied, fresh random seeds.
+func cases(t *testing.T) []Case {
+	seed := *seedFlag
+	if seed == 0 {
+		seed = time.Now().UnixNano()
+	}
+	t.Logf("accuracy seed %d (rerun with -accuracy.seed=%d)", seed, seed)
+	r := rand.New(rand.NewPCG(uint64(seed), 1))
+	per := *perScenario
+	if per == 0 {
+		per = 6
+		if testing.Short() {
+			per = 2
+		}
+	}
+	gpus := []string{"whyslow", "dcgm", "both", "none"}
+	var cs []Case
+	for _, s := range sim.Scenarios() {
+		for i := 0; i < per; i++ {
+			cs = append(cs, Case{
+				Scenario:  s.Name,
+				Seed:      r.Int64N(1 << 40),
+				Names:     []string{"v1", "v0"}[i%2],
+				GPUSeries: gpus[(i/2+r.IntN(4))%4],
+			})
+		}
+	}
+	return cs
+}
+
+// TestAccuracy scores the shipped rulesets on freshly drawn instances and
+// prints the confusion table. Targets: top-1 ≥ 90%, top-3 ≥ 98%, no healthy
+// instance reported as an anomaly.
+func TestAccuracy(t *testing.T) {
+	rss, err := rulesets.All()
+	_ = rss
+	vr, err := rulesets.Default("vllm")
+	rss = append(rss[:0:0], vr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := cases(t)
+	ctx := context.Background()
+	results := make([]*Result, len(cs))
+	errs := make([]error, len(cs))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 2)
+	for i, c := range cs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			results[i], errs[i] = Run(ctx, c, rss, *verboseCase)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var top1, top3, scored, falseAlarms, healthy int
+	confusion := map[string]map[string]int{}
+	for _, r := range results {
+		truth := "healthy"
+		if len(r.Truth) > 0 {
+			truth = strings.Join(r.Truth, "+")
+		}
+		if confusion[truth] == nil {
+			confusion[truth] = map[string]int{}
+		}
+		confusion[truth][r.Top()]++
+		if len(r.Truth) == 0 {
+			healthy++
+			if r.Verdict.Status == "anomaly" {
+				falseAlarms++
+				t.Logf("FALSE ALARM %s: %s", r.Case, summary(r))
+			}
+			continue
+		}
+		scored++
+		if r.Correct(1) {
+			top1++
+		} else {
+			t.Logf("MISS %s truth=%v: %s", r.Case, r.Truth, summary(r))
+		}
+		if r.Correct(3) {
+			top3++
+		}
+	}
+	t.Logf("\n%s", table(confusion))
+	p1, p3 := pct(top1, scored), pct(top3, scored)
+	t.Logf("instances %d (anomalous %d, healthy %d): top-1 %.1f%%, top-3 %.1f%%, false alarms %d/%d",
+		len(results), scored, healthy, p1, p3, falseAlarms, healthy)
+	if p1 < 90 {
+		t.Errorf("top-1 accuracy %.1f%% < 90%%", p1)
+	}
+	if p3 < 98 {
+		t.Errorf("top-3 accuracy %.1f%% < 98%%", p3)
+	}
+	if falseAlarms > 0 {
+		t.Errorf("%d healthy instances reported as anomaly", falseAlarms)
+	}
+}
+
+func pct(a, b int) float64 {
+	if b == 0 {
+		return 100
+	}
+	return 100 * float64(a) / float64(b)
+}
+
+func summary(r *Result) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "status=%s phase=%s params=%v causes=[", r.Verdict.Status, r.Verdict.Phase, r.Params)
+	for _, c := range r.Verdict.Causes {
+		fmt.Fprintf(&b, "%s:%.0f ", c.ID, c.Score)
+	}
+	b.WriteString("] headline:")
+	for _, h := range r.Verdict.Headline {
+		if h.Now != nil && h.Baseline != nil {
+			fmt.Fprintf(&b, " %s=%.3g/%.3g", h.Signal, *h.Now, *h.Baseline)
+		}
+	}
+	if *verboseCase {
+		b.WriteString("\n signals:")
+		for _, s := range r.Verdict.Signals {
+			if s.Now != nil || s.Baseline != nil {
+				fmt.Fprintf(&b, " %s=%s/%s", s.Name, f(s.Now), f(s.Baseline))
+			}
+		}
+		for _, st := range r.Verdict.Steps {
+			fmt.Fprintf(&b, "\n  %s: %s", st.Name, st.Outcome)
+		}
+	}
+	return b.String()
+}
+
+func f(p *float64) string {
+	if p == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.3g", *p)
+}
+
+// table renders the confusion table: rows are the truth, columns the top verdict.
+func table(conf map[string]map[string]int) string {
+	rows := make([]string, 0, len(conf))
+	colSet := map[string]bool{}
+	for r, cs := range conf {
+		rows = append(rows, r)
+		for c := range cs {
+			colSet[c] = true
+		}
+	}
+	sort.Strings(rows)
+	cols := make([]string, 0, len(colSet))
+	for c := range colSet {
+		cols = append(cols, c)
+	}
+	sort.Strings(cols)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-28s", "truth \\ top verdict")
+	for _, c := range cols {
+		fmt.Fprintf(&b, " %6.6s", c)
+	}
+	b.WriteString("\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "%-28s", r)
+		for _, c := range cols {
+			if n := conf[r][c]; n > 0 {
+				fmt.Fprintf(&b, " %6d", n)
+			} else {
+				fmt.Fprintf(&b, " %6s", ".")
+			}
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("columns: ")
+	b.WriteString(strings.Join(cols, ", "))
+	return b.String()
+}

@@ -1,0 +1,231 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/prometheus/common/model"
+
+	"github.com/whyslow/whyslow/notifiers/logsink"
+	"github.com/whyslow/whyslow/notifiers/webhook"
+	"github.com/whyslow/whyslow/triage"
+)
+
+// Defaults for Config fields left zero.
+const (
+	DefaultEngineURL      = "http://127.0.0.1:8000/metrics"
+	DefaultScrapeInterval = 5 * time.Second
+	DefaultRetention      = 6 * time.Hour
+	DefaultListen         = ":9109"
+	DefaultMaxBodyBytes   = 1 << 20
+	DefaultTriageWindow   = 2 * time.Minute
+	DefaultTriageBaseline = time.Hour
+	DefaultShutdownFlush  = 10 * time.Second
+	DefaultEngine         = "vllm"
+)
+
+// DefaultScopeLabels maps Alertmanager alert labels to scope labels when
+// Config.Alerts.ScopeLabels is empty: an alert's model_name, namespace and
+// pod become the triage selector.
+var DefaultScopeLabels = map[string]string{"model_name": "model_name", "namespace": "namespace", "pod": "pod"}
+
+// Config is the daemon's whole configuration: the shape of `whyslow serve
+// --config FILE`. Zero values get defaults (WithDefaults).
+type Config struct {
+	// Engine is the engine kind triage assumes: vllm, sglang or trtllm.
+	Engine string `yaml:"engine,omitempty" json:"engine,omitempty"`
+	// EngineURLs are the /metrics endpoints scraped (default vLLM's local port).
+	EngineURLs []string `yaml:"engine_urls,omitempty" json:"engine_urls,omitempty"`
+	// ScrapeInterval is the collect → detect → triage period (default 5s).
+	ScrapeInterval time.Duration `yaml:"scrape_interval,omitempty" json:"scrape_interval,omitempty"`
+	// ScrapeTimeout bounds one scrape (default: the interval minus 10%).
+	ScrapeTimeout time.Duration `yaml:"scrape_timeout,omitempty" json:"scrape_timeout,omitempty"`
+	// Retention is how long samples are kept (default 6h).
+	Retention time.Duration `yaml:"retention,omitempty" json:"retention,omitempty"`
+	// DataDir holds the TSDB, the incident state and the outbox; empty keeps
+	// everything in memory.
+	DataDir string `yaml:"data_dir,omitempty" json:"data_dir,omitempty"`
+	// Listen is the HTTP API address (default :9109).
+	Listen string `yaml:"listen,omitempty" json:"listen,omitempty"`
+	// API configures the HTTP API.
+	API APIConfig `yaml:"api,omitempty" json:"api,omitempty"`
+	// Triage sets the windows of the triage the daemon runs.
+	Triage TriageConfig `yaml:"triage,omitempty" json:"triage,omitempty"`
+	// Detect configures the triggers.
+	Detect triage.DetectConfig `yaml:"detect,omitempty" json:"detect,omitempty"`
+	// Incidents sets the noise controls.
+	Incidents triage.IncidentConfig `yaml:"incidents,omitempty" json:"incidents,omitempty"`
+	// Alerts configures the Alertmanager webhook intake.
+	Alerts AlertsConfig `yaml:"alerts,omitempty" json:"alerts,omitempty"`
+	// Receivers are where notifications go.
+	Receivers []ReceiverConfig `yaml:"receivers,omitempty" json:"receivers,omitempty"`
+	// ShutdownFlush bounds the outbox flush on SIGTERM (default 10s).
+	ShutdownFlush time.Duration `yaml:"shutdown_flush,omitempty" json:"shutdown_flush,omitempty"`
+}
+
+// APIConfig configures the HTTP API.
+type APIConfig struct {
+	// Token, when set, is required as "Authorization: Bearer TOKEN" on /api/*.
+	Token string `yaml:"token,omitempty" json:"-"`
+	// MaxBodyBytes limits request bodies (default 1 MiB); larger ones get 413.
+	MaxBodyBytes int64 `yaml:"max_body_bytes,omitempty" json:"max_body_bytes,omitempty"`
+	// ExternalURL is how people reach this daemon; notifications link to
+	// ExternalURL/api/v1/verdict?scope=… when set.
+	ExternalURL string `yaml:"external_url,omitempty" json:"external_url,omitempty"`
+}
+
+// TriageConfig sets the windows of daemon-run triage.
+type TriageConfig struct {
+	// Window is the incident window ending at the triage time (default 2m).
+	Window time.Duration `yaml:"window,omitempty" json:"window,omitempty"`
+	// Baseline is the offset of the baseline window (default 1h).
+	Baseline time.Duration `yaml:"baseline,omitempty" json:"baseline,omitempty"`
+}
+
+// AlertsConfig configures the Alertmanager intake.
+type AlertsConfig struct {
+	// ScopeLabels maps alert label names to selector label names (default
+	// model_name, namespace, pod to themselves). Alert labels not listed are
+	// ignored for the scope.
+	ScopeLabels map[string]string `yaml:"scope_labels,omitempty" json:"scope_labels,omitempty"`
+}
+
+// ReceiverConfig is one notification receiver. Exactly one of Webhook and
+// Log is set; their fields are the receivers' own configuration.
+type ReceiverConfig struct {
+	Name    string          `yaml:"name" json:"name"`
+	Webhook *webhook.Config `yaml:"webhook,omitempty" json:"webhook,omitempty"`
+	Log     *logsink.Config `yaml:"log,omitempty" json:"log,omitempty"`
+}
+
+// WithDefaults returns c with zero values replaced by defaults.
+func (c Config) WithDefaults() Config {
+	if c.Engine == "" {
+		c.Engine = DefaultEngine
+	}
+	if len(c.EngineURLs) == 0 {
+		c.EngineURLs = []string{DefaultEngineURL}
+	}
+	if c.ScrapeInterval == 0 {
+		c.ScrapeInterval = DefaultScrapeInterval
+	}
+	if c.ScrapeTimeout == 0 {
+		c.ScrapeTimeout = c.ScrapeInterval - c.ScrapeInterval/10
+	}
+	if c.Retention == 0 {
+		c.Retention = DefaultRetention
+	}
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.API.MaxBodyBytes == 0 {
+		c.API.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.Triage.Window == 0 {
+		c.Triage.Window = DefaultTriageWindow
+	}
+	if c.Triage.Baseline == 0 {
+		c.Triage.Baseline = DefaultTriageBaseline
+	}
+	if len(c.Alerts.ScopeLabels) == 0 {
+		c.Alerts.ScopeLabels = DefaultScopeLabels
+	}
+	if c.ShutdownFlush == 0 {
+		c.ShutdownFlush = DefaultShutdownFlush
+	}
+	c.Detect = c.Detect.WithDefaults()
+	c.Incidents = c.Incidents.WithDefaults()
+	return c
+}
+
+// Validate returns every problem with c (after defaults), joined; each names
+// the key it is about.
+func (c Config) Validate() error {
+	c = c.WithDefaults()
+	var errs []error
+	add := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	wrap := func(key string, err error) {
+		errs = append(errs, fmt.Errorf("%s: %w", key, err))
+	}
+	switch c.Engine {
+	case "vllm", "sglang", "trtllm":
+	default:
+		add("engine", "unknown engine %q (want vllm, sglang or trtllm)", c.Engine)
+	}
+	for i, u := range c.EngineURLs {
+		p, err := url.Parse(u)
+		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			add(fmt.Sprintf("engine_urls[%d]", i), "%q is not an http(s) URL", u)
+		}
+	}
+	if c.ScrapeInterval < time.Second {
+		add("scrape_interval", "%s is below 1s", c.ScrapeInterval)
+	}
+	if c.ScrapeTimeout <= 0 || c.ScrapeTimeout > c.ScrapeInterval {
+		add("scrape_timeout", "%s must be positive and at most scrape_interval %s", c.ScrapeTimeout, c.ScrapeInterval)
+	}
+	if c.Retention < time.Hour {
+		add("retention", "%s is below 1h (the baseline needs history)", c.Retention)
+	}
+	if c.API.MaxBodyBytes < 0 {
+		add("api.max_body_bytes", "must not be negative")
+	}
+	if c.API.ExternalURL != "" {
+		if p, err := url.Parse(c.API.ExternalURL); err != nil || p.Host == "" {
+			add("api.external_url", "%q is not a URL", c.API.ExternalURL)
+		}
+	}
+	if c.Triage.Window < 0 || c.Triage.Baseline < 0 {
+		add("triage", "window and baseline must not be negative")
+	}
+	if c.Triage.Baseline > 0 && c.Triage.Baseline < c.Triage.Window {
+		add("triage.baseline", "%s is shorter than the window %s", c.Triage.Baseline, c.Triage.Window)
+	}
+	if c.ShutdownFlush < 0 {
+		add("shutdown_flush", "must not be negative")
+	}
+	if err := c.Detect.Validate(); err != nil {
+		wrap("detect", err)
+	}
+	if err := c.Incidents.Validate(); err != nil {
+		wrap("incidents", err)
+	}
+	for from, to := range c.Alerts.ScopeLabels {
+		if !model.LabelName(from).IsValidLegacy() || !model.LabelName(to).IsValidLegacy() {
+			add("alerts.scope_labels", "invalid label name in %q: %q", from, to)
+		}
+	}
+	names := map[string]bool{}
+	for i, r := range c.Receivers {
+		key := fmt.Sprintf("receivers[%d]", i)
+		if r.Name == "" {
+			add(key+".name", "missing")
+		} else if names[r.Name] {
+			add(key+".name", "duplicate receiver %q", r.Name)
+		}
+		names[r.Name] = true
+		switch {
+		case r.Webhook == nil && r.Log == nil:
+			add(key, "set one of webhook or log")
+		case r.Webhook != nil && r.Log != nil:
+			add(key, "webhook and log are exclusive")
+		case r.Webhook != nil:
+			if err := r.Webhook.WithDefaults().Validate(); err != nil {
+				wrap(key+".webhook", err)
+			}
+		case r.Log != nil:
+			lc := *r.Log
+			if lc.Format == "" {
+				lc.Format = logsink.DefaultConfig().Format
+			}
+			if err := lc.Validate(); err != nil {
+				wrap(key+".log", err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,473 @@
+// Package daemon is whyslow's sidecar loop: every scrape interval it
+// collects the engine's metrics, runs the detector, triages open incidents,
+// and queues the notifications worth sending; it also serves the HTTP API
+// (health, own metrics, incidents, verdicts, ad-hoc triage, Alertmanager
+// intake). The loop is driven by Tick(at), so tests and the demo run it on
+// simulated time; Run drives it from a wall-clock ticker.
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/prometheus/promql/parser"
+
+	"github.com/whyslow/whyslow/notifiers"
+	"github.com/whyslow/whyslow/triage"
+)
+
+// Scraper collects every engine target once into the store.
+type Scraper interface {
+	Scrape(ctx context.Context, at time.Time) []ScrapeResult
+}
+
+// ScrapeResult is one target's scrape outcome.
+type ScrapeResult struct {
+	Target   string
+	Duration time.Duration
+	Samples  int
+	Err      error
+}
+
+// TriageRequest asks for one triage.
+type TriageRequest struct {
+	Selector string
+	At       time.Time
+	Window   time.Duration
+	Baseline time.Duration
+	Engine   string
+}
+
+// TriageFunc runs one triage against the daemon's metrics.
+type TriageFunc func(ctx context.Context, req TriageRequest) (*triage.Verdict, error)
+
+// Outbox queues notifications durably; a dispatcher (notifiers/outbox)
+// delivers them on its own goroutines. *outbox.Outbox implements it.
+type Outbox interface {
+	// Enqueue stores n for delivery. It returns false (and no error) when a
+	// notification with the same ID is pending or was delivered recently.
+	Enqueue(n *notifiers.Notification) (bool, error)
+	// Depth is the number of notifications not yet delivered.
+	Depth() int
+}
+
+// Options wires a Daemon. Metrics, Scraper, Triage and Outbox are required.
+type Options struct {
+	Config  Config
+	Metrics triage.Metrics
+	Scraper Scraper
+	Triage  TriageFunc
+	Outbox  Outbox
+	// Receivers are the receiver names a notification fans out to.
+	Receivers []string
+	// Flush delivers what the outbox holds until ctx ends (the dispatcher's
+	// Shutdown); called by Shutdown. Optional.
+	Flush func(ctx context.Context) error
+	// Registry receives the daemon's own metrics (default: a new registry).
+	// Pass the one the outbox and retry stage register with so /metrics
+	// serves them all.
+	Registry *prometheus.Registry
+	// Now is the clock for API requests that do not say when (default time.Now).
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// Daemon is the sidecar loop and its API state. Tick, the Alertmanager
+// intake and Reload are serialised; reads are served from a published view.
+type Daemon struct {
+	work sync.Mutex // serialises Tick, alert intake, Reload, Shutdown
+
+	cfg       atomic.Pointer[Config]
+	receivers atomic.Pointer[[]string]
+	opts      Options
+	log       *slog.Logger
+	detector  *triage.Detector
+	tracker   *triage.Tracker
+	stats     *stats
+	ready     atomic.Bool
+	down      map[string]time.Time // target → down since; guarded by viewMu
+	closed    bool
+	persisted []byte // the state last written to the data dir
+
+	viewMu   sync.RWMutex
+	verdicts map[string]*triage.Verdict // last verdict per scope key
+	view     []triage.Incident
+}
+
+const stateFile = "incidents.json"
+
+// New builds a daemon and restores the incident state from Config.DataDir.
+func New(opts Options) (*Daemon, error) {
+	if opts.Metrics == nil || opts.Scraper == nil || opts.Triage == nil || opts.Outbox == nil {
+		return nil, errors.New("new daemon: metrics, scraper, triage and outbox are required")
+	}
+	cfg := opts.Config.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("new daemon: %w", err)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	det, err := triage.NewDetector(cfg.Detect)
+	if err != nil {
+		return nil, fmt.Errorf("new daemon: %w", err)
+	}
+	d := &Daemon{
+		opts:     opts,
+		log:      opts.Logger.With("component", "daemon"),
+		detector: det,
+		tracker:  triage.NewTracker(cfg.Incidents),
+		down:     map[string]time.Time{},
+		verdicts: map[string]*triage.Verdict{},
+	}
+	d.cfg.Store(&cfg)
+	recv := append([]string(nil), opts.Receivers...)
+	d.receivers.Store(&recv)
+	if cfg.DataDir != "" {
+		b, err := os.ReadFile(filepath.Join(cfg.DataDir, stateFile))
+		switch {
+		case err == nil:
+			t, err := triage.LoadTracker(cfg.Incidents, b)
+			if err != nil {
+				return nil, fmt.Errorf("new daemon: %s: %w", filepath.Join(cfg.DataDir, stateFile), err)
+			}
+			d.tracker = t
+		case !errors.Is(err, os.ErrNotExist):
+			return nil, fmt.Errorf("new daemon: %w", err)
+		}
+	}
+	d.stats = newStats(d, opts.Registry)
+	d.publish()
+	return d, nil
+}
+
+// Config returns the current configuration (with defaults).
+func (d *Daemon) Config() Config { return *d.cfg.Load() }
+
+// Ready reports whether a scrape has succeeded.
+func (d *Daemon) Ready() bool { return d.ready.Load() }
+
+// Tick runs one cycle at time at: scrape, detect, triage every open
+// incident, queue notifications, attempt deliveries, persist the state. A
+// failing target or a failing triage is logged and counted; Tick returns an
+// error only when the cycle could not run at all (detection failed).
+func (d *Daemon) Tick(ctx context.Context, at time.Time) error {
+	d.work.Lock()
+	defer d.work.Unlock()
+	if d.closed {
+		return errors.New("tick: daemon shut down")
+	}
+	cfg := d.Config()
+	allUp := d.scrape(ctx, at)
+
+	dets, err := d.detector.Evaluate(ctx, d.opts.Metrics, at)
+	if err != nil {
+		d.stats.detectErrors.Inc()
+		d.log.Error("Detection failed", "err", err)
+		return fmt.Errorf("tick at %s: %w", at.Format(time.RFC3339), err)
+	}
+	var events []triage.Event
+	seen := map[string]bool{}
+	for _, det := range dets {
+		seen[det.Key] = true
+		events = append(events, d.tracker.Observe(det, at)...)
+	}
+	// A scope that no longer has data while every engine answers (the model
+	// was renamed or the engine restarted with another one) counts as clear;
+	// while an engine is down its incidents neither progress nor resolve.
+	if allUp {
+		for _, key := range d.tracker.OpenKeys() {
+			if in, _ := d.tracker.Get(key); in.Detected && !seen[key] {
+				events = append(events, d.tracker.Observe(triage.Detection{Key: key, Scope: in.Scope, Severity: triage.SeverityNone}, at)...)
+			}
+		}
+	}
+	for _, key := range d.tracker.OpenKeys() {
+		in, _ := d.tracker.Get(key)
+		v, err := d.runTriage(ctx, "detector", TriageRequest{
+			Selector: in.Scope.Selector, At: at, Window: cfg.Triage.Window, Baseline: cfg.Triage.Baseline, Engine: cfg.Engine,
+		})
+		if err != nil {
+			continue
+		}
+		events = append(events, d.tracker.Record(key, v, at)...)
+	}
+	d.enqueue(events, at)
+	d.persist()
+	d.publish()
+	return nil
+}
+
+// scrape runs the scraper and reports whether every target answered.
+func (d *Daemon) scrape(ctx context.Context, at time.Time) bool {
+	results := d.opts.Scraper.Scrape(ctx, at)
+	allUp := len(results) > 0
+	d.viewMu.Lock()
+	defer d.viewMu.Unlock()
+	for _, r := range results {
+		d.stats.observeScrape(r, at)
+		if r.Err != nil {
+			if _, ok := d.down[r.Target]; !ok {
+				d.down[r.Target] = at
+				d.log.Warn("Engine scrape failed", "target", r.Target, "err", r.Err)
+			}
+			allUp = false
+			continue
+		}
+		if since, ok := d.down[r.Target]; ok {
+			d.log.Info("Engine scrape recovered", "target", r.Target, "down_for", at.Sub(since))
+			delete(d.down, r.Target)
+		}
+		d.ready.Store(true)
+	}
+	return allUp
+}
+
+// runTriage runs one triage, records its metrics, and adds a data gap for
+// every engine target that is down.
+func (d *Daemon) runTriage(ctx context.Context, source string, req TriageRequest) (*triage.Verdict, error) {
+	start := time.Now()
+	v, err := d.opts.Triage(ctx, req)
+	d.stats.triageDuration.WithLabelValues(source).Observe(time.Since(start).Seconds())
+	if err == nil && v == nil {
+		err = errors.New("triage returned no verdict")
+	}
+	if err != nil {
+		d.stats.triageRuns.WithLabelValues(source, "error").Inc()
+		d.log.Error("Triage failed", "scope", req.Selector, "source", source, "err", err)
+		return nil, err
+	}
+	d.stats.triageRuns.WithLabelValues(source, "ok").Inc()
+	d.viewMu.Lock()
+	defer d.viewMu.Unlock()
+	targets := make([]string, 0, len(d.down))
+	for target := range d.down {
+		targets = append(targets, target)
+	}
+	sort.Strings(targets)
+	for _, target := range targets {
+		v.DataGaps = append(v.DataGaps, triage.DataGap{
+			Signal: "scrape",
+			Reason: fmt.Sprintf("engine target %s down since %s", target, d.down[target].UTC().Format(time.RFC3339)),
+		})
+	}
+	if source != "api" {
+		d.verdicts[req.Selector] = v
+	}
+	return v, nil
+}
+
+// enqueue turns incident events into one notification per receiver.
+func (d *Daemon) enqueue(events []triage.Event, at time.Time) {
+	cfg := d.Config()
+	for _, ev := range events {
+		d.log.Info("Incident "+ev.Kind.String(), "incident", ev.Incident.ID, "scope", ev.Incident.Key,
+			"top_cause", ev.Incident.TopCause, "severity", ev.Incident.Severity)
+		for _, recv := range *d.receivers.Load() {
+			n := notificationFor(ev, recv, cfg.API.ExternalURL, at)
+			added, err := d.opts.Outbox.Enqueue(n)
+			switch {
+			case err != nil:
+				d.stats.notifications.WithLabelValues(recv, string(n.Kind), "error").Inc()
+				d.log.Error("Enqueue notification failed", "receiver", recv, "id", n.ID, "err", err)
+			case !added:
+				d.stats.notifications.WithLabelValues(recv, string(n.Kind), "duplicate").Inc()
+			default:
+				d.stats.notifications.WithLabelValues(recv, string(n.Kind), "enqueued").Inc()
+			}
+		}
+	}
+}
+
+// persist writes the incident state to the data dir (atomically).
+func (d *Daemon) persist() {
+	dir := d.Config().DataDir
+	if dir == "" {
+		return
+	}
+	b, err := d.tracker.Snapshot()
+	if err == nil && bytes.Equal(b, d.persisted) {
+		return
+	}
+	if err == nil {
+		err = writeFileAtomic(filepath.Join(dir, stateFile), b)
+	}
+	if err == nil {
+		d.persisted = b
+	}
+	if err != nil {
+		d.stats.persistErrors.Inc()
+		d.log.Error("Persist incidents failed", "err", err)
+	}
+}
+
+func writeFileAtomic(path string, b []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	_, werr := tmp.Write(b)
+	serr := tmp.Sync()
+	cerr := tmp.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		_ = os.Remove(tmp.Name())
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		_ = os.Remove(tmp.Name())
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// publish refreshes the read-only view the API serves and the gauges.
+func (d *Daemon) publish() {
+	incs := d.tracker.Incidents()
+	d.viewMu.Lock()
+	d.view = incs
+	d.viewMu.Unlock()
+	d.stats.publish(incs)
+}
+
+// Incidents returns the open incidents followed by the resolved ones.
+func (d *Daemon) Incidents() []triage.Incident {
+	d.viewMu.RLock()
+	defer d.viewMu.RUnlock()
+	return append([]triage.Incident(nil), d.view...)
+}
+
+// Verdict returns the latest verdict for a scope selector (any matcher order).
+func (d *Daemon) Verdict(scope string) (*triage.Verdict, bool) {
+	want := canonicalSelector(scope)
+	d.viewMu.RLock()
+	defer d.viewMu.RUnlock()
+	if v, ok := d.verdicts[scope]; ok {
+		return v, true
+	}
+	for k, v := range d.verdicts {
+		if canonicalSelector(k) == want {
+			return v, true
+		}
+	}
+	return nil, false
+}
+
+// Reload applies a new configuration all-or-nothing: everything is validated
+// before anything changes. Engine targets and receivers are rebuilt by the
+// caller and passed in (nil keeps the current ones).
+func (d *Daemon) Reload(cfg Config, scraper Scraper, receivers []string) error {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("reload: %w", err)
+	}
+	det, err := triage.NewDetector(cfg.Detect)
+	if err != nil {
+		return fmt.Errorf("reload: %w", err)
+	}
+	d.work.Lock()
+	defer d.work.Unlock()
+	d.detector = det
+	d.tracker.SetConfig(cfg.Incidents)
+	if scraper != nil {
+		d.opts.Scraper = scraper
+	}
+	if receivers != nil {
+		recv := append([]string(nil), receivers...)
+		d.receivers.Store(&recv)
+	}
+	d.cfg.Store(&cfg)
+	d.stats.reloads.WithLabelValues("ok").Inc()
+	d.log.Info("Configuration reloaded")
+	return nil
+}
+
+// Run ticks every scrape interval until ctx ends. A tick that is running
+// when ctx ends finishes (its triage is not cut short); call Shutdown next.
+func (d *Daemon) Run(ctx context.Context) error {
+	interval := d.Config().ScrapeInterval
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	tickCtx := context.WithoutCancel(ctx)
+	if err := d.Tick(tickCtx, d.opts.Now()); err != nil {
+		d.log.Warn("Tick failed", "err", err)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			if i := d.Config().ScrapeInterval; i != interval {
+				interval = i
+				t.Reset(i)
+			}
+			if err := d.Tick(tickCtx, d.opts.Now()); err != nil {
+				d.log.Warn("Tick failed", "err", err)
+			}
+		}
+	}
+}
+
+// Shutdown waits for a running tick (and its triage) to finish, persists the
+// state, and flushes the outbox until ctx ends. Later ticks fail.
+func (d *Daemon) Shutdown(ctx context.Context) error {
+	d.work.Lock()
+	defer d.work.Unlock()
+	d.closed = true
+	d.persist()
+	if d.opts.Flush == nil {
+		return nil
+	}
+	if err := d.opts.Flush(ctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}
+
+func promqlParser() parser.Parser { return parser.NewParser(parser.Options{}) }
+
+// notificationFor builds one receiver's notification for an incident event.
+func notificationFor(ev triage.Event, receiver, externalURL string, at time.Time) *notifiers.Notification {
+	kind := notifiers.TransitionUpdate
+	switch ev.Kind {
+	case triage.EventOpened:
+		kind = notifiers.TransitionOpen
+	case triage.EventResolved:
+		kind = notifiers.TransitionResolve
+	case triage.EventRepeated:
+		kind = notifiers.TransitionRepeat
+	}
+	v := ev.Incident.Verdict
+	if v == nil {
+		v = &triage.Verdict{SchemaVersion: triage.SchemaVersion, Status: triage.StatusInsufficientData, Scope: ev.Incident.Scope, At: at}
+	}
+	n := &notifiers.Notification{
+		ID:          notifiers.MakeID(receiver, ev.Incident.ID, ev.Incident.Notified.Count, kind),
+		Receiver:    receiver,
+		IncidentID:  ev.Incident.ID,
+		IncidentKey: ev.DedupeKey,
+		Kind:        kind,
+		Sequence:    ev.Incident.Notified.Count,
+		CreatedAt:   at,
+		Verdict:     v,
+	}
+	if externalURL != "" {
+		n.VerdictURL = externalURL + "/api/v1/verdict?scope=" + urlQueryEscape(ev.Incident.Scope.Selector)
+	}
+	return n
+}

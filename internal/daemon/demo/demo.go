@@ -1,0 +1,119 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/whyslow/whyslow/internal/daemon"
+	"github.com/whyslow/whyslow/internal/sim"
+	"github.com/whyslow/whyslow/notifiers/logsink"
+	"github.com/whyslow/whyslow/triage"
+)
+
+// Options configure Run. Zero values get defaults.
+type Options struct {
+	// Scenario is the engine-model scenario (default kv_pressure).
+	Scenario string
+	Seed     int64
+	// IncidentFor is how long the cause lasts before the engine is fixed (default 10m).
+	IncidentFor time.Duration
+	// Format of the printed notifications: text (default), markdown or json.
+	Format string
+	// Logger gets the daemon's logs (default: discarded).
+	Logger *slog.Logger
+}
+
+// Run plays one incident: the engine model runs healthy for its baseline
+// hour, the scenario's cause sets in, the daemon opens an incident and
+// prints the verdict, the engine is fixed, and the daemon prints the
+// resolve. Simulated time: it takes seconds, not hours.
+func Run(ctx context.Context, w io.Writer, o Options) error {
+	if o.Scenario == "" {
+		o.Scenario = "kv_pressure"
+	}
+	if o.IncidentFor <= 0 {
+		o.IncidentFor = 10 * time.Minute
+	}
+	if o.Format == "" {
+		o.Format = "text"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	cause := ""
+	for _, s := range sim.Scenarios() {
+		if s.Name == o.Scenario {
+			cause = s.Cause
+		}
+	}
+	lc := logsink.Config{Format: o.Format}
+	env, err := NewEnv(EnvOptions{
+		Scenario: o.Scenario, Seed: o.Seed, LogWriter: w, Logger: o.Logger,
+		Config: daemon.Config{Receivers: []daemon.ReceiverConfig{{Name: "terminal", Log: &lc}}},
+	})
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	defer env.Close(context.Background())
+	start := env.Now()
+	rel := func(t time.Time) string { return "t+" + t.Sub(start).Truncate(time.Second).String() }
+	fmt.Fprintf(w, "whyslow demo: engine model %q (injects %s), daemon scraping every %s on simulated time\n",
+		o.Scenario, orNone(cause), env.Step)
+	fmt.Fprintf(w, "%s  baseline hour running; the cause sets in at %s\n", rel(start), rel(env.Onset()))
+	d := env.Stack.Daemon
+	fixAt := env.Onset().Add(o.IncidentFor)
+	opened, fixed := false, false
+	deadline := fixAt.Add(30 * time.Minute)
+	for env.Now().Before(deadline) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := env.Tick(ctx); err != nil {
+			return fmt.Errorf("demo: %w", err)
+		}
+		incs := d.Incidents()
+		if !opened && len(incs) > 0 && incs[0].Notified.Count > 0 {
+			opened = true
+			in := incs[0]
+			fmt.Fprintf(w, "%s  incident %s opened (%d intervals after onset), top cause %s:\n\n",
+				rel(env.Now()), in.Key, int(env.Now().Sub(env.Onset())/env.Step), orNone(in.TopCause))
+			waitDelivered(env)
+		}
+		if !fixed && !env.Now().Before(fixAt) {
+			fixed = true
+			if err := env.Fix(o.Seed); err != nil {
+				return fmt.Errorf("demo: %w", err)
+			}
+			fmt.Fprintf(w, "%s  the engine is fixed (restarted healthy)\n", rel(env.Now()))
+		}
+		if fixed && opened && len(incs) > 0 && incs[0].Status == triage.IncidentResolved {
+			fmt.Fprintf(w, "%s  incident resolved:\n\n", rel(env.Now()))
+			waitDelivered(env)
+			break
+		}
+	}
+	if !opened {
+		fmt.Fprintf(w, "%s  no incident opened\n", rel(env.Now()))
+	}
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return env.Close(sctx)
+}
+
+// waitDelivered waits (bounded, real time) for the outbox to drain so that
+// printed notifications appear in order.
+func waitDelivered(env *Env) {
+	for i := 0; i < 500 && env.Stack.Outbox.Depth() > 0; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}

@@ -1,0 +1,128 @@
+// Package demo runs the whole sidecar loop against the engine model on
+// simulated time: the model serves /metrics on loopback, the daemon scrapes,
+// detects, triages and notifies on a SimClock. `whyslow demo` uses Run; the
+// end-to-end tests use Env. It lives apart from package daemon so that the
+// production daemon never imports the engine model.
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/whyslow/whyslow/internal/daemon"
+	"github.com/whyslow/whyslow/internal/sim"
+)
+
+// EnvOptions configure an Env.
+type EnvOptions struct {
+	Scenario string
+	Seed     int64
+	// Config is the daemon configuration; EngineURLs are set by the Env.
+	Config daemon.Config
+	// LogWriter receives log-receiver output.
+	LogWriter io.Writer
+	Logger    *slog.Logger
+	// Extra holds further stack options (Retry, HTTPClient); its Config,
+	// Clock, LogWriter and Logger are set by the Env.
+	Extra daemon.StackOptions
+}
+
+// Env is the engine model served on loopback plus a daemon watching it.
+type Env struct {
+	Clock  *daemon.SimClock
+	Stack  *daemon.Stack
+	Step   time.Duration
+	live   atomic.Pointer[sim.Live]
+	srv    *http.Server
+	ln     net.Listener
+	onset  time.Time
+	ticks  int
+	closed bool
+}
+
+// NewEnv starts the model and the daemon. The daemon's scrape interval is
+// the simulation step.
+func NewEnv(o EnvOptions) (*Env, error) {
+	live, err := sim.NewLive(sim.Options{Scenario: o.Scenario, Seed: o.Seed, ScrapeInterval: o.Config.WithDefaults().ScrapeInterval})
+	if err != nil {
+		return nil, err
+	}
+	e := &Env{Clock: daemon.NewSimClock(live.Now()), Step: o.Config.WithDefaults().ScrapeInterval, onset: live.Onset()}
+	e.live.Store(live)
+	e.ln, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("demo engine: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /replica/{i}/metrics", func(w http.ResponseWriter, r *http.Request) {
+		i, err := strconv.Atoi(r.PathValue("i"))
+		if err != nil {
+			http.Error(w, "bad replica", http.StatusBadRequest)
+			return
+		}
+		e.live.Load().Handler(i).ServeHTTP(w, r)
+	})
+	e.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = e.srv.Serve(e.ln) }()
+	cfg := o.Config
+	cfg.EngineURLs = nil
+	for i := 0; i < live.Replicas(); i++ {
+		cfg.EngineURLs = append(cfg.EngineURLs, fmt.Sprintf("http://%s/replica/%d/metrics", e.ln.Addr(), i))
+	}
+	so := o.Extra
+	so.Config, so.Clock, so.LogWriter, so.Logger = cfg, e.Clock, o.LogWriter, o.Logger
+	e.Stack, err = daemon.NewStack(so)
+	if err != nil {
+		_ = e.srv.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// Onset is when the scenario's cause starts.
+func (e *Env) Onset() time.Time { return e.onset }
+
+// Now is the simulated time.
+func (e *Env) Now() time.Time { return e.Clock.Now() }
+
+// Ticks is how many daemon cycles ran.
+func (e *Env) Ticks() int { return e.ticks }
+
+// Tick advances the model one step and runs one daemon cycle.
+func (e *Env) Tick(ctx context.Context) error {
+	l := e.live.Load()
+	l.Advance(e.Step)
+	e.Clock.Set(l.Now())
+	e.ticks++
+	return e.Stack.Daemon.Tick(ctx, e.Clock.Now())
+}
+
+// Fix replaces the engine by a healthy one started now, like a restart with
+// the fix applied: the incident's signal ends.
+func (e *Env) Fix(seed int64) error {
+	old := e.live.Load()
+	l, err := sim.NewLive(sim.Options{Scenario: "healthy", Seed: seed, Replicas: old.Replicas(), Start: e.Clock.Now(), ScrapeInterval: e.Step})
+	if err != nil {
+		return err
+	}
+	e.live.Store(l)
+	return nil
+}
+
+// Close stops the daemon (flushing the outbox until ctx ends) and the model.
+func (e *Env) Close(ctx context.Context) error {
+	if e.closed {
+		return nil
+	}
+	e.closed = true
+	err := e.Stack.Close(ctx)
+	return errors.Join(err, e.srv.Close())
+}

@@ -1,0 +1,126 @@
+package daemon
+
+import (
+	"net/url"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/whyslow/whyslow/triage"
+)
+
+// stats are whyslow's own metrics, on a private registry served at /metrics.
+type stats struct {
+	reg            *prometheus.Registry
+	scrapes        *prometheus.CounterVec
+	scrapeUp       *prometheus.GaugeVec
+	scrapeDuration *prometheus.GaugeVec
+	scrapeSamples  *prometheus.GaugeVec
+	lastScrape     *prometheus.GaugeVec
+	triageRuns     *prometheus.CounterVec
+	triageDuration *prometheus.HistogramVec
+	detectErrors   prometheus.Counter
+	persistErrors  prometheus.Counter
+	incidentsOpen  prometheus.Gauge
+	topCause       *prometheus.GaugeVec
+	notifications  *prometheus.CounterVec
+	alerts         *prometheus.CounterVec
+	reloads        *prometheus.CounterVec
+}
+
+func newStats(d *Daemon, reg *prometheus.Registry) *stats {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	s := &stats{
+		reg: reg,
+		scrapes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "whyslow_scrapes_total", Help: "Engine scrapes by target and result (success, failure).",
+		}, []string{"target", "result"}),
+		scrapeUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "whyslow_scrape_up", Help: "Whether the last scrape of an engine target succeeded.",
+		}, []string{"target"}),
+		scrapeDuration: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "whyslow_scrape_duration_seconds", Help: "Duration of the last scrape of an engine target.",
+		}, []string{"target"}),
+		scrapeSamples: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "whyslow_scrape_samples", Help: "Samples appended by the last scrape of an engine target.",
+		}, []string{"target"}),
+		lastScrape: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "whyslow_scrape_last_success_timestamp_seconds", Help: "When an engine target was last scraped successfully.",
+		}, []string{"target"}),
+		triageRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "whyslow_triage_runs_total", Help: "Triage runs by source (detector, alert, api) and result (ok, error).",
+		}, []string{"source", "result"}),
+		triageDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "whyslow_triage_duration_seconds", Help: "Duration of triage runs.",
+			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
+		}, []string{"source"}),
+		detectErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "whyslow_detect_errors_total", Help: "Detector evaluations that failed.",
+		}),
+		persistErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "whyslow_state_persist_errors_total", Help: "Failed writes of the incident state.",
+		}),
+		incidentsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "whyslow_incidents_open", Help: "Open incidents.",
+		}),
+		topCause: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "whyslow_incident_top_cause", Help: "1 for the current top cause of each open incident's scope.",
+		}, []string{"scope", "cause", "severity"}),
+		notifications: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "whyslow_notifications_enqueued_total", Help: "Notifications handed to the outbox by receiver, kind and result (enqueued, duplicate, error); delivery results are whyslow_notifications_total.",
+		}, []string{"receiver", "kind", "result"}),
+		alerts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "whyslow_alertmanager_alerts_total", Help: "Alertmanager alerts received by status and result (processed, duplicate).",
+		}, []string{"status", "result"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "whyslow_config_reloads_total", Help: "Configuration reloads by result.",
+		}, []string{"result"}),
+	}
+	ready := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "whyslow_ready", Help: "1 once the first scrape succeeded.",
+	}, func() float64 {
+		if d.Ready() {
+			return 1
+		}
+		return 0
+	})
+	s.reg.MustRegister(s.scrapes, s.scrapeUp, s.scrapeDuration, s.scrapeSamples, s.lastScrape,
+		s.triageRuns, s.triageDuration, s.detectErrors, s.persistErrors, s.incidentsOpen,
+		s.topCause, s.notifications, s.alerts, s.reloads, ready)
+	return s
+}
+
+func (s *stats) observeScrape(r ScrapeResult, at time.Time) {
+	s.scrapeDuration.WithLabelValues(r.Target).Set(r.Duration.Seconds())
+	if r.Err != nil {
+		s.scrapes.WithLabelValues(r.Target, "failure").Inc()
+		s.scrapeUp.WithLabelValues(r.Target).Set(0)
+		return
+	}
+	s.scrapes.WithLabelValues(r.Target, "success").Inc()
+	s.scrapeUp.WithLabelValues(r.Target).Set(1)
+	s.scrapeSamples.WithLabelValues(r.Target).Set(float64(r.Samples))
+	s.lastScrape.WithLabelValues(r.Target).Set(float64(at.UnixNano()) / 1e9)
+}
+
+// publish sets the incident gauges from the current incidents.
+func (s *stats) publish(incs []triage.Incident) {
+	s.topCause.Reset()
+	open := 0
+	for _, in := range incs {
+		if in.Status != triage.IncidentOpen {
+			continue
+		}
+		open++
+		cause := in.TopCause
+		if cause == "" {
+			cause = "unknown"
+		}
+		s.topCause.WithLabelValues(in.Key, cause, string(in.Severity)).Set(1)
+	}
+	s.incidentsOpen.Set(float64(open))
+}
+
+func urlQueryEscape(s string) string { return url.QueryEscape(s) }

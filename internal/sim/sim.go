@@ -1,0 +1,552 @@
+package sim
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Options selects and shapes one run of the engine model.
+type Options struct {
+	Scenario       string        // scenario name (see Scenarios)
+	Seed           int64         // draws the instance: model, GPU, replicas, magnitudes, arrivals
+	Names          string        // "v1" (default) or "v0" metric names
+	GPUSeries      string        // "whyslow" (default), "dcgm", "both" or "none"
+	Replicas       int           // 0 = the scenario's drawn default
+	ScrapeInterval time.Duration // default 15s
+	Start          time.Time     // virtual clock start; zero = 2026-01-01T00:00:00Z
+	// Trim keeps only the samples of the incident and baseline windows plus
+	// a look-back margin for rate(), for small testdata.
+	Trim bool
+	// Policy is the scheduler policy: "vllm" (default), "sglang" or
+	// "trtllm". Telemetry keeps vLLM names whatever the policy.
+	Policy string
+	// OnRequest is called for every finished or aborted request.
+	OnRequest func(RequestRecord)
+}
+
+// DefaultStart is the virtual clock start when Options.Start is zero.
+var DefaultStart = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// RequestRecord is one finished or aborted request, for spans.
+type RequestRecord struct {
+	ID      string
+	Replica int
+	Pod     string
+	Model   string
+	// Arrival is when the API server received the request; Queued when it
+	// reached the engine queue; Scheduled its last scheduling before the
+	// first token; FirstToken and Finished are zero when not reached.
+	Arrival, Queued, Scheduled, FirstToken, Finished time.Time
+	PromptTokens, OutputTokens, CachedTokens         int
+	MaxTokens                                        int
+	FinishedReason                                   string // stop, length or abort
+	Preemptions                                      int
+}
+
+func (o *Options) normalise() error {
+	switch o.Names {
+	case "":
+		o.Names = "v1"
+	case "v1", "v0":
+	default:
+		return fmt.Errorf("names %q: want v1 or v0", o.Names)
+	}
+	switch o.GPUSeries {
+	case "":
+		o.GPUSeries = "whyslow"
+	case "whyslow", "dcgm", "both", "none":
+	default:
+		return fmt.Errorf("gpu series %q: want whyslow, dcgm, both or none", o.GPUSeries)
+	}
+	if o.Replicas < 0 || o.Replicas > 64 {
+		return fmt.Errorf("replicas %d: want 0 to 64", o.Replicas)
+	}
+	if o.ScrapeInterval == 0 {
+		o.ScrapeInterval = 15 * time.Second
+	}
+	if o.ScrapeInterval < time.Second || o.ScrapeInterval > 5*time.Minute {
+		return fmt.Errorf("scrape interval %s: want 1s to 5m", o.ScrapeInterval)
+	}
+	if o.Start.IsZero() {
+		o.Start = DefaultStart
+	}
+	if _, err := ParsePolicy(o.Policy); err != nil {
+		return err
+	}
+	return nil
+}
+
+type evKind int
+
+const (
+	evEngineArrive evKind = iota
+	evAbort
+)
+
+type event struct {
+	t    float64
+	kind evKind
+	seq  int64
+	r    *request
+}
+
+type eventHeap []event
+
+func (h eventHeap) Len() int { return len(h) }
+func (h eventHeap) Less(i, j int) bool {
+	if h[i].t != h[j].t {
+		return h[i].t < h[j].t
+	}
+	return h[i].seq < h[j].seq
+}
+func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *eventHeap) Push(x any)   { *h = append(*h, x.(event)) }
+func (h *eventHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+// world is the whole simulated fleet on one virtual clock.
+type world struct {
+	plan    *plan
+	opt     Options
+	rng     *rand.Rand // arrivals and request shapes
+	telRng  *rand.Rand // counter noise
+	engines []*engine
+	reg     *registry
+
+	now      float64
+	nextArr  float64
+	nextLong float64
+	events   eventHeap
+	evSeq    int64
+	reqSeq   int64
+	rr       int
+	maxRate  float64
+
+	interval   float64
+	nextTick   float64
+	recording  bool
+	inflight   int
+	finished   int64
+	aborted    int64
+
+	// test hooks
+	trackAll   bool
+	all        []*request
+	afterEvent func()
+}
+
+func newWorld(opt Options) (*world, error) {
+	if err := opt.normalise(); err != nil {
+		return nil, err
+	}
+	p, err := newPlan(opt.Scenario, opt.Seed)
+	if err != nil {
+		return nil, err
+	}
+	pol, _ := ParsePolicy(opt.Policy)
+	if pol != p.cfg.policy {
+		s := defaultScheduler(pol, p.cfg.gpu)
+		p.cfg.policy, p.cfg.sched = pol, s
+	}
+	if opt.Replicas > 0 && opt.Replicas != p.replicas {
+		scale := float64(opt.Replicas) / float64(p.replicas)
+		p.base.rate *= scale
+		p.inc.rate *= scale
+		p.inc.longRate *= scale
+		p.replicas = opt.Replicas
+		p.params["replicas"] = opt.Replicas
+	}
+	return newWorldFromPlan(p, opt), nil
+}
+
+func newWorldFromPlan(p *plan, opt Options) *world {
+	w := &world{plan: p, opt: opt,
+		rng:      rand.New(rand.NewPCG(uint64(p.seed), 0xa11ce)),
+		telRng:   rand.New(rand.NewPCG(uint64(p.seed), 0x7e1e)),
+		interval: opt.ScrapeInterval.Seconds(),
+	}
+	for i := 0; i < p.replicas; i++ {
+		w.engines = append(w.engines, newEngine(i, p.cfg, newTelemetry(opt.Names, p.cfg.maxModelLen)))
+	}
+	w.maxRate = p.maxRate()
+	w.nextArr = w.drawArrival(0)
+	w.nextLong = math.Inf(1)
+	if p.inc.longRate > 0 {
+		w.nextLong = p.onset + w.rng.ExpFloat64()/p.inc.longRate
+	}
+	w.reg = w.buildRegistry()
+	return w
+}
+
+// drawArrival returns the next arrival after t by thinning a Poisson
+// process of rate maxRate.
+func (w *world) drawArrival(t float64) float64 {
+	if w.maxRate <= 0 {
+		return math.Inf(1)
+	}
+	for i := 0; i < 100000; i++ {
+		t += w.rng.ExpFloat64() / w.maxRate
+		tr := w.plan.trafficAt(t)
+		if w.rng.Float64()*w.maxRate < w.plan.rateAt(t, &tr) {
+			return t
+		}
+	}
+	return math.Inf(1)
+}
+
+func lognormal(r *rand.Rand, mean, sigma float64) float64 {
+	mu := math.Log(mean) - sigma*sigma/2
+	return math.Exp(mu + sigma*r.NormFloat64())
+}
+
+// newRequest draws a request arriving at t.
+func (w *world) newRequest(t float64, long bool) *request {
+	tr := w.plan.trafficAt(t)
+	r := w.rng
+	w.reqSeq++
+	q := &request{seq: w.reqSeq, arrival: t, prefixID: -1, abortAt: math.Inf(1), maxTokens: tr.maxTokens}
+	unique := int(lognormal(r, tr.promptMean, tr.promptSigma))
+	if long {
+		unique = tr.longMin + r.IntN(tr.longMax-tr.longMin+1)
+	}
+	unique = max(unique, 4)
+	prompt := unique
+	if !long && r.Float64() < tr.sharedFrac && tr.prefixN > 0 {
+		id := tr.prefixFrom + r.IntN(tr.prefixN)
+		q.prefixLen = w.plan.prefixLens[id]
+		prompt += q.prefixLen
+		if r.Float64() < tr.cacheable {
+			q.prefixID = id
+		} else {
+			q.prefixLen = 0
+		}
+	}
+	limit := max(w.plan.cfg.maxModelLen-q.maxTokens, 256)
+	if prompt > limit {
+		prompt = limit
+		if q.prefixLen >= prompt {
+			q.prefixID, q.prefixLen = -1, 0
+		}
+	}
+	q.prompt = prompt
+	out := int(lognormal(r, tr.outMean, tr.outSigma))
+	q.target = min(max(out, 1), q.maxTokens)
+	if r.Float64() < tr.abortProb {
+		q.abortAt = t + tr.abortMin + (tr.abortMax-tr.abortMin)*r.Float64()
+	}
+	q.queued = t + tr.frontend*(0.8+0.4*r.Float64()) + float64(prompt)*2e-7
+	q.replica = w.route(&tr)
+	return q
+}
+
+func (w *world) route(tr *traffic) int {
+	n := len(w.engines)
+	if n == 1 {
+		return 0
+	}
+	switch tr.router {
+	case routeSkewed:
+		if w.rng.Float64() < tr.hotFrac {
+			return 0
+		}
+		return 1 + w.rng.IntN(n-1)
+	case routeLeastQueue:
+		best, bestLoad := 0, math.MaxInt
+		start := w.rr
+		w.rr = (w.rr + 1) % n
+		for k := 0; k < n; k++ {
+			i := (start + k) % n
+			e := w.engines[i]
+			if l := e.nWait*4 + len(e.running); l < bestLoad {
+				best, bestLoad = i, l
+			}
+		}
+		return best
+	}
+	w.rr = (w.rr + 1) % n
+	return w.rr
+}
+
+func (w *world) push(t float64, k evKind, r *request) {
+	w.evSeq++
+	heap.Push(&w.events, event{t: t, kind: k, seq: w.evSeq, r: r})
+}
+
+func (w *world) arrive(t float64, long bool) {
+	q := w.newRequest(t, long)
+	w.inflight++
+	if w.trackAll {
+		w.all = append(w.all, q)
+	}
+	w.push(q.queued, evEngineArrive, q)
+	if !math.IsInf(q.abortAt, 1) {
+		w.push(q.abortAt, evAbort, q)
+	}
+}
+
+// finish records a finished or aborted request.
+func (w *world) finish(e *engine, r *request, now float64, reason string) {
+	r.done = true
+	r.reason = reason
+	if r.running || r.ownBlocks > 0 || r.prefixRef != nil {
+		e.release(r, now)
+	}
+	r.running = false
+	w.inflight--
+	w.finished++
+	t := e.tel
+	t.success[reason]++
+	t.e2e.observe(now-r.arrival, 1)
+	t.promptLen.observe(float64(r.prompt), 1)
+	t.genLen.observe(float64(r.gen), 1)
+	t.maxGen.observe(float64(r.gen), 1)
+	t.paramsMaxTokens.observe(float64(r.maxTokens), 1)
+	t.paramsN.observe(1, 1)
+	t.numPreemptions.observe(float64(r.preempts), 1)
+	if reason != "abort" {
+		t.queue.observe(r.sched-r.queued, 1)
+		t.prefill.observe(r.firstToken-r.sched, 1)
+		t.decode.observe(r.lastToken-r.firstToken, 1)
+		t.inference.observe(r.lastToken-r.sched, 1)
+		t.prefillKVComputed.observe(float64(r.prompt-r.cached), 1)
+		tpot := 0.0
+		if r.gen > 1 {
+			tpot = (r.lastToken - r.firstToken) / float64(r.gen-1)
+		}
+		t.reqTPOT.observe(tpot, 1)
+	} else {
+		w.aborted++
+	}
+	if r.hasFirst {
+		t.promptCompute += float64(r.prompt - r.cached)
+		t.promptCacheHit += float64(r.cached)
+	}
+	if e.onFinish != nil {
+		e.onFinish(r, now)
+	}
+	if w.opt.OnRequest != nil {
+		w.opt.OnRequest(w.record(r, now))
+	}
+}
+
+func (w *world) record(r *request, now float64) RequestRecord {
+	st := w.opt.Start
+	at := func(s float64, ok bool) time.Time {
+		if !ok {
+			return time.Time{}
+		}
+		return sinceStart(st, s)
+	}
+	return RequestRecord{
+		ID:      fmt.Sprintf("chatcmpl-%08x%08x", uint32(w.plan.seed), uint32(r.seq)),
+		Replica: r.replica, Pod: w.target(r.replica).pod, Model: w.plan.cfg.model.name,
+		Arrival: at(r.arrival, true), Queued: at(r.queued, r.enq), Scheduled: at(r.sched, r.hasSched),
+		FirstToken: at(r.firstToken, r.hasFirst), Finished: at(now, true),
+		PromptTokens: r.prompt, OutputTokens: r.gen, CachedTokens: r.cached, MaxTokens: r.maxTokens,
+		FinishedReason: r.reason, Preemptions: r.preempts,
+	}
+}
+
+func (w *world) abort(r *request, now float64) {
+	if r.done {
+		return
+	}
+	e := w.engines[r.replica]
+	if r.enq && !r.running {
+		e.nWait-- // lazily dropped from the deque
+	}
+	w.finish(e, r, now, "abort")
+}
+
+// tick updates the GPU counters and records a scrape when recording.
+func (w *world) tick(t float64) {
+	for i, e := range w.engines {
+		tr := w.plan.trafficAt(t)
+		e.tel.tick(&e.cfg, w.interval, w.clockFor(i, &tr), w.throttleFor(i, &tr), w.telRng)
+	}
+	if w.recording {
+		w.reg.record(sinceStart(w.opt.Start, t).UnixMilli())
+	}
+}
+
+func (w *world) clockFor(_ int, tr *traffic) float64 { return tr.clock }
+
+func (w *world) throttleFor(_ int, tr *traffic) string {
+	if tr.clock < 0.97 {
+		return tr.throttle
+	}
+	return ""
+}
+
+// run advances the clock to until (inclusive of a tick at until).
+func (w *world) run(ctx context.Context, until float64) error {
+	steps := 0
+	for {
+		t := math.Inf(1)
+		kind := -1
+		if w.nextArr < t {
+			t, kind = w.nextArr, 0
+		}
+		if w.nextLong < t {
+			t, kind = w.nextLong, 1
+		}
+		if len(w.events) > 0 && w.events[0].t < t {
+			t, kind = w.events[0].t, 2
+		}
+		var eng *engine
+		for _, e := range w.engines {
+			if e.busy && e.stepEnd < t {
+				t, kind, eng = e.stepEnd, 3, e
+			}
+		}
+		if w.nextTick <= t && w.nextTick <= until {
+			w.now = w.nextTick
+			w.tick(w.nextTick)
+			w.nextTick += w.interval
+			continue
+		}
+		if t > until {
+			w.now = until
+			return nil
+		}
+		w.now = t
+		switch kind {
+		case 0:
+			w.arrive(t, false)
+			w.nextArr = w.drawArrival(t)
+		case 1:
+			w.arrive(t, true)
+			w.nextLong = t + w.rng.ExpFloat64()/w.plan.inc.longRate
+		case 2:
+			ev := heap.Pop(&w.events).(event)
+			switch ev.kind {
+			case evEngineArrive:
+				if !ev.r.done {
+					e := w.engines[ev.r.replica]
+					e.enqueue(ev.r)
+					w.startEngine(e, t)
+				}
+			case evAbort:
+				w.abort(ev.r, t)
+			}
+		case 3:
+			eng.complete(w)
+			if eng.busy {
+				eng.clockUpdate(w, eng.stepStart)
+			}
+		}
+		if w.afterEvent != nil {
+			w.afterEvent()
+		}
+		steps++
+		if steps&0xffff == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+func (w *world) startEngine(e *engine, t float64) {
+	if e.busy {
+		return
+	}
+	tr := w.plan.trafficAt(t)
+	e.clock = w.clockFor(e.idx, &tr)
+	e.start(t)
+}
+
+// clockUpdate applies the current clock factor to a step that complete
+// started with the previous one.
+func (e *engine) clockUpdate(w *world, t float64) {
+	tr := w.plan.trafficAt(t)
+	c := w.clockFor(e.idx, &tr)
+	if c == e.clock {
+		return
+	}
+	e.clock = c
+	e.cost = stepCost{}
+	for _, it := range e.batch {
+		e.cfg.itemCost(&e.cost, it.ctx, it.n)
+	}
+	e.cfg.finish(&e.cost, e.clock)
+	e.stepEnd = e.stepStart + e.cost.seconds
+}
+
+// Record runs a scenario faster than real time and returns its bundle.
+func Record(ctx context.Context, opt Options) (*Bundle, error) {
+	w, err := newWorld(opt)
+	if err != nil {
+		return nil, fmt.Errorf("sim record: %w", err)
+	}
+	return w.recordBundle(ctx)
+}
+
+func (w *world) recordBundle(ctx context.Context) (*Bundle, error) {
+	p := w.plan
+	w.recording = true
+	if err := w.run(ctx, p.at); err != nil {
+		return nil, fmt.Errorf("sim record %s: %w", p.def.Name, err)
+	}
+	return w.bundle()
+}
+
+// Live is a model advanced in (sped-up) real time whose replicas serve
+// Prometheus text.
+type Live struct {
+	mu sync.Mutex
+	w  *world
+}
+
+// NewLive builds a live model; it starts at Options.Start and does not
+// record samples.
+func NewLive(opt Options) (*Live, error) {
+	w, err := newWorld(opt)
+	if err != nil {
+		return nil, fmt.Errorf("sim live: %w", err)
+	}
+	return &Live{w: w}, nil
+}
+
+// Advance moves the virtual clock forward by d.
+func (l *Live) Advance(d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_ = l.w.run(context.Background(), l.w.now+d.Seconds())
+}
+
+// Now is the current virtual time.
+func (l *Live) Now() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return sinceStart(l.w.opt.Start, l.w.now)
+}
+
+// Replicas is the number of simulated replicas.
+func (l *Live) Replicas() int { return len(l.w.engines) }
+
+// Handler serves the current metrics of one replica in the Prometheus text
+// format (version 0.0.4).
+func (l *Live) Handler(replica int) http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
+		if replica < 0 || replica >= len(l.w.engines) {
+			http.Error(rw, fmt.Sprintf("no replica %d", replica), http.StatusNotFound)
+			return
+		}
+		rw.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		_ = l.w.reg.writeText(rw, replica)
+	})
+}
+
+// Onset is when the scenario's cause starts.
+func (l *Live) Onset() time.Time { return sinceStart(l.w.opt.Start, l.w.plan.onset) }

@@ -1,0 +1,77 @@
+package logsink
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/whyslow/whyslow/notifiers"
+	"github.com/whyslow/whyslow/notifiers/notifytest"
+)
+
+func notification(kind notifiers.Transition) *notifiers.Notification {
+	return &notifiers.Notification{ID: "log/inc-1/1/" + string(kind), Receiver: "log", IncidentID: "inc-1",
+		IncidentKey: "k", Kind: kind, Sequence: 1, Verdict: notifytest.Anomaly()}
+}
+
+func TestFormats(t *testing.T) {
+	tests := []struct {
+		format string
+		want   []string
+	}{
+		{"text", []string{"== whyslow open: incident inc-1 #1 ==", "ANOMALY (critical)", "fix: Add replicas"}},
+		{"markdown", []string{"## whyslow open: incident inc-1 #1", "### ANOMALY (critical)"}},
+		{"json", []string{`"schema_version":1`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.format, func(t *testing.T) {
+			var out bytes.Buffer
+			logger, logs := notifytest.NewLogger()
+			s, err := New(Config{Format: tt.format}, &out, logger)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if retry, err := s.Notify(context.Background(), notification(notifiers.TransitionOpen)); retry || err != nil {
+				t.Fatalf("Notify = %v, %v", retry, err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("output lacks %q:\n%s", w, out.String())
+				}
+			}
+			if tt.format == "json" && !json.Valid(out.Bytes()) {
+				t.Errorf("invalid JSON: %s", out.String())
+			}
+			if !strings.Contains(logs.String(), "Incident open") || !strings.Contains(logs.String(), "summary=") {
+				t.Errorf("log line missing:\n%s", logs)
+			}
+		})
+	}
+}
+
+type failWriter struct{}
+
+func (failWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
+
+func TestErrors(t *testing.T) {
+	if _, err := New(Config{Format: "yaml"}, nil, nil); err == nil {
+		t.Error("want error for unknown format")
+	}
+	if DefaultConfig().Validate() != nil {
+		t.Error("default config must be valid")
+	}
+	s, err := New(DefaultConfig(), failWriter{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	retry, err := s.Notify(context.Background(), notification(notifiers.TransitionResolve))
+	if retry || err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Errorf("Notify on failing writer = %v, %v", retry, err)
+	}
+	if _, err := s.Notify(context.Background(), &notifiers.Notification{}); err == nil {
+		t.Error("want error for invalid notification")
+	}
+}

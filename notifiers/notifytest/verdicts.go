@@ -1,0 +1,173 @@
+// Package notifytest holds test helpers shared by the notifiers: hand-built
+// verdicts, a log capture, and the assertion that secrets never leak into
+// errors or logs.
+package notifytest
+
+import (
+	"time"
+
+	"github.com/whyslow/whyslow/triage"
+)
+
+// T0 is the fixed instant every sample verdict is triaged at.
+var T0 = time.Unix(1700000000, 0).UTC()
+
+func f(v float64) *float64 { return &v }
+
+func windows() (triage.Window, triage.Window) {
+	inc := triage.Window{Start: T0.Add(-5 * time.Minute), End: T0}
+	base := triage.Window{Start: T0.Add(-65 * time.Minute), End: T0.Add(-60 * time.Minute)}
+	return inc, base
+}
+
+// Anomaly returns a critical prefill anomaly with three ranked causes,
+// ruled-out causes, a data gap, targets, a slow request, and explain data.
+func Anomaly() *triage.Verdict {
+	inc, base := windows()
+	return &triage.Verdict{
+		SchemaVersion: triage.SchemaVersion,
+		Status:        triage.StatusAnomaly,
+		Severity:      triage.SeverityCritical,
+		Phase:         triage.PhasePrefill,
+		Engine:        "vllm",
+		Scope: triage.Scope{
+			Selector: `model_name="meta-llama/Llama-3.1-70B-Instruct",namespace="inference"`,
+			Labels:   map[string]string{"model_name": "meta-llama/Llama-3.1-70B-Instruct", "namespace": "inference"},
+		},
+		At:       T0,
+		Incident: inc,
+		Baseline: base,
+		Headline: []triage.Comparison{
+			{Signal: "ttft_p95", Title: "TTFT p95", Unit: "seconds", Now: f(2.41), Baseline: f(0.31), Ratio: f(7.774)},
+			{Signal: "tpot_p95", Title: "TPOT p95", Unit: "seconds", Now: f(0.042), Baseline: f(0.040), Ratio: f(1.05)},
+			{Signal: "e2e_p95", Title: "E2E p95", Unit: "seconds", Now: f(14.2), Baseline: f(6.1), Ratio: f(2.328)},
+			{Signal: "queue_time_p95", Title: "Queue time p95", Unit: "seconds", Now: f(1.9), Baseline: f(0.004), Ratio: f(475)},
+			{Signal: "success_rate", Title: "Success rate", Unit: "fraction", Now: f(0.9971), Baseline: f(0.9998), Ratio: f(0.9973)},
+			{Signal: "running", Title: "Running requests", Unit: "requests", Now: f(256), Baseline: f(180), Ratio: f(1.422)},
+		},
+		Causes: []triage.Cause{
+			{
+				ID: "queue_saturation", Rank: 1, Score: 0.86, Title: "Requests are queueing: the engine is saturated",
+				Evidence: []triage.Evidence{
+					{Step: "split", Rule: "queue_time_dominates_ttft", Signal: "queue_time_p95", Now: f(1.9), Baseline: f(0.004), Weight: 0.5,
+						Text: "Queue time p95 is 1.9 s and makes up 79% of TTFT p95"},
+					{Step: "kv_cache", Rule: "waiting_grows", Signal: "num_requests_waiting", Now: f(48), Baseline: f(0), Weight: 0.3,
+						Text: "48 requests waiting on average (baseline 0)"},
+				},
+				Remediation: []string{
+					"Add replicas or route traffic away from this pod; the engine is at max_num_seqs=256.",
+					"If the gateway supports it, enable queue-aware routing (llm-d EPP queue scorer).",
+				},
+			},
+			{
+				ID: "chunked_prefill_mismatch", Rank: 2, Score: 0.54, Title: "Prompt length outgrew the chunked-prefill budget",
+				Evidence: []triage.Evidence{
+					{Step: "scheduler", Rule: "prompt_vs_budget", Signal: "prompt_tokens_mean", Now: f(11800), Baseline: f(2100), Weight: 0.4,
+						Text: "Mean prompt is 11800 tokens against max_num_batched_tokens=8192: every prompt needs two chunks"},
+				},
+				Remediation: []string{"Raise max_num_batched_tokens to 16384 or split long-prompt traffic onto its own pool."},
+			},
+			{
+				ID: "kv_cache_pressure", Rank: 3, Score: 0.21, Title: "KV cache near capacity",
+				Evidence: []triage.Evidence{
+					{Step: "kv_cache", Rule: "kv_usage_high", Signal: "kv_cache_usage", Now: f(0.93), Baseline: f(0.61), Weight: 0.2,
+						Text: "KV cache usage 93% (baseline 61%)"},
+				},
+				Remediation: []string{"Lower max_num_seqs or raise gpu_memory_utilization."},
+			},
+		},
+		RuledOut: []triage.RuledOut{
+			{ID: "gpu_throttling", Title: "GPU clocks throttled", Reason: "no throttle reason was active in the incident window"},
+			{ID: "request_errors", Title: "Requests failing", Reason: "success rate 99.7% is above 98%"},
+			{ID: "memory_bandwidth_saturation", Title: "Memory bandwidth saturated", Reason: "TPOT is unchanged (×1.05)"},
+		},
+		Steps: []triage.Step{
+			{Name: "split", Title: "Split TTFT from TPOT", Outcome: "prefill: TTFT ×7.8, TPOT ×1.05", Rules: []triage.RuleOutcome{
+				{Name: "ttft_up", Matched: true},
+				{Name: "queue_time_dominates_ttft", Cause: "queue_saturation", Matched: true, Effect: "evidence"},
+			}},
+			{Name: "kv_cache", Title: "KV cache", Outcome: "usage high, no preemptions", Rules: []triage.RuleOutcome{
+				{Name: "kv_usage_high", Cause: "kv_cache_pressure", Matched: true, Effect: "evidence"},
+				{Name: "preemptions", Cause: "kv_cache_pressure", Matched: false},
+			}},
+			{Name: "scheduler", Title: "Scheduler vs traffic shape", Outcome: "prompts exceed the chunk budget", Rules: []triage.RuleOutcome{
+				{Name: "prompt_vs_budget", Cause: "chunked_prefill_mismatch", Matched: true, Effect: "evidence"},
+			}},
+			{Name: "correlate", Title: "Traces and GPU counters", Outcome: "GPU counters missing", Rules: []triage.RuleOutcome{
+				{Name: "throttle_active", Cause: "gpu_throttling", Matched: true, Effect: "rule_out"},
+				{Name: "dram_bw_high", Cause: "memory_bandwidth_saturation", Error: "no data for whyslow_gpu_dram_bandwidth_utilization"},
+			}},
+		},
+		Targets: []triage.Target{
+			{Labels: map[string]string{"pod": "vllm-70b-7d9f-abcde", "instance": "10.0.3.17:8000"}, Signal: "ttft_p95", Value: 3.2},
+			{Labels: map[string]string{"pod": "vllm-70b-7d9f-fghij", "instance": "10.0.3.18:8000"}, Signal: "ttft_p95", Value: 1.4},
+		},
+		DataGaps: []triage.DataGap{
+			{Signal: "whyslow_gpu_dram_bandwidth_utilization", Window: "incident", Reason: "no series matched the selector"},
+		},
+		Requests: []triage.Request{
+			{TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", Pod: "vllm-70b-7d9f-abcde", Start: T0.Add(-time.Minute), E2E: 15.3, TTFT: 3.1,
+				Dominant: "queue", Parts: map[string]float64{"queue": 2.7, "prefill": 0.4, "decode": 12.2}},
+		},
+		Signals: []triage.SignalValue{
+			{Name: "ttft_p95", Expr: `histogram_quantile(0.95, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{model_name="meta-llama/Llama-3.1-70B-Instruct"}[5m])))`, Now: f(2.41), Baseline: f(0.31)},
+			{Name: "kv_cache_usage", Expr: `avg(vllm:kv_cache_usage_perc)`, Now: f(0.93), Baseline: f(0.61)},
+			{Name: "whyslow_gpu_dram_bandwidth_utilization", Expr: `avg(whyslow_gpu_dram_bandwidth_utilization)`},
+		},
+	}
+}
+
+// Healthy returns a healthy verdict with its numbers.
+func Healthy() *triage.Verdict {
+	inc, base := windows()
+	return &triage.Verdict{
+		SchemaVersion: triage.SchemaVersion,
+		Status:        triage.StatusHealthy,
+		Severity:      triage.SeverityNone,
+		Phase:         triage.PhaseNone,
+		Engine:        "sglang",
+		Scope:         triage.Scope{Selector: `job="sglang"`},
+		At:            T0,
+		Incident:      inc,
+		Baseline:      base,
+		Headline: []triage.Comparison{
+			{Signal: "ttft_p95", Title: "TTFT p95", Unit: "seconds", Now: f(0.182), Baseline: f(0.175), Ratio: f(1.04)},
+			{Signal: "itl_p95", Title: "ITL p95", Unit: "seconds", Now: f(0.0213), Baseline: f(0.0209), Ratio: f(1.019)},
+			{Signal: "success_rate", Title: "Success rate", Unit: "fraction", Now: f(1), Baseline: f(1), Ratio: f(1)},
+			{Signal: "kv_cache_usage", Title: "KV cache usage", Unit: "fraction", Now: f(0.41), Baseline: f(0.39), Ratio: f(1.051)},
+		},
+		Causes:   []triage.Cause{},
+		RuledOut: []triage.RuledOut{},
+		Steps: []triage.Step{
+			{Name: "split", Title: "Split TTFT from TPOT", Outcome: "no phase slower than ×1.2"},
+		},
+		DataGaps: []triage.DataGap{},
+	}
+}
+
+// Insufficient returns an insufficient_data verdict: the engine was not
+// scraped in the incident window.
+func Insufficient() *triage.Verdict {
+	inc, base := windows()
+	return &triage.Verdict{
+		SchemaVersion: triage.SchemaVersion,
+		Status:        triage.StatusInsufficientData,
+		Severity:      triage.SeverityNone,
+		Phase:         triage.PhaseNone,
+		Engine:        "trtllm",
+		Scope:         triage.Scope{Selector: `pod="trt-0"`},
+		At:            T0,
+		Incident:      inc,
+		Baseline:      base,
+		Headline: []triage.Comparison{
+			{Signal: "ttft_p95", Title: "TTFT p95", Unit: "seconds", Baseline: f(0.25)},
+			{Signal: "tpot_p95", Title: "TPOT p95", Unit: "seconds", Baseline: f(0.03)},
+		},
+		DataGaps: []triage.DataGap{
+			{Signal: "ttft_p95", Window: "incident", Reason: "too few samples for rate(): 1 scrape in 5m"},
+			{Signal: "tpot_p95", Window: "incident", Reason: "too few samples for rate(): 1 scrape in 5m"},
+			{Signal: "kv_cache_usage", Reason: "metric nv_trt_llm_kv_cache_block_metrics not exposed"},
+		},
+		Warnings: []string{"target 10.0.4.2:8000 was down for 4m10s of the incident window"},
+	}
+}

@@ -1,0 +1,234 @@
+package render
+
+import (
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/whyslow/whyslow/triage"
+)
+
+// Units the renderers understand (the `unit` field of a headline comparison).
+// Anything else is printed after the number as given.
+const (
+	UnitSeconds        = "seconds"          // also "s"
+	UnitFraction       = "fraction"         // 0–1, shown as %; also "percentunit"
+	UnitPercent        = "percent"          // 0–100, shown as %; also "%"
+	UnitRatio          = "ratio"            // a multiple, shown as ×
+	UnitBytes          = "bytes"            // shown as KiB, MiB, GiB
+	UnitBytesPerSecond = "bytes_per_second" // shown as KiB/s, MiB/s, GiB/s
+)
+
+// FormatValue renders v in unit u for a human: seconds as ms below 1 s,
+// fractions as %, ratios as ×, bytes in binary units, other numbers with
+// three significant digits followed by the unit.
+func FormatValue(v float64, u string) string {
+	if math.IsNaN(v) {
+		return "NaN"
+	}
+	if math.IsInf(v, 0) {
+		if v > 0 {
+			return "+Inf"
+		}
+		return "-Inf"
+	}
+	switch strings.ToLower(u) {
+	case "seconds", "second", "s":
+		return FormatSeconds(v)
+	case "fraction", "percentunit":
+		return percent(v * 100)
+	case "percent", "%":
+		return percent(v)
+	case "ratio", "x", "×":
+		return FormatRatio(v)
+	case "bytes", "byte", "b":
+		return bytesHuman(v, "")
+	case "bytes_per_second", "b/s", "bytes/s":
+		return bytesHuman(v, "/s")
+	case "":
+		return num(v)
+	}
+	return num(v) + " " + u
+}
+
+// percent renders p%, keeping two decimals between 99 and 100 where success
+// rates live (99.71% and 99.97% differ for an SLO).
+func percent(p float64) string {
+	if p > 99 && p < 100 {
+		s := strconv.FormatFloat(p, 'f', 2, 64)
+		if s == "100.00" {
+			s = "99.99"
+		}
+		return strings.TrimRight(strings.TrimRight(s, "0"), ".") + "%"
+	}
+	return num(p) + "%"
+}
+
+// FormatSeconds renders a duration in seconds: µs or ms below 1 s, seconds
+// below a minute, then minutes and seconds.
+func FormatSeconds(s float64) string {
+	a := math.Abs(s)
+	switch {
+	case a == 0:
+		return "0 s"
+	case a < 1e-3:
+		return num(s*1e6) + " µs"
+	case a < 1:
+		return num(s*1e3) + " ms"
+	case a < 60:
+		return num(s) + " s"
+	}
+	d := time.Duration(math.Round(s)) * time.Second
+	return d.String()
+}
+
+// FormatRatio renders a multiple as ×N (×7.8, ×1.05, ×12).
+func FormatRatio(r float64) string {
+	if math.IsNaN(r) || math.IsInf(r, 0) {
+		return "×" + FormatValue(r, "")
+	}
+	return "×" + num(r)
+}
+
+// num prints a number with three significant digits, without exponent for
+// the magnitudes monitoring deals with and without trailing zeros.
+func num(v float64) string {
+	if v == math.Trunc(v) && math.Abs(v) < 1e15 {
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	}
+	a := math.Abs(v)
+	var prec int
+	switch {
+	case a >= 100:
+		prec = 0
+	case a >= 10:
+		prec = 1
+	case a >= 1:
+		prec = 2
+	case a >= 0.001:
+		prec = 2 - int(math.Floor(math.Log10(a)))
+	default:
+		return strconv.FormatFloat(v, 'g', 3, 64)
+	}
+	s := strconv.FormatFloat(v, 'f', prec, 64)
+	if strings.Contains(s, ".") {
+		s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	}
+	return s
+}
+
+func bytesHuman(v float64, suffix string) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
+	i := 0
+	for math.Abs(v) >= 1024 && i < len(units)-1 {
+		v /= 1024
+		i++
+	}
+	return num(v) + " " + units[i] + suffix
+}
+
+// optValue renders an optional value, "n/a" when missing.
+func optValue(v *float64, unit string) string {
+	if v == nil {
+		return "n/a"
+	}
+	return FormatValue(*v, unit)
+}
+
+// GuessUnit returns the unit of a signal from its name, for values that carry
+// no unit of their own (evidence and explained signals). It recognises the
+// naming habits of the rulesets and of Prometheus: *_seconds and latency
+// names are seconds; usage, utilisation, hit-rate and *_ratio/*_perc names are
+// fractions; *_bytes are bytes. Anything else has no unit.
+func GuessUnit(signal string) string {
+	s := strings.ToLower(signal)
+	tok := map[string]bool{}
+	for _, t := range strings.FieldsFunc(s, func(r rune) bool { return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9') }) {
+		tok[t] = true
+	}
+	switch {
+	case strings.HasSuffix(s, "_bytes_per_second"):
+		return UnitBytesPerSecond
+	case strings.HasSuffix(s, "_bytes"):
+		return UnitBytes
+	case strings.HasSuffix(s, "_seconds"), tok["ttft"], tok["tpot"], tok["itl"], tok["latency"],
+		tok["e2e"], strings.Contains(s, "queue_time"):
+		return UnitSeconds
+	case tok["usage"], tok["perc"], tok["utilization"], tok["ratio"], tok["busy"], tok["active"],
+		tok["fraction"], strings.Contains(s, "hit_rate"), strings.Contains(s, "success_rate"):
+		return UnitFraction
+	}
+	return ""
+}
+
+// units maps signal names to units: the verdict's headline units first, then
+// GuessUnit.
+type units map[string]string
+
+func unitsOf(v *triage.Verdict) units {
+	u := make(units, len(v.Headline))
+	for _, c := range v.Headline {
+		if c.Unit != "" {
+			u[c.Signal] = c.Unit
+		}
+	}
+	return u
+}
+
+func (u units) of(signal string) string {
+	if x, ok := u[signal]; ok {
+		return x
+	}
+	return GuessUnit(signal)
+}
+
+// comparisonTitle is the human name of a headline row.
+func comparisonTitle(c triage.Comparison) string {
+	if c.Title != "" {
+		return c.Title
+	}
+	return c.Signal
+}
+
+// timeFmt renders an instant in UTC to the second.
+func timeFmt(t time.Time) string {
+	if t.IsZero() {
+		return "n/a"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05 UTC")
+}
+
+// windowFmt renders a window as "start → end (length)", dropping the date of
+// the end when it is the same day.
+func windowFmt(w triage.Window) string {
+	if w.Start.IsZero() && w.End.IsZero() {
+		return "n/a"
+	}
+	s, e := w.Start.UTC(), w.End.UTC()
+	end := e.Format("2006-01-02 15:04:05")
+	if s.Year() == e.Year() && s.YearDay() == e.YearDay() {
+		end = e.Format("15:04:05")
+	}
+	return s.Format("2006-01-02 15:04:05") + " → " + end + " UTC (" + shortDur(e.Sub(s)) + ")"
+}
+
+// shortDur renders 5m0s as 5m and 1h0m0s as 1h.
+func shortDur(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
+
+// scopeFmt renders the scope selector, or "all series" when empty.
+func scopeFmt(s triage.Scope) string {
+	if s.Selector == "" {
+		return "{} (all series)"
+	}
+	return "{" + s.Selector + "}"
+}

@@ -1,0 +1,159 @@
+package render
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/whyslow/whyslow/triage"
+)
+
+// Markdown writes v as GitHub-flavoured Markdown for webhooks and tickets:
+// the same content as Text (headline table, ranked causes with evidence and
+// fix, ruled-out causes, data gaps, and with Explain the steps and signals).
+func Markdown(w io.Writer, v *triage.Verdict, opts Options) error {
+	if v == nil {
+		return errors.New("render markdown: nil verdict")
+	}
+	b := bufio.NewWriter(w)
+	u := unitsOf(v)
+	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+
+	p("### %s\n\n", mdEscape(statusSentence(v)))
+	if split := splitSummary(v, " · "); split != "" {
+		p("**%s**\n\n", mdEscape(split))
+	}
+	p("- **Scope:** `%s`\n", mdCode(scopeFmt(v.Scope)))
+	if len(v.Scope.Labels) > 0 {
+		p("- **Labels:** %s\n", mdEscape(labelsFmt(v.Scope.Labels)))
+	}
+	if v.Engine != "" {
+		p("- **Engine:** %s\n", mdEscape(v.Engine))
+	}
+	if !v.At.IsZero() {
+		p("- **At:** %s\n", timeFmt(v.At))
+	}
+	p("- **Incident window:** %s\n", windowFmt(v.Incident))
+	p("- **Baseline window:** %s\n", windowFmt(v.Baseline))
+
+	if len(v.Headline) > 0 {
+		p("\n| Signal | Now | Baseline | Change |\n|---|---:|---:|---:|\n")
+		for _, c := range v.Headline {
+			r := comparisonRow(c)
+			p("| %s | %s | %s | %s |\n", mdCell(r[0]), mdCell(r[1]), mdCell(r[2]), mdCell(r[3]))
+		}
+	}
+
+	if len(v.Causes) > 0 {
+		p("\n#### Causes, most likely first\n\n")
+		for i, c := range v.Causes {
+			rank := c.Rank
+			if rank == 0 {
+				rank = i + 1
+			}
+			p("%d. **%s** (`%s`, score %s)\n", rank, mdEscape(c.Title), mdCode(c.ID), num(c.Score))
+			for _, e := range c.Evidence {
+				p("   - %s\n", mdEvidence(e, u))
+			}
+			for j, r := range c.Remediation {
+				if j == 0 {
+					p("   - **Fix:** %s\n", mdEscape(r))
+				} else {
+					p("   - **Also:** %s\n", mdEscape(r))
+				}
+			}
+		}
+	} else if v.Status == triage.StatusAnomaly {
+		p("\nNo cause in the catalogue matched the evidence.\n")
+	}
+
+	if len(v.RuledOut) > 0 {
+		p("\n#### Ruled out\n\n")
+		for _, r := range v.RuledOut {
+			p("- %s (`%s`): %s\n", mdEscape(titleOr(r.Title, r.ID)), mdCode(r.ID), mdEscape(r.Reason))
+		}
+	}
+	if len(v.Targets) > 0 {
+		p("\n#### Worst targets\n\n")
+		for _, tg := range v.Targets {
+			p("- `%s`: %s = %s\n", mdCode(labelsFmt(tg.Labels)), mdEscape(tg.Signal), FormatValue(tg.Value, u.of(tg.Signal)))
+		}
+	}
+	if len(v.Requests) > 0 {
+		p("\n#### Slowest requests (from traces)\n\n")
+		for _, r := range v.Requests {
+			p("- %s\n", mdEscape(requestLine(r)))
+		}
+	}
+	if len(v.DataGaps) > 0 {
+		p("\n#### Data gaps\n\n")
+		for _, g := range v.DataGaps {
+			p("- %s\n", mdEscape(gapLine(g)))
+		}
+	}
+	if len(v.Warnings) > 0 {
+		p("\n#### Warnings\n\n")
+		for _, s := range v.Warnings {
+			p("- %s\n", mdEscape(s))
+		}
+	}
+	if opts.Explain {
+		if len(v.Steps) > 0 {
+			p("\n#### Steps\n\n")
+			for i, s := range v.Steps {
+				p("%d. **%s**: %s\n", i+1, mdEscape(titleOr(s.Title, s.Name)), mdEscape(s.Outcome))
+				for _, r := range s.Rules {
+					p("   - %s\n", mdEscape(ruleLine(r)))
+				}
+			}
+		}
+		if len(v.Signals) > 0 {
+			p("\n#### Signals\n\n| Signal | Now | Baseline | Change | Expression |\n|---|---:|---:|---:|---|\n")
+			for _, s := range v.Signals {
+				un := u.of(s.Name)
+				p("| %s | %s | %s | %s | `%s` |\n", mdCell(s.Name), mdCell(optValue(s.Now, un)),
+					mdCell(optValue(s.Baseline, un)), mdCell(strings.TrimSpace(ratioSuffix(s.Now, s.Baseline))),
+					mdCode(strings.ReplaceAll(s.Expr, "|", "\\|")))
+			}
+		}
+	}
+	if err := b.Flush(); err != nil {
+		return fmt.Errorf("render markdown: %w", err)
+	}
+	return nil
+}
+
+// mdEvidence is the evidence text with its numbers, the signal in code.
+func mdEvidence(e triage.Evidence, u units) string {
+	s := mdEscape(titleOr(e.Text, e.Rule))
+	un := u.of(e.Signal)
+	var parts []string
+	if e.Signal != "" && (e.Now != nil || e.Baseline != nil) {
+		n := "`" + mdCode(e.Signal) + "` now " + optValue(e.Now, un)
+		if e.Baseline != nil {
+			n += ", baseline " + optValue(e.Baseline, un) + ratioSuffix(e.Now, e.Baseline)
+		}
+		parts = append(parts, n)
+	}
+	parts = append(parts, "weight "+num(e.Weight))
+	return s + " (" + strings.Join(parts, "; ") + ")"
+}
+
+// mdEscaper escapes the characters that would change Markdown structure in
+// running text.
+var mdEscaper = strings.NewReplacer(
+	"\\", "\\\\", "*", "\\*", "_", "\\_", "`", "\\`", "[", "\\[", "]", "\\]",
+	"<", "&lt;", ">", "&gt;", "|", "\\|", "#", "\\#", "\n", " ",
+)
+
+func mdEscape(s string) string { return mdEscaper.Replace(s) }
+
+// mdCell escapes text for a table cell.
+func mdCell(s string) string { return mdEscape(s) }
+
+// mdCode makes s safe inside a single-backtick code span.
+func mdCode(s string) string {
+	return strings.NewReplacer("`", "'", "\n", " ").Replace(s)
+}

@@ -1,0 +1,273 @@
+package render
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/whyslow/whyslow/notifiers/notifytest"
+	"github.com/whyslow/whyslow/triage"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden")
+
+var samples = []struct {
+	name string
+	v    func() *triage.Verdict
+}{
+	{"anomaly", notifytest.Anomaly},
+	{"healthy", notifytest.Healthy},
+	{"insufficient", notifytest.Insufficient},
+}
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from the golden file (go test -update rewrites it)\n--- got\n%s\n--- want\n%s", path, got, want)
+	}
+}
+
+func TestGolden(t *testing.T) {
+	variants := []struct {
+		suffix string
+		format Format
+		opts   Options
+	}{
+		{"txt", FormatText, Options{}},
+		{"explain.txt", FormatText, Options{Explain: true}},
+		{"md", FormatMarkdown, Options{}},
+		{"explain.md", FormatMarkdown, Options{Explain: true}},
+		{"json", FormatJSON, Options{Indent: true}},
+	}
+	for _, s := range samples {
+		for _, vr := range variants {
+			t.Run(s.name+"."+vr.suffix, func(t *testing.T) {
+				var buf bytes.Buffer
+				if err := Render(&buf, s.v(), vr.format, vr.opts); err != nil {
+					t.Fatal(err)
+				}
+				golden(t, s.name+"."+vr.suffix, buf.Bytes())
+			})
+		}
+	}
+}
+
+func TestTextFitsWidth(t *testing.T) {
+	for _, width := range []int{100, 80, 60} {
+		for _, s := range samples {
+			var buf bytes.Buffer
+			if err := Text(&buf, s.v(), Options{Explain: true, Width: width}); err != nil {
+				t.Fatal(err)
+			}
+			for i, l := range strings.Split(buf.String(), "\n") {
+				if n := utf8.RuneCountInString(l); n > width {
+					t.Errorf("%s width %d line %d has %d columns: %q", s.name, width, i+1, n, l)
+				}
+			}
+		}
+	}
+}
+
+func TestTextContent(t *testing.T) {
+	tests := []struct {
+		name string
+		v    *triage.Verdict
+		want []string
+	}{
+		{"anomaly", notifytest.Anomaly(), []string{
+			"ANOMALY (critical): prefill is slower (TTFT)",
+			"TTFT p95 2.41 s vs 310 ms ×7.77", "TPOT p95 42 ms vs 40 ms ×1.05",
+			"1. Requests are queueing", "[queue_saturation] score 0.86",
+			"queue_time_p95: now 1.9 s, baseline 4 ms",
+			"fix: Add replicas", "KV cache usage 93%", "Ruled out", "GPU clocks throttled [gpu_throttling]",
+			"Data gaps", "99.71%",
+		}},
+		{"healthy", notifytest.Healthy(), []string{"HEALTHY", "TTFT p95 182 ms vs 175 ms ×1.04", "KV cache usage", "41%"}},
+		{"insufficient", notifytest.Insufficient(), []string{"INSUFFICIENT DATA", "TTFT p95 n/a vs 250 ms", "too few samples"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			if err := Text(&buf, tt.v, Options{}); err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(buf.String(), w) {
+					t.Errorf("text lacks %q:\n%s", w, buf.String())
+				}
+			}
+			if strings.Contains(buf.String(), "\x1b[") {
+				t.Error("colour must be off by default")
+			}
+		})
+	}
+}
+
+func TestTextColor(t *testing.T) {
+	var buf bytes.Buffer
+	if err := Text(&buf, notifytest.Anomaly(), Options{Color: true}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), ansiRed) {
+		t.Errorf("critical anomaly should be red:\n%q", buf.String())
+	}
+}
+
+func TestJSONRoundTrip(t *testing.T) {
+	v := notifytest.Anomaly()
+	v.SchemaVersion = 0
+	v.Causes[0].Evidence = nil
+	var buf bytes.Buffer
+	if err := JSON(&buf, v, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &raw); err != nil {
+		t.Fatal(err)
+	}
+	if raw["schema_version"] != float64(triage.SchemaVersion) {
+		t.Errorf("schema_version = %v", raw["schema_version"])
+	}
+	ev := raw["causes"].([]any)[0].(map[string]any)["evidence"]
+	if ev == nil {
+		t.Error("nil evidence must be encoded as []")
+	}
+	var back triage.Verdict
+	if err := json.Unmarshal(buf.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Causes[2].ID != "kv_cache_pressure" || *back.Headline[0].Now != 2.41 || !back.At.Equal(notifytest.T0) {
+		t.Errorf("round trip lost data: %+v", back)
+	}
+	if v.SchemaVersion != 0 || v.Causes[0].Evidence != nil {
+		t.Error("JSON must not modify its input")
+	}
+}
+
+func TestNilVerdict(t *testing.T) {
+	for _, f := range []Format{FormatText, FormatJSON, FormatMarkdown} {
+		if err := Render(&bytes.Buffer{}, nil, f, Options{}); err == nil {
+			t.Errorf("%v: want error for nil verdict", f)
+		}
+	}
+}
+
+func TestParseFormat(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    Format
+		wantErr bool
+	}{
+		{"text", FormatText, false}, {"", FormatText, false}, {"json", FormatJSON, false},
+		{"markdown", FormatMarkdown, false}, {"md", FormatMarkdown, false}, {"yaml", 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := ParseFormat(tt.in)
+			if (err != nil) != tt.wantErr || (!tt.wantErr && got != tt.want) {
+				t.Errorf("ParseFormat(%q) = %v, %v", tt.in, got, err)
+			}
+			if !tt.wantErr && got.String() != map[string]string{"": "text", "md": "markdown"}[tt.in] && got.String() != tt.in {
+				t.Errorf("String() = %q", got.String())
+			}
+		})
+	}
+}
+
+func TestFormatValue(t *testing.T) {
+	tests := []struct {
+		v    float64
+		unit string
+		want string
+	}{
+		{0.31, "seconds", "310 ms"},
+		{0.0421, "s", "42.1 ms"},
+		{0.0000052, "seconds", "5.2 µs"},
+		{2.414, "seconds", "2.41 s"},
+		{0, "seconds", "0 s"},
+		{125, "seconds", "2m5s"},
+		{0.934, "fraction", "93.4%"},
+		{1, "fraction", "100%"},
+		{0.99712, "fraction", "99.71%"},
+		{42.5, "percent", "42.5%"},
+		{7.774, "ratio", "×7.77"},
+		{475, "ratio", "×475"},
+		{3 << 30, "bytes", "3 GiB"},
+		{1.5 * (1 << 20), "bytes_per_second", "1.5 MiB/s"},
+		{256, "requests", "256 requests"},
+		{11800.4, "", "11800"},
+		{0.000012, "", "1.2e-05"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.want, func(t *testing.T) {
+			if got := FormatValue(tt.v, tt.unit); got != tt.want {
+				t.Errorf("FormatValue(%v, %q) = %q, want %q", tt.v, tt.unit, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestGuessUnit(t *testing.T) {
+	tests := map[string]string{
+		"ttft_p95": UnitSeconds, "vllm:e2e_request_latency_seconds": UnitSeconds, "itl_p95": UnitSeconds,
+		"kv_cache_usage": UnitFraction, "whyslow_gpu_memory_busy_ratio": UnitFraction,
+		"whyslow_gpu_fb_used_bytes": UnitBytes, "num_requests_waiting": "", "title": "",
+	}
+	for in, want := range tests {
+		if got := GuessUnit(in); got != want {
+			t.Errorf("GuessUnit(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestWrap(t *testing.T) {
+	long := strings.Repeat("x", 130)
+	lines := wrap("a "+long+" b c", 50, 4)
+	for _, l := range lines {
+		if utf8.RuneCountInString(l) > 50 {
+			t.Errorf("line too long: %q", l)
+		}
+	}
+	if got := strings.ReplaceAll(strings.Join(lines, ""), " ", ""); got != "a"+long+"bc" {
+		t.Errorf("wrap lost text: %q", got)
+	}
+}
+
+func BenchmarkRender(b *testing.B) {
+	v := notifytest.Anomaly()
+	for _, f := range []Format{FormatText, FormatMarkdown, FormatJSON} {
+		b.Run(f.String(), func(b *testing.B) {
+			b.ReportAllocs()
+			var buf bytes.Buffer
+			for b.Loop() {
+				buf.Reset()
+				if err := Render(&buf, v, f, Options{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func TestSummary(t *testing.T) {
+	want := "ANOMALY (critical): prefill is slower (TTFT) — TTFT p95 2.41 s vs 310 ms ×7.77, TPOT p95 42 ms vs 40 ms ×1.05"
+	if got := Summary(notifytest.Anomaly()); got != want {
+		t.Errorf("Summary = %q, want %q", got, want)
+	}
+}

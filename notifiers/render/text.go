@@ -1,0 +1,529 @@
+package render
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/whyslow/whyslow/triage"
+)
+
+// ANSI colour codes used when Options.Color is set.
+const (
+	ansiReset  = "\x1b[0m"
+	ansiBold   = "\x1b[1m"
+	ansiDim    = "\x1b[2m"
+	ansiRed    = "\x1b[31m"
+	ansiGreen  = "\x1b[32m"
+	ansiYellow = "\x1b[33m"
+	ansiCyan   = "\x1b[36m"
+)
+
+// textWriter accumulates wrapped, optionally coloured lines.
+type textWriter struct {
+	w     *bufio.Writer
+	width int
+	color bool
+}
+
+func (t *textWriter) paint(code, s string) string {
+	if !t.color || code == "" {
+		return s
+	}
+	return code + s + ansiReset
+}
+
+// line writes one line, wrapped at the width with continuation lines indented
+// by hang spaces more than the first; a line that fits is written unchanged.
+// code colours every produced line.
+func (t *textWriter) line(indent, hang int, code, s string) {
+	lines := []string{s}
+	if utf8.RuneCountInString(s) > t.width-indent {
+		lines = wrap(s, t.width-indent, hang)
+	}
+	for _, l := range lines {
+		t.w.WriteString(strings.Repeat(" ", indent))
+		t.w.WriteString(t.paint(code, l))
+		t.w.WriteByte('\n')
+	}
+}
+
+func (t *textWriter) blank() { t.w.WriteByte('\n') }
+
+// wrap splits s into lines of at most width runes, breaking at spaces;
+// continuation lines start with hang spaces. Words longer than a line are cut.
+func wrap(s string, width, hang int) []string {
+	if width < 20 {
+		width = 20
+	}
+	if hang > width/2 {
+		hang = width / 2
+	}
+	var lines []string
+	var cur strings.Builder
+	curLen, empty := 0, true
+	flush := func() {
+		lines = append(lines, cur.String())
+		cur.Reset()
+		cur.WriteString(strings.Repeat(" ", hang))
+		curLen, empty = hang, true
+	}
+	for _, word := range glueUnits(strings.Fields(s)) {
+		r := []rune(word)
+		for len(r) > width-hang {
+			if !empty {
+				flush()
+			}
+			n := min(width-curLen, len(r))
+			cur.WriteString(string(r[:n]))
+			r = r[n:]
+			flush()
+		}
+		if len(r) == 0 {
+			continue
+		}
+		need := len(r)
+		if !empty {
+			need++
+		}
+		if curLen+need > width && !empty {
+			flush()
+			need = len(r)
+		}
+		if !empty {
+			cur.WriteByte(' ')
+		}
+		cur.WriteString(string(r))
+		curLen += need
+		empty = false
+	}
+	if !empty || len(lines) == 0 {
+		lines = append(lines, cur.String())
+	}
+	return lines
+}
+
+// unitWords are tokens that must stay on the line of the number before them.
+var unitWords = map[string]bool{
+	"µs": true, "ms": true, "s": true, "%": true, "B": true, "KiB": true, "MiB": true, "GiB": true,
+	"TiB": true, "KiB/s": true, "MiB/s": true, "GiB/s": true, "TiB/s": true, "B/s": true,
+}
+
+// glueUnits joins a unit word to the number before it so that wrapping never
+// separates "40" from "ms". Joined words keep their space.
+func glueUnits(words []string) []string {
+	out := words[:0:0]
+	for _, w := range words {
+		base := strings.TrimRight(w, ",;:.)")
+		if len(out) > 0 && unitWords[base] {
+			out[len(out)-1] += " " + w
+			continue
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+// Text writes v for a terminal: the headline, causes in rank order with their
+// evidence and fix, ruled-out causes, data gaps and, with Explain, every step,
+// rule outcome and signal value. Lines fit Options.Width (default 100).
+func Text(w io.Writer, v *triage.Verdict, opts Options) error {
+	if v == nil {
+		return errors.New("render text: nil verdict")
+	}
+	width := opts.Width
+	if width <= 0 {
+		width = DefaultWidth
+	}
+	bw := bufio.NewWriter(w)
+	t := &textWriter{w: bw, width: width, color: opts.Color}
+	u := unitsOf(v)
+
+	// Headline.
+	statusCode := ansiGreen
+	switch {
+	case v.Status == triage.StatusAnomaly && v.Severity == triage.SeverityCritical:
+		statusCode = ansiRed
+	case v.Status == triage.StatusAnomaly:
+		statusCode = ansiYellow
+	case v.Status == triage.StatusInsufficientData:
+		statusCode = ansiYellow
+	}
+	t.line(0, 2, ansiBold+statusCode, statusSentence(v))
+	if s := splitSummary(v, " · "); s != "" {
+		t.line(0, 2, ansiBold, s)
+	}
+	t.line(0, 10, "", "scope:    "+scopeFmt(v.Scope))
+	if s := engineLine(v); s != "" {
+		t.line(0, 10, "", s)
+	}
+	if len(v.Scope.Labels) > 0 {
+		t.line(0, 10, ansiDim, "labels:   "+labelsFmt(v.Scope.Labels))
+	}
+	t.line(0, 10, "", "incident: "+windowFmt(v.Incident))
+	t.line(0, 10, "", "baseline: "+windowFmt(v.Baseline))
+	if len(v.Headline) > 0 {
+		t.blank()
+		rows := make([][]string, 0, len(v.Headline)+1)
+		rows = append(rows, []string{"signal", "now", "baseline", "change"})
+		for _, c := range v.Headline {
+			rows = append(rows, comparisonRow(c))
+		}
+		for i, l := range table(rows, []bool{false, true, true, true}) {
+			code := ""
+			if i == 0 {
+				code = ansiDim
+			}
+			t.line(2, 4, code, l)
+		}
+	}
+
+	if len(v.Causes) > 0 {
+		t.blank()
+		t.line(0, 0, ansiBold, "Causes, most likely first")
+		for i, c := range v.Causes {
+			rank := c.Rank
+			if rank == 0 {
+				rank = i + 1
+			}
+			t.line(0, 4, ansiBold+ansiCyan, fmt.Sprintf("%2d. %s [%s] score %s", rank, c.Title, c.ID, num(c.Score)))
+			for _, e := range c.Evidence {
+				t.line(4, 2, "", "- "+evidenceLine(e, u))
+			}
+			for j, r := range c.Remediation {
+				if j == 0 {
+					t.line(4, 5, ansiGreen, "fix: "+r)
+				} else {
+					t.line(9, 0, ansiGreen, r)
+				}
+			}
+		}
+	} else if v.Status == triage.StatusAnomaly {
+		t.blank()
+		t.line(0, 2, ansiYellow, "No cause in the catalogue matched the evidence.")
+	}
+
+	if len(v.RuledOut) > 0 {
+		t.blank()
+		t.line(0, 0, ansiBold, "Ruled out")
+		for _, r := range v.RuledOut {
+			t.line(2, 4, ansiDim, "- "+titleOr(r.Title, r.ID)+" ["+r.ID+"]: "+r.Reason)
+		}
+	}
+
+	if len(v.Targets) > 0 {
+		t.blank()
+		t.line(0, 0, ansiBold, "Worst targets")
+		for _, tg := range v.Targets {
+			t.line(2, 4, "", "- "+labelsFmt(tg.Labels)+": "+tg.Signal+" = "+FormatValue(tg.Value, u.of(tg.Signal)))
+		}
+	}
+
+	if len(v.Requests) > 0 {
+		t.blank()
+		t.line(0, 0, ansiBold, "Slowest requests (from traces)")
+		for _, r := range v.Requests {
+			t.line(2, 4, "", "- "+requestLine(r))
+		}
+	}
+
+	if len(v.DataGaps) > 0 {
+		t.blank()
+		t.line(0, 0, ansiBold+ansiYellow, "Data gaps")
+		for _, g := range v.DataGaps {
+			t.line(2, 4, "", "- "+gapLine(g))
+		}
+	}
+
+	if len(v.Warnings) > 0 {
+		t.blank()
+		t.line(0, 0, ansiBold+ansiYellow, "Warnings")
+		for _, s := range v.Warnings {
+			t.line(2, 4, "", "- "+s)
+		}
+	}
+
+	if opts.Explain {
+		if len(v.Steps) > 0 {
+			t.blank()
+			t.line(0, 0, ansiBold, "Steps")
+			for i, s := range v.Steps {
+				t.line(2, 6, "", fmt.Sprintf("%d. %s: %s", i+1, titleOr(s.Title, s.Name), s.Outcome))
+				for _, r := range s.Rules {
+					t.line(6, 4, ruleCode(r), ruleLine(r))
+				}
+			}
+		}
+		if len(v.Signals) > 0 {
+			t.blank()
+			t.line(0, 0, ansiBold, "Signals")
+			for _, s := range v.Signals {
+				un := u.of(s.Name)
+				t.line(2, 4, "", fmt.Sprintf("- %s: now %s, baseline %s%s", s.Name,
+					optValue(s.Now, un), optValue(s.Baseline, un), ratioSuffix(s.Now, s.Baseline)))
+				if s.Expr != "" {
+					t.line(6, 2, ansiDim, s.Expr)
+				}
+			}
+		}
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("render text: %w", err)
+	}
+	return nil
+}
+
+// Summary is the verdict in one line: status, severity, phase and the
+// TTFT/TPOT split, e.g. "ANOMALY (critical): prefill is slower (TTFT) — TTFT
+// p95 2.41 s vs 310 ms ×7.77, TPOT p95 42 ms vs 40 ms ×1.05". Notifiers use it
+// for log lines and plain-text fallbacks; it is not wrapped.
+func Summary(v *triage.Verdict) string {
+	s := statusSentence(v)
+	if split := splitSummary(v, ", "); split != "" {
+		s += " — " + split
+	}
+	return s
+}
+
+// statusSentence is status, severity and phase.
+func statusSentence(v *triage.Verdict) string {
+	var b strings.Builder
+	switch v.Status {
+	case triage.StatusAnomaly:
+		b.WriteString("ANOMALY")
+		if v.Severity != "" && v.Severity != triage.SeverityNone {
+			b.WriteString(" (" + string(v.Severity) + ")")
+		}
+		if v.Phase != "" && v.Phase != triage.PhaseNone {
+			b.WriteString(": " + phaseWords(v.Phase))
+		}
+	case triage.StatusHealthy:
+		b.WriteString("HEALTHY: no anomaly against the baseline")
+	case triage.StatusInsufficientData:
+		b.WriteString("INSUFFICIENT DATA: triage could not decide")
+	default:
+		b.WriteString(strings.ToUpper(string(v.Status)))
+	}
+	return b.String()
+}
+
+func phaseWords(p triage.Phase) string {
+	switch p {
+	case triage.PhasePrefill:
+		return "prefill is slower (TTFT)"
+	case triage.PhaseDecode:
+		return "decode is slower (TPOT)"
+	case triage.PhaseBoth:
+		return "prefill and decode are slower"
+	}
+	return string(p) + " phase"
+}
+
+// splitSummary renders the TTFT and TPOT headline rows compactly:
+// "TTFT p95 2.41 s vs 310 ms ×7.8, TPOT p95 42 ms vs 40 ms ×1.05".
+func splitSummary(v *triage.Verdict, sep string) string {
+	var parts []string
+	for _, c := range v.Headline {
+		if !isSplitSignal(c.Signal) {
+			continue
+		}
+		s := comparisonTitle(c) + " " + optValue(c.Now, c.Unit)
+		if c.Baseline != nil {
+			s += " vs " + optValue(c.Baseline, c.Unit)
+		}
+		if c.Ratio != nil {
+			s += " " + FormatRatio(*c.Ratio)
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, sep)
+}
+
+// isSplitSignal reports whether a headline signal is part of the TTFT/TPOT
+// split (TTFT, TPOT or inter-token latency).
+func isSplitSignal(name string) bool {
+	s := strings.ToLower(name)
+	return strings.Contains(s, "ttft") || strings.Contains(s, "tpot") || strings.HasPrefix(s, "itl") ||
+		strings.Contains(s, "_itl") || strings.Contains(s, "time_to_first_token") ||
+		strings.Contains(s, "inter_token") || strings.Contains(s, "time_per_output_token")
+}
+
+// engineLine is "engine: vllm  at: 2023-11-14 22:13:20 UTC" (either part may
+// be missing).
+func engineLine(v *triage.Verdict) string {
+	var parts []string
+	if v.Engine != "" {
+		parts = append(parts, "engine:   "+v.Engine)
+	}
+	if !v.At.IsZero() {
+		at := "at: "
+		if len(parts) == 0 {
+			at = "at:       "
+		}
+		parts = append(parts, at+timeFmt(v.At))
+	}
+	return strings.Join(parts, "   ")
+}
+
+func comparisonRow(c triage.Comparison) []string {
+	change := ""
+	if c.Ratio != nil {
+		change = FormatRatio(*c.Ratio)
+	}
+	return []string{comparisonTitle(c), optValue(c.Now, c.Unit), optValue(c.Baseline, c.Unit), change}
+}
+
+// table aligns rows into columns separated by two spaces; right marks
+// right-aligned columns.
+func table(rows [][]string, right []bool) []string {
+	var widths []int
+	for _, r := range rows {
+		for i, c := range r {
+			if i >= len(widths) {
+				widths = append(widths, 0)
+			}
+			if n := utf8.RuneCountInString(c); n > widths[i] {
+				widths[i] = n
+			}
+		}
+	}
+	out := make([]string, 0, len(rows))
+	for _, r := range rows {
+		var b strings.Builder
+		for i, c := range r {
+			if i > 0 {
+				b.WriteString("  ")
+			}
+			pad := strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c))
+			if i < len(right) && right[i] {
+				b.WriteString(pad + c)
+			} else {
+				b.WriteString(c + pad)
+			}
+		}
+		out = append(out, strings.TrimRight(b.String(), " "))
+	}
+	return out
+}
+
+// evidenceLine is the evidence text followed by its numbers.
+func evidenceLine(e triage.Evidence, u units) string {
+	s := e.Text
+	if s == "" {
+		s = e.Rule
+	}
+	if nums := evidenceNumbers(e, u); nums != "" {
+		s += " (" + nums + ")"
+	}
+	return s
+}
+
+func evidenceNumbers(e triage.Evidence, u units) string {
+	var parts []string
+	un := u.of(e.Signal)
+	if e.Signal != "" && (e.Now != nil || e.Baseline != nil) {
+		p := e.Signal + ": now " + optValue(e.Now, un)
+		if e.Baseline != nil {
+			p += ", baseline " + optValue(e.Baseline, un) + ratioSuffix(e.Now, e.Baseline)
+		}
+		parts = append(parts, p)
+	}
+	parts = append(parts, "weight "+num(e.Weight))
+	return strings.Join(parts, "; ")
+}
+
+// ratioSuffix is " ×r" when both values exist and the baseline is not zero.
+func ratioSuffix(now, base *float64) string {
+	if now == nil || base == nil || *base == 0 {
+		return ""
+	}
+	return " " + FormatRatio(*now / *base)
+}
+
+func gapLine(g triage.DataGap) string {
+	s := g.Signal
+	if g.Window != "" {
+		s += " (" + g.Window + " window)"
+	}
+	return s + ": " + g.Reason
+}
+
+func ruleLine(r triage.RuleOutcome) string {
+	mark := "no match"
+	if r.Matched {
+		mark = "matched"
+	}
+	s := r.Name + ": " + mark
+	if r.Effect != "" {
+		s += ", " + strings.ReplaceAll(r.Effect, "_", " ")
+	}
+	if r.Cause != "" {
+		s += " → " + r.Cause
+	}
+	if r.Error != "" {
+		s += "; error: " + r.Error
+	}
+	return s
+}
+
+func ruleCode(r triage.RuleOutcome) string {
+	switch {
+	case r.Error != "":
+		return ansiRed
+	case r.Matched:
+		return ""
+	}
+	return ansiDim
+}
+
+func requestLine(r triage.Request) string {
+	s := r.TraceID
+	if r.Pod != "" {
+		s += " on " + r.Pod
+	}
+	s += ": e2e " + FormatSeconds(r.E2E)
+	if r.TTFT > 0 {
+		s += ", TTFT " + FormatSeconds(r.TTFT)
+	}
+	if r.Dominant != "" {
+		s += ", mostly " + r.Dominant
+	}
+	if len(r.Parts) > 0 {
+		keys := sortedKeys(r.Parts)
+		ps := make([]string, 0, len(keys))
+		for _, k := range keys {
+			ps = append(ps, k+" "+FormatSeconds(r.Parts[k]))
+		}
+		s += " (" + strings.Join(ps, ", ") + ")"
+	}
+	return s
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func labelsFmt(m map[string]string) string {
+	keys := sortedKeys(m)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, k+"="+m[k])
+	}
+	return strings.Join(parts, " ")
+}
+
+func titleOr(title, id string) string {
+	if title != "" {
+		return title
+	}
+	return id
+}

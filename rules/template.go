@@ -1,0 +1,185 @@
+package rules
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"text/template"
+)
+
+// SignalData is what a signal template sees.
+type SignalData struct {
+	// Selector is the scope's PromQL label matchers without braces; may be empty.
+	Selector string
+	// Window is the range of range-vector selectors, e.g. 5m.
+	Window string
+	// Target is the target labels joined by ", " (e.g. "pod"), for expressions
+	// that compare targets inside one scope-level number.
+	Target string
+
+	by []string // non-nil in per-target mode
+}
+
+// Join restricts series that lack the scope's labels (GPU counters, for one)
+// to the targets in scope: it renders ` and on(<target labels>) metric{selector}`,
+// or nothing when the selector is empty.
+func (d SignalData) Join(metric string) string {
+	if strings.TrimSpace(d.Selector) == "" {
+		return ""
+	}
+	return fmt.Sprintf(" and on(%s) %s{%s}", d.Target, metric, d.Selector)
+}
+
+// signalFuncs returns the functions available in signal templates. `by` renders a
+// grouping clause: `{{by "le"}}` is `by (le)` for the scope and `by (le, pod)`
+// when the signal is evaluated per target.
+func signalFuncs(by *[]string) template.FuncMap {
+	return template.FuncMap{
+		"by": func(labels ...string) string {
+			all := append(append([]string{}, labels...), (*by)...)
+			return "by (" + strings.Join(all, ", ") + ")"
+		},
+	}
+}
+
+// Render fills the signal's template for the scope (targetLabels nil) or per
+// target (targetLabels the labels that identify a target, e.g. ["pod"]).
+func (s *Signal) Render(selector, window string, targetLabels []string) (string, error) {
+	return renderSignal(s.tmpl, selector, window, targetLabels)
+}
+
+func renderSignal(t *template.Template, selector, window string, targetLabels []string) (string, error) {
+	by := targetLabels
+	var buf bytes.Buffer
+	// Clone is cheap relative to a query and keeps Render safe for concurrent use.
+	c, err := t.Clone()
+	if err != nil {
+		return "", err
+	}
+	c.Funcs(signalFuncs(&by))
+	data := SignalData{Selector: selector, Window: window, Target: strings.Join(defaultTargets(targetLabels), ", ")}
+	if err := c.Execute(&buf, data); err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(buf.String()), nil
+}
+
+func defaultTargets(l []string) []string {
+	if len(l) == 0 {
+		return []string{"pod"}
+	}
+	return l
+}
+
+func parseSignalTemplate(name, src string) (*template.Template, error) {
+	var none []string
+	return template.New(name).Option("missingkey=error").Funcs(signalFuncs(&none)).Parse(src)
+}
+
+// EvidenceData is what evidence and step summary templates see.
+type EvidenceData struct {
+	Now, Base, Ratio, Delta map[string]float64
+	Engine                  string
+	Scheduler               map[string]any
+	GPU                     map[string]any
+	Targets                 int
+}
+
+// EvidenceFuncs are the helpers available in evidence templates.
+var EvidenceFuncs = template.FuncMap{
+	"seconds": FormatSeconds,
+	"percent": FormatPercent,
+	"ratio":   FormatRatio,
+	"num":     FormatNumber,
+	"tokens":  func(v any) string { return fmt.Sprintf("%.0f", toFloat(v)) },
+}
+
+func toFloat(v any) float64 {
+	switch x := v.(type) {
+	case float64:
+		return x
+	case float32:
+		return float64(x)
+	case int:
+		return float64(x)
+	case int64:
+		return float64(x)
+	case bool:
+		if x {
+			return 1
+		}
+		return 0
+	}
+	return math.NaN()
+}
+
+// FormatSeconds renders a duration in seconds: 850ms, 1.24s, 95s.
+func FormatSeconds(v any) string {
+	f := toFloat(v)
+	switch {
+	case math.IsNaN(f) || math.IsInf(f, 0):
+		return "n/a"
+	case f < 1:
+		return strconv.FormatFloat(f*1000, 'f', msDigits(f*1000), 64) + "ms"
+	case f < 100:
+		return strconv.FormatFloat(f, 'f', 2, 64) + "s"
+	}
+	return strconv.FormatFloat(f, 'f', 0, 64) + "s"
+}
+
+func msDigits(ms float64) int {
+	if ms < 10 {
+		return 1
+	}
+	return 0
+}
+
+// FormatPercent renders a 0–1 fraction as a percentage: 0.934 → 93.4%.
+func FormatPercent(v any) string {
+	f := toFloat(v)
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return "n/a"
+	}
+	return strconv.FormatFloat(f*100, 'f', 1, 64) + "%"
+}
+
+// FormatRatio renders a ratio as a factor: 2.14 → 2.1×.
+func FormatRatio(v any) string {
+	f := toFloat(v)
+	if math.IsNaN(f) {
+		return "n/a"
+	}
+	if math.IsInf(f, 1) {
+		return "∞×"
+	}
+	return strconv.FormatFloat(f, 'f', 1, 64) + "×"
+}
+
+// FormatNumber renders a number compactly: 12345 → 12345, 0.01234 → 0.0123.
+func FormatNumber(v any) string {
+	f := toFloat(v)
+	switch {
+	case math.IsNaN(f) || math.IsInf(f, 0):
+		return "n/a"
+	case math.Abs(f) >= 100:
+		return strconv.FormatFloat(f, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(f, 'g', 3, 64)
+}
+
+func parseEvidenceTemplate(name, src string) (*template.Template, error) {
+	return template.New(name).Funcs(EvidenceFuncs).Parse(src)
+}
+
+func renderEvidence(t *template.Template, d *EvidenceData) (string, error) {
+	if t == nil {
+		return "", nil
+	}
+	var buf bytes.Buffer
+	if err := t.Execute(&buf, d); err != nil {
+		return "", err
+	}
+	return strings.Join(strings.Fields(buf.String()), " "), nil
+}

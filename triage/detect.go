@@ -1,0 +1,502 @@
+package triage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/promql/parser"
+)
+
+// Built-in detection signals. Each expands to PromQL that accepts the same
+// metric-name alternatives as the rulesets (vLLM V1 and V0 names, SGLang,
+// TensorRT-LLM), so one trigger works against any engine.
+const (
+	// SignalTTFTP95 is the p95 time to first token, in seconds.
+	SignalTTFTP95 = "ttft_p95"
+	// SignalTPOTP95 is the p95 inter-token latency (TPOT), in seconds.
+	SignalTPOTP95 = "tpot_p95"
+	// SignalSuccessRate is the share of finished requests that did not fail
+	// or abort (0–1).
+	SignalSuccessRate = "success_rate"
+	// SignalQueueGrowth is the slope of the waiting queue, in requests per second.
+	SignalQueueGrowth = "queue_growth"
+)
+
+// signalExprs holds the PromQL templates of the built-in signals. Placeholders:
+// $sel (label matchers followed by a comma, or nothing), $by (the scope labels,
+// comma-separated), $window (a PromQL duration).
+var signalExprs = map[string]string{
+	SignalTTFTP95: `histogram_quantile(0.95, sum by (le, $by) (` +
+		`rate(vllm:time_to_first_token_seconds_bucket{$sel}[$window])` +
+		` or rate(sglang:time_to_first_token_seconds_bucket{$sel}[$window])` +
+		` or rate(trtllm_time_to_first_token_seconds_bucket{$sel}[$window])))`,
+	SignalTPOTP95: `histogram_quantile(0.95, sum by (le, $by) (` +
+		`rate(vllm:inter_token_latency_seconds_bucket{$sel}[$window])` +
+		` or rate(vllm:time_per_output_token_seconds_bucket{$sel}[$window])` +
+		` or rate(sglang:inter_token_latency_seconds_bucket{$sel}[$window])` +
+		` or rate(sglang:time_per_output_token_seconds_bucket{$sel}[$window])` +
+		` or rate(trtllm_time_per_output_token_seconds_bucket{$sel}[$window])))`,
+	SignalSuccessRate: `(1 - (` +
+		`sum by ($by) (rate(vllm:request_success_total{$sel finished_reason=~"abort|error"}[$window]))` +
+		` or 0 * sum by ($by) (rate(vllm:request_success_total{$sel}[$window])))` +
+		` / sum by ($by) (rate(vllm:request_success_total{$sel}[$window])))` +
+		` or (1 - sum by ($by) (rate(sglang:num_aborted_requests_total{$sel}[$window]))` +
+		` / sum by ($by) (rate(sglang:num_requests_total{$sel}[$window])))` +
+		` or (1 - sum by ($by) (rate(trtllm_request_error_total{$sel}[$window]))` +
+		` / (sum by ($by) (rate(trtllm_request_error_total{$sel}[$window])) + sum by ($by) (rate(trtllm_request_success_total{$sel}[$window]))))`,
+	SignalQueueGrowth: `sum by ($by) (deriv(vllm:num_requests_waiting{$sel}[$window]))` +
+		` or sum by ($by) (deriv(sglang:num_queue_reqs{$sel}[$window]))` +
+		` or sum by ($by) (deriv(trtllm_num_requests_waiting{$sel}[$window]))`,
+}
+
+// Detection defaults: they work out of the box against a vLLM sidecar
+// scraped every 5 s.
+const (
+	DefaultShortWindow = time.Minute
+	DefaultLongWindow  = 3 * time.Minute
+	DefaultBaseline    = time.Hour
+	DefaultFor         = 5 * time.Second
+)
+
+// DefaultGroupBy is the label set that makes a detection scope.
+var DefaultGroupBy = []string{"model_name"}
+
+// DetectConfig configures the detector: which triggers run, over which
+// windows, and how long a condition must hold before it fires. It is the
+// `detect:` section of the daemon's YAML config; zero values get defaults.
+type DetectConfig struct {
+	// Selector is extra PromQL label matchers (without braces) applied to every query.
+	Selector string `yaml:"selector,omitempty" json:"selector,omitempty"`
+	// GroupBy are the labels that tell scopes apart (default model_name).
+	GroupBy []string `yaml:"group_by,omitempty" json:"group_by,omitempty"`
+	// ShortWindow catches a change fast (default 1m).
+	ShortWindow time.Duration `yaml:"short_window,omitempty" json:"short_window,omitempty"`
+	// LongWindow confirms it (default 3m). Both windows must violate.
+	LongWindow time.Duration `yaml:"long_window,omitempty" json:"long_window,omitempty"`
+	// Baseline is how far back the reference window ends (default 1h). While
+	// the store holds less history than that, the detector falls back to
+	// Baseline/4 and then to twice the long window.
+	Baseline time.Duration `yaml:"baseline,omitempty" json:"baseline,omitempty"`
+	// For is how long a condition must hold before it fires (default 5s: two
+	// consecutive evaluations at the default scrape interval).
+	For time.Duration `yaml:"for,omitempty" json:"for,omitempty"`
+	// Triggers replace the built-in defaults when set.
+	Triggers []Trigger `yaml:"triggers,omitempty" json:"triggers,omitempty"`
+}
+
+// Trigger is one detection condition. It fires for a scope when, in both
+// windows, any of its conditions holds: the value reached Ratio times the
+// baseline (and rose by at least MinIncrease), went above Above, or went
+// below Below.
+type Trigger struct {
+	// Name identifies the trigger in output and metrics.
+	Name string `yaml:"name" json:"name"`
+	// Signal is a built-in signal (ttft_p95, tpot_p95, success_rate, queue_growth).
+	Signal string `yaml:"signal,omitempty" json:"signal,omitempty"`
+	// Expr is custom PromQL used instead of Signal; it may use $sel, $by and $window.
+	Expr string `yaml:"expr,omitempty" json:"expr,omitempty"`
+	// Ratio fires when value >= Ratio × baseline. Zero disables it.
+	Ratio float64 `yaml:"ratio,omitempty" json:"ratio,omitempty"`
+	// MinIncrease is the least absolute rise over the baseline for Ratio to count.
+	MinIncrease float64 `yaml:"min_increase,omitempty" json:"min_increase,omitempty"`
+	// Above is an absolute SLO: fires when value > Above.
+	Above *float64 `yaml:"above,omitempty" json:"above,omitempty"`
+	// Below fires when value < Below (success rate).
+	Below *float64 `yaml:"below,omitempty" json:"below,omitempty"`
+	// For overrides the detector's hold for this trigger.
+	For *time.Duration `yaml:"for,omitempty" json:"for,omitempty"`
+	// Severity of an incident this trigger opens (default warning).
+	Severity Severity `yaml:"severity,omitempty" json:"severity,omitempty"`
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// DefaultTriggers returns the built-in triggers: TTFT p95 at 2× baseline,
+// TPOT p95 at 1.5× baseline, success rate below 98% (critical), and a waiting
+// queue growing by more than one request every 5 s.
+func DefaultTriggers() []Trigger {
+	return []Trigger{
+		{Name: "ttft_p95", Signal: SignalTTFTP95, Ratio: 2, MinIncrease: 0.1, Severity: SeverityWarning},
+		{Name: "tpot_p95", Signal: SignalTPOTP95, Ratio: 1.5, MinIncrease: 0.01, Severity: SeverityWarning},
+		{Name: "success_rate", Signal: SignalSuccessRate, Below: ptr(0.98), Severity: SeverityCritical},
+		{Name: "queue_growth", Signal: SignalQueueGrowth, Above: ptr(0.2), Severity: SeverityWarning},
+	}
+}
+
+// WithDefaults returns c with every zero value replaced by its default.
+func (c DetectConfig) WithDefaults() DetectConfig {
+	if len(c.GroupBy) == 0 {
+		c.GroupBy = append([]string(nil), DefaultGroupBy...)
+	}
+	if c.ShortWindow == 0 {
+		c.ShortWindow = DefaultShortWindow
+	}
+	if c.LongWindow == 0 {
+		c.LongWindow = DefaultLongWindow
+	}
+	if c.Baseline == 0 {
+		c.Baseline = DefaultBaseline
+	}
+	if c.For == 0 {
+		c.For = DefaultFor
+	}
+	if len(c.Triggers) == 0 {
+		c.Triggers = DefaultTriggers()
+	}
+	ts := make([]Trigger, len(c.Triggers))
+	for i, t := range c.Triggers {
+		if t.Severity == "" {
+			t.Severity = SeverityWarning
+		}
+		if t.Name == "" {
+			t.Name = t.Signal
+		}
+		ts[i] = t
+	}
+	c.Triggers = ts
+	return c
+}
+
+// Validate reports every problem with c (after defaults), joined.
+func (c DetectConfig) Validate() error {
+	c = c.WithDefaults()
+	var errs []error
+	if c.ShortWindow < 0 || c.LongWindow < 0 || c.Baseline < 0 || c.For < 0 {
+		errs = append(errs, errors.New("windows, baseline and for must not be negative"))
+	}
+	if c.ShortWindow > c.LongWindow {
+		errs = append(errs, fmt.Errorf("short_window %s is longer than long_window %s", c.ShortWindow, c.LongWindow))
+	}
+	for _, l := range c.GroupBy {
+		if !model.LabelName(l).IsValidLegacy() {
+			errs = append(errs, fmt.Errorf("group_by: invalid label name %q", l))
+		}
+	}
+	if c.Selector != "" {
+		if _, err := parser.NewParser(parser.Options{}).ParseMetricSelector("{" + c.Selector + "}"); err != nil {
+			errs = append(errs, fmt.Errorf("selector %q: %w", c.Selector, err))
+		}
+	}
+	seen := map[string]bool{}
+	for i, t := range c.Triggers {
+		where := fmt.Sprintf("trigger %d (%s)", i+1, t.Name)
+		if seen[t.Name] {
+			errs = append(errs, fmt.Errorf("%s: duplicate name", where))
+		}
+		seen[t.Name] = true
+		switch {
+		case t.Signal == "" && t.Expr == "":
+			errs = append(errs, fmt.Errorf("%s: set signal or expr", where))
+		case t.Signal != "" && t.Expr != "":
+			errs = append(errs, fmt.Errorf("%s: signal and expr are exclusive", where))
+		case t.Signal != "" && signalExprs[t.Signal] == "":
+			errs = append(errs, fmt.Errorf("%s: unknown signal %q (want ttft_p95, tpot_p95, success_rate or queue_growth)", where, t.Signal))
+		}
+		if t.Ratio == 0 && t.Above == nil && t.Below == nil {
+			errs = append(errs, fmt.Errorf("%s: no condition: set ratio, above or below", where))
+		}
+		if t.Ratio < 0 || (t.Ratio > 0 && t.Ratio <= 1) {
+			errs = append(errs, fmt.Errorf("%s: ratio %g must be greater than 1", where, t.Ratio))
+		}
+		if t.For != nil && *t.For < 0 {
+			errs = append(errs, fmt.Errorf("%s: for must not be negative", where))
+		}
+		switch t.Severity {
+		case SeverityWarning, SeverityCritical:
+		default:
+			errs = append(errs, fmt.Errorf("%s: severity %q (want warning or critical)", where, t.Severity))
+		}
+		if t.Signal == "" || signalExprs[t.Signal] != "" {
+			expr := c.expr(t, c.ShortWindow)
+			if _, err := parser.NewParser(parser.Options{}).ParseExpr(expr); err != nil {
+				errs = append(errs, fmt.Errorf("%s: expr: %w", where, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c DetectConfig) expr(t Trigger, window time.Duration) string {
+	tmpl := t.Expr
+	if tmpl == "" {
+		tmpl = signalExprs[t.Signal]
+	}
+	sel := ""
+	if c.Selector != "" {
+		sel = c.Selector + ","
+	}
+	return strings.NewReplacer(
+		"$sel", sel,
+		"$by", strings.Join(c.GroupBy, ", "),
+		"$window", model.Duration(window).String(),
+	).Replace(tmpl)
+}
+
+// TriggerState is where one trigger stands for one scope.
+type TriggerState int
+
+// Trigger states, as in Prometheus alerting rules.
+const (
+	TriggerInactive TriggerState = iota
+	TriggerPending
+	TriggerFiring
+)
+
+// String returns the state's name.
+func (s TriggerState) String() string {
+	switch s {
+	case TriggerInactive:
+		return "inactive"
+	case TriggerPending:
+		return "pending"
+	case TriggerFiring:
+		return "firing"
+	}
+	return fmt.Sprintf("trigger_state(%d)", int(s))
+}
+
+// MarshalText encodes the state by name.
+func (s TriggerState) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// TriggerResult is one trigger's evaluation for one scope.
+type TriggerResult struct {
+	Name  string       `json:"name"`
+	State TriggerState `json:"state"`
+	// Short, Long and Baseline are the signal values; nil means no data.
+	Short    *float64 `json:"short"`
+	Long     *float64 `json:"long"`
+	Baseline *float64 `json:"baseline"`
+	// Since is when the condition started holding (pending or firing).
+	Since time.Time `json:"since,omitzero"`
+	// Reason says which condition holds, e.g. "ratio 3.10 >= 2".
+	Reason   string   `json:"reason,omitempty"`
+	Severity Severity `json:"severity"`
+}
+
+// Detection is the detector's output for one scope.
+type Detection struct {
+	// Key identifies the scope: its selector, labels sorted.
+	Key      string          `json:"key"`
+	Scope    Scope           `json:"scope"`
+	Firing   bool            `json:"firing"`
+	Severity Severity        `json:"severity"`
+	Triggers []TriggerResult `json:"triggers"`
+}
+
+// FiringTriggers returns the names of the firing triggers.
+func (d Detection) FiringTriggers() []string {
+	var out []string
+	for _, t := range d.Triggers {
+		if t.State == TriggerFiring {
+			out = append(out, t.Name)
+		}
+	}
+	return out
+}
+
+// Detector evaluates triggers each interval. It keeps only the pending-since
+// times that implement the `for` hold; time always comes in as an argument.
+// A Detector is not safe for concurrent use.
+type Detector struct {
+	cfg     DetectConfig
+	pending map[string]time.Time // scope key + "\x00" + trigger name
+}
+
+// NewDetector validates cfg and returns a detector.
+func NewDetector(cfg DetectConfig) (*Detector, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("detect config: %w", err)
+	}
+	return &Detector{cfg: cfg.WithDefaults(), pending: map[string]time.Time{}}, nil
+}
+
+// Config returns the detector's effective configuration.
+func (d *Detector) Config() DetectConfig { return d.cfg }
+
+// Evaluate runs every trigger at time at and returns one Detection per scope
+// that has data, sorted by key. A query error fails the evaluation; the
+// pending state is left untouched then.
+func (d *Detector) Evaluate(ctx context.Context, m Metrics, at time.Time) ([]Detection, error) {
+	type vals struct{ short, long, base *float64 }
+	byScope := map[string]*Detection{}
+	results := make([]map[string]vals, len(d.cfg.Triggers))
+	for i, t := range d.cfg.Triggers {
+		short, err := d.query(ctx, m, t, d.cfg.ShortWindow, at)
+		if err != nil {
+			return nil, fmt.Errorf("trigger %s: %w", t.Name, err)
+		}
+		long, err := d.query(ctx, m, t, d.cfg.LongWindow, at)
+		if err != nil {
+			return nil, fmt.Errorf("trigger %s: %w", t.Name, err)
+		}
+		base := map[string]float64{}
+		if t.Ratio > 0 {
+			for _, off := range []time.Duration{d.cfg.Baseline, d.cfg.Baseline / 4, 2 * d.cfg.LongWindow} {
+				b, err := d.query(ctx, m, t, d.cfg.LongWindow, at.Add(-off))
+				if err != nil {
+					return nil, fmt.Errorf("trigger %s baseline: %w", t.Name, err)
+				}
+				if len(b) > 0 {
+					base = b
+					break
+				}
+			}
+		}
+		results[i] = map[string]vals{}
+		for key, v := range short {
+			r := results[i][key]
+			r.short = ptr(v)
+			results[i][key] = r
+		}
+		for key, v := range long {
+			r := results[i][key]
+			r.long = ptr(v)
+			results[i][key] = r
+		}
+		for key, v := range base {
+			if r, ok := results[i][key]; ok {
+				r.base = ptr(v)
+				results[i][key] = r
+			}
+		}
+		for key := range results[i] {
+			if byScope[key] == nil {
+				byScope[key] = &Detection{Key: key, Scope: d.scopeOf(key), Severity: SeverityNone}
+			}
+		}
+	}
+	live := map[string]bool{}
+	for i, t := range d.cfg.Triggers {
+		hold := d.cfg.For
+		if t.For != nil {
+			hold = *t.For
+		}
+		for key, det := range byScope {
+			r := results[i][key]
+			tr := TriggerResult{Name: t.Name, Short: r.short, Long: r.long, Baseline: r.base, Severity: t.Severity}
+			reason, okShort := t.holds(r.short, r.base)
+			_, okLong := t.holds(r.long, r.base)
+			pk := key + "\x00" + t.Name
+			if okShort && okLong {
+				since, ok := d.pending[pk]
+				if !ok {
+					since = at
+				}
+				live[pk] = true
+				tr.Since, tr.Reason, tr.State = since, reason, TriggerPending
+				if at.Sub(since) >= hold {
+					tr.State = TriggerFiring
+					det.Firing = true
+					if severityRank(t.Severity) > severityRank(det.Severity) {
+						det.Severity = t.Severity
+					}
+				}
+			}
+			det.Triggers = append(det.Triggers, tr)
+		}
+	}
+	for pk := range d.pending {
+		if !live[pk] {
+			delete(d.pending, pk)
+		}
+	}
+	for pk := range live {
+		if _, ok := d.pending[pk]; !ok {
+			d.pending[pk] = at
+		}
+	}
+	out := make([]Detection, 0, len(byScope))
+	for _, det := range byScope {
+		out = append(out, *det)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
+}
+
+// holds reports whether one window's value meets a condition of t.
+func (t Trigger) holds(v, base *float64) (string, bool) {
+	if v == nil {
+		return "", false
+	}
+	if t.Below != nil && *v < *t.Below {
+		return fmt.Sprintf("%.4g < %g", *v, *t.Below), true
+	}
+	if t.Above != nil && *v > *t.Above {
+		return fmt.Sprintf("%.4g > %g", *v, *t.Above), true
+	}
+	if t.Ratio > 0 && base != nil && *base > 0 && *v >= t.Ratio**base && *v-*base >= t.MinIncrease {
+		return fmt.Sprintf("%.4g is %.2f× baseline %.4g (>= %g×)", *v, *v / *base, *base, t.Ratio), true
+	}
+	return "", false
+}
+
+// query evaluates t over window at time at and returns finite values by scope key.
+func (d *Detector) query(ctx context.Context, m Metrics, t Trigger, window time.Duration, at time.Time) (map[string]float64, error) {
+	vec, _, err := m.Query(ctx, d.cfg.expr(t, window), at)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]float64, len(vec))
+	for _, s := range vec {
+		v := float64(s.Value)
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			continue
+		}
+		out[d.keyOf(s.Metric)] = v
+	}
+	return out, nil
+}
+
+// keyOf builds the scope key (a PromQL selector) from the group-by labels.
+func (d *Detector) keyOf(m model.Metric) string {
+	parts := make([]string, 0, len(d.cfg.GroupBy)+1)
+	if d.cfg.Selector != "" {
+		parts = append(parts, d.cfg.Selector)
+	}
+	names := append([]string(nil), d.cfg.GroupBy...)
+	sort.Strings(names)
+	for _, l := range names {
+		if v, ok := m[model.LabelName(l)]; ok && v != "" {
+			parts = append(parts, fmt.Sprintf("%s=%q", l, string(v)))
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// scopeOf turns a scope key back into a Scope.
+func (d *Detector) scopeOf(key string) Scope {
+	s := Scope{Selector: key}
+	ms, err := parser.NewParser(parser.Options{}).ParseMetricSelector("{" + key + "}")
+	if err != nil || key == "" {
+		return s
+	}
+	group := map[string]bool{}
+	for _, l := range d.cfg.GroupBy {
+		group[l] = true
+	}
+	for _, m := range ms {
+		if group[m.Name] {
+			if s.Labels == nil {
+				s.Labels = map[string]string{}
+			}
+			s.Labels[m.Name] = m.Value
+		}
+	}
+	return s
+}
+
+func severityRank(s Severity) int {
+	switch s {
+	case SeverityWarning:
+		return 1
+	case SeverityCritical:
+		return 2
+	}
+	return 0
+}

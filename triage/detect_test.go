@@ -1,0 +1,240 @@
+package triage
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql"
+	"github.com/prometheus/prometheus/promql/promqltest"
+	"github.com/prometheus/prometheus/storage"
+)
+
+// detectTestMetrics answers PromQL over a promqltest storage.
+type detectTestMetrics struct {
+	engine *promql.Engine
+	store  storage.Queryable
+}
+
+func newDetectTestMetrics(t *testing.T, load string) *detectTestMetrics {
+	t.Helper()
+	st := promqltest.LoadedStorage(t, load)
+	t.Cleanup(func() { st.Close() })
+	eng := promql.NewEngine(promql.EngineOpts{MaxSamples: 50_000_000, Timeout: time.Minute, LookbackDelta: 5 * time.Minute})
+	return &detectTestMetrics{engine: eng, store: st}
+}
+
+func (m *detectTestMetrics) Query(ctx context.Context, expr string, at time.Time) (model.Vector, []string, error) {
+	q, err := m.engine.NewInstantQuery(ctx, m.store, nil, expr, at)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer q.Close()
+	res := q.Exec(ctx)
+	if res.Err != nil {
+		return nil, nil, res.Err
+	}
+	v, err := res.Vector()
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make(model.Vector, 0, len(v))
+	for _, s := range v {
+		met := model.Metric{}
+		s.Metric.Range(func(l labels.Label) { met[model.LabelName(l.Name)] = model.LabelValue(l.Value) })
+		out = append(out, &model.Sample{Metric: met, Value: model.SampleValue(s.F), Timestamp: model.TimeFromUnixNano(at.UnixNano())})
+	}
+	return out, nil, nil
+}
+
+func (m *detectTestMetrics) QueryRange(context.Context, string, time.Time, time.Time, time.Duration) (model.Matrix, []string, error) {
+	return nil, nil, fmt.Errorf("not used")
+}
+
+// ttftLoad builds TTFT histograms for scope "bad" (healthy for 70 minutes,
+// then every new request lands in (0.25, 1]) and scope "ok" (healthy
+// throughout, with one slow scrape at 75m).
+func ttftLoad() string {
+	var b strings.Builder
+	b.WriteString("load 5s\n")
+	series := func(model, le, values string) {
+		fmt.Fprintf(&b, "  vllm:time_to_first_token_seconds_bucket{model_name=%q,le=%q} %s\n", model, le, values)
+	}
+	series("bad", "0.1", "0+10x840 8400+0x120")
+	series("bad", "0.25", "0+10x840 8400+0x120")
+	series("bad", "1", "0+10x840 8400+10x120")
+	series("bad", "+Inf", "0+10x840 8400+10x120")
+	// One noisy scrape at sample 900: ten slow requests, then healthy again.
+	series("ok", "0.1", "0+10x900 9000+0x1 9000+10x60")
+	series("ok", "0.25", "0+10x900 9000+0x1 9000+10x60")
+	series("ok", "1", "0+10x900 9010+0x1 9010+10x60")
+	series("ok", "+Inf", "0+10x900 9010+0x1 9010+10x60")
+	return b.String()
+}
+
+func TestDetectTTFTFiresWithinIntervals(t *testing.T) {
+	m := newDetectTestMetrics(t, ttftLoad())
+	d, err := NewDetector(DetectConfig{Triggers: []Trigger{{Name: "ttft", Signal: SignalTTFTP95, Ratio: 2, MinIncrease: 0.1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Unix(0, 0)
+	step := 5 * time.Second
+	crossed, fired := -1, -1
+	for i := 830; i <= 960; i++ {
+		at := start.Add(time.Duration(i) * step)
+		dets, err := d.Evaluate(context.Background(), m, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, det := range dets {
+			tr := det.Triggers[0]
+			switch det.Key {
+			case `model_name="ok"`:
+				if det.Firing {
+					t.Fatalf("scope ok fired at sample %d on one noisy scrape: %+v", i, tr)
+				}
+			case `model_name="bad"`:
+				if crossed < 0 && tr.Short != nil && tr.Baseline != nil && *tr.Short >= 2**tr.Baseline {
+					crossed = i
+				}
+				if fired < 0 && det.Firing {
+					fired = i
+					if det.Severity != SeverityWarning || det.Scope.Labels["model_name"] != "bad" {
+						t.Errorf("detection = %+v", det)
+					}
+					if tr.Reason == "" || tr.Long == nil || tr.Since.IsZero() {
+						t.Errorf("firing trigger lacks values: %+v", tr)
+					}
+				}
+			}
+		}
+	}
+	if crossed < 0 || fired < 0 {
+		t.Fatalf("crossed at %d, fired at %d", crossed, fired)
+	}
+	if n := fired - crossed; n > 3 {
+		t.Errorf("fired %d intervals after the short window crossed (want <= 3)", n)
+	}
+	if fired-841 > 3 {
+		t.Errorf("fired %d intervals after the onset (want <= 3)", fired-841)
+	}
+	if fired <= 840 {
+		t.Errorf("fired at sample %d, before the onset at 841", fired)
+	}
+	t.Logf("onset 841, short window crossed at %d, fired at %d", crossed, fired)
+}
+
+func TestDetectForHold(t *testing.T) {
+	m := newDetectTestMetrics(t, ttftLoad())
+	hold := 10 * time.Minute
+	d, err := NewDetector(DetectConfig{Triggers: []Trigger{{Name: "ttft", Signal: SignalTTFTP95, Ratio: 2, For: &hold}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 841; i <= 960; i++ {
+		dets, err := d.Evaluate(context.Background(), m, time.Unix(int64(i)*5, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, det := range dets {
+			if det.Firing {
+				t.Fatalf("fired at sample %d within a 10m hold", i)
+			}
+		}
+	}
+}
+
+func TestDetectSuccessRateAndQueue(t *testing.T) {
+	load := `load 5s
+  vllm:request_success_total{model_name="m",finished_reason="stop"} 0+10x200
+  vllm:request_success_total{model_name="m",finished_reason="abort"} 0+0x100 0+1x100
+  vllm:request_success_total{model_name="n",finished_reason="stop"} 0+10x200
+  vllm:num_requests_waiting{model_name="m"} 0+0x100 0+3x100
+  vllm:num_requests_waiting{model_name="n"} 0+0x200
+`
+	m := newDetectTestMetrics(t, load)
+	d, err := NewDetector(DetectConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last []Detection
+	for i := 100; i <= 180; i++ {
+		last, err = d.Evaluate(context.Background(), m, time.Unix(int64(i)*5, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(last) != 2 {
+		t.Fatalf("want 2 scopes, got %+v", last)
+	}
+	byName := map[string]Detection{}
+	for _, det := range last {
+		byName[det.Scope.Labels["model_name"]] = det
+	}
+	mDet := byName["m"]
+	if !mDet.Firing || mDet.Severity != SeverityCritical {
+		t.Fatalf("scope m = %+v", mDet)
+	}
+	got := strings.Join(mDet.FiringTriggers(), ",")
+	if got != "success_rate,queue_growth" {
+		t.Errorf("firing triggers = %s", got)
+	}
+	if byName["n"].Firing {
+		t.Errorf("scope n fired: %+v", byName["n"])
+	}
+	for _, tr := range byName["n"].Triggers {
+		if tr.Name == "success_rate" && (tr.Short == nil || *tr.Short != 1) {
+			t.Errorf("n success rate = %v", tr.Short)
+		}
+	}
+}
+
+func TestDetectConfigValidate(t *testing.T) {
+	neg := -time.Second
+	tests := []struct {
+		name string
+		cfg  DetectConfig
+		want string
+	}{
+		{"defaults", DetectConfig{}, ""},
+		{"unknown signal", DetectConfig{Triggers: []Trigger{{Name: "x", Signal: "ttft_p99", Ratio: 2}}}, `unknown signal "ttft_p99"`},
+		{"no condition", DetectConfig{Triggers: []Trigger{{Name: "x", Signal: SignalTTFTP95}}}, "no condition"},
+		{"both", DetectConfig{Triggers: []Trigger{{Name: "x", Signal: SignalTTFTP95, Expr: "up", Ratio: 2}}}, "exclusive"},
+		{"bad expr", DetectConfig{Triggers: []Trigger{{Name: "x", Expr: "rate(up[", Above: ptr(1.0)}}}, "expr:"},
+		{"ratio", DetectConfig{Triggers: []Trigger{{Name: "x", Signal: SignalTTFTP95, Ratio: 0.5}}}, "greater than 1"},
+		{"windows", DetectConfig{ShortWindow: time.Hour}, "longer than long_window"},
+		{"group", DetectConfig{GroupBy: []string{"bad-label"}}, "invalid label name"},
+		{"selector", DetectConfig{Selector: `job=`}, "selector"},
+		{"severity", DetectConfig{Triggers: []Trigger{{Name: "x", Signal: SignalTTFTP95, Ratio: 2, Severity: "page"}}}, "severity"},
+		{"for", DetectConfig{Triggers: []Trigger{{Name: "x", Signal: SignalTTFTP95, Ratio: 2, For: &neg}}}, "for must not"},
+		{"dup", DetectConfig{Triggers: []Trigger{{Name: "x", Signal: SignalTTFTP95, Ratio: 2}, {Name: "x", Signal: SignalTPOTP95, Ratio: 2}}}, "duplicate"},
+		{"custom", DetectConfig{Selector: `job="vllm"`, Triggers: []Trigger{{Name: "x", Expr: `sum by ($by) (rate(foo{$sel}[$window]))`, Above: ptr(1.0)}}}, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestTriggerStateString(t *testing.T) {
+	for s, want := range map[TriggerState]string{TriggerInactive: "inactive", TriggerPending: "pending", TriggerFiring: "firing", 7: "trigger_state(7)"} {
+		if s.String() != want {
+			t.Errorf("%d: %s", int(s), s)
+		}
+	}
+}

@@ -1,0 +1,565 @@
+package triage
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Incident defaults.
+const (
+	DefaultResolveAfter   = 3 * time.Minute
+	DefaultRepeatInterval = 4 * time.Hour
+	DefaultCauseHold      = 2
+	DefaultKeepResolved   = 100
+	// alertSeenTTL is how long an Alertmanager delivery is remembered for dedupe.
+	alertSeenTTL = 24 * time.Hour
+)
+
+// IncidentConfig sets the noise controls of incident tracking (the
+// `incidents:` section of the daemon config); zero values get defaults.
+type IncidentConfig struct {
+	// ResolveAfter is how long the detector must stay clear before an
+	// incident resolves (default 3m).
+	ResolveAfter time.Duration `yaml:"resolve_after,omitempty" json:"resolve_after,omitempty"`
+	// RepeatInterval re-notifies a long incident (default 4h).
+	RepeatInterval time.Duration `yaml:"repeat_interval,omitempty" json:"repeat_interval,omitempty"`
+	// CauseHold is how many consecutive triages a new top cause must lead
+	// before a "cause changed" notification (default 2). The first
+	// notification of an incident waits at most this many triages for a cause.
+	CauseHold int `yaml:"cause_hold,omitempty" json:"cause_hold,omitempty"`
+	// KeepResolved bounds the resolved incidents kept for the API (default 100).
+	KeepResolved int `yaml:"keep_resolved,omitempty" json:"keep_resolved,omitempty"`
+}
+
+// WithDefaults returns c with zero values replaced by defaults.
+func (c IncidentConfig) WithDefaults() IncidentConfig {
+	if c.ResolveAfter == 0 {
+		c.ResolveAfter = DefaultResolveAfter
+	}
+	if c.RepeatInterval == 0 {
+		c.RepeatInterval = DefaultRepeatInterval
+	}
+	if c.CauseHold == 0 {
+		c.CauseHold = DefaultCauseHold
+	}
+	if c.KeepResolved == 0 {
+		c.KeepResolved = DefaultKeepResolved
+	}
+	return c
+}
+
+// Validate reports every problem with c, joined.
+func (c IncidentConfig) Validate() error {
+	var errs []error
+	if c.ResolveAfter < 0 {
+		errs = append(errs, errors.New("resolve_after must not be negative"))
+	}
+	if c.RepeatInterval < 0 {
+		errs = append(errs, errors.New("repeat_interval must not be negative"))
+	}
+	if c.CauseHold < 0 {
+		errs = append(errs, errors.New("cause_hold must not be negative"))
+	}
+	if c.KeepResolved < 0 {
+		errs = append(errs, errors.New("keep_resolved must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// IncidentStatus says whether an incident is still going on.
+type IncidentStatus int
+
+// Incident statuses.
+const (
+	IncidentOpen IncidentStatus = iota
+	IncidentResolved
+)
+
+// String returns the status name.
+func (s IncidentStatus) String() string {
+	switch s {
+	case IncidentOpen:
+		return "open"
+	case IncidentResolved:
+		return "resolved"
+	}
+	return fmt.Sprintf("incident_status(%d)", int(s))
+}
+
+// MarshalText encodes the status by name.
+func (s IncidentStatus) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// UnmarshalText decodes a status name.
+func (s *IncidentStatus) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "open":
+		*s = IncidentOpen
+	case "resolved":
+		*s = IncidentResolved
+	default:
+		return fmt.Errorf("unknown incident status %q", b)
+	}
+	return nil
+}
+
+// EventKind is what happened to an incident that a human should hear about.
+type EventKind int
+
+// Event kinds.
+const (
+	EventOpened EventKind = iota
+	EventCauseChanged
+	EventEscalated
+	EventRepeated
+	EventResolved
+)
+
+// String returns the event kind's name.
+func (k EventKind) String() string {
+	switch k {
+	case EventOpened:
+		return "opened"
+	case EventCauseChanged:
+		return "cause_changed"
+	case EventEscalated:
+		return "escalated"
+	case EventRepeated:
+		return "repeated"
+	case EventResolved:
+		return "resolved"
+	}
+	return fmt.Sprintf("event_kind(%d)", int(k))
+}
+
+// MarshalText encodes the kind by name.
+func (k EventKind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
+// Condition is the incident's condition in node-problem-detector's sense:
+// its TransitionTime changes only when Status or Reason changes, so a flapping
+// input does not look like a stream of new problems.
+type Condition struct {
+	Type           string    `json:"type"`
+	Status         bool      `json:"status"`
+	Reason         string    `json:"reason"`
+	Message        string    `json:"message,omitempty"`
+	TransitionTime time.Time `json:"transition_time"`
+}
+
+// ConditionType is the type of every incident condition.
+const ConditionType = "InferenceDegraded"
+
+// AlertRef is an Alertmanager alert attached to an incident.
+type AlertRef struct {
+	Fingerprint string            `json:"fingerprint"`
+	Name        string            `json:"name,omitempty"`
+	StartsAt    time.Time         `json:"starts_at"`
+	Labels      map[string]string `json:"labels,omitempty"`
+}
+
+// Notified records the last notification sent for an incident.
+type Notified struct {
+	Count    int       `json:"count"`
+	At       time.Time `json:"at,omitzero"`
+	Cause    string    `json:"cause,omitempty"`
+	Severity Severity  `json:"severity,omitempty"`
+}
+
+// Incident is one degradation of one scope, from open to resolve.
+type Incident struct {
+	ID       string         `json:"id"`
+	Key      string         `json:"key"`
+	Scope    Scope          `json:"scope"`
+	Status   IncidentStatus `json:"status"`
+	Severity Severity       `json:"severity"`
+	// TopCause is the id of the leading cause of the latest verdict with one.
+	TopCause string `json:"top_cause,omitempty"`
+	// Triggers are the detector triggers firing at the last evaluation.
+	Triggers   []string  `json:"triggers,omitempty"`
+	OpenedAt   time.Time `json:"opened_at"`
+	UpdatedAt  time.Time `json:"updated_at"`
+	ResolvedAt time.Time `json:"resolved_at,omitzero"`
+	// ClearSince is when the detector last went clear while the incident was open.
+	ClearSince time.Time `json:"clear_since,omitzero"`
+	// Detected says the detector opened or holds the incident.
+	Detected bool `json:"detected"`
+	// Firing says the detector fired at its last evaluation of this scope.
+	Firing    bool                `json:"firing"`
+	Alerts    map[string]AlertRef `json:"alerts,omitempty"`
+	Condition Condition           `json:"condition"`
+	Verdict   *Verdict            `json:"verdict,omitempty"`
+	Triages   int                 `json:"triages"`
+	Notified  Notified            `json:"notified"`
+	// PendingCause is a new top cause waiting out CauseHold.
+	PendingCause string `json:"pending_cause,omitempty"`
+	PendingCount int    `json:"pending_count,omitempty"`
+}
+
+// Event is a change to an incident that goes to the notifiers.
+type Event struct {
+	Kind EventKind `json:"kind"`
+	At   time.Time `json:"at"`
+	// Incident is a snapshot taken when the event happened.
+	Incident Incident `json:"incident"`
+	// PreviousCause is the cause notified before a cause change.
+	PreviousCause string `json:"previous_cause,omitempty"`
+	// DedupeKey is built from deterministic fields only (scope, cause id,
+	// kind, incident open time, repeat number), never from rendered text.
+	DedupeKey string `json:"dedupe_key"`
+}
+
+// Tracker is the incident state machine: it opens incidents from detections
+// and alerts, decides which triage results are worth a notification, and
+// resolves. It does no I/O; time comes in as an argument. Its state
+// serialises to JSON (Snapshot, LoadTracker). Not safe for concurrent use.
+type Tracker struct {
+	cfg      IncidentConfig
+	open     map[string]*Incident
+	resolved []*Incident // newest last
+	seen     map[string]time.Time
+}
+
+// NewTracker returns an empty tracker.
+func NewTracker(cfg IncidentConfig) *Tracker {
+	return &Tracker{cfg: cfg.WithDefaults(), open: map[string]*Incident{}, seen: map[string]time.Time{}}
+}
+
+// SetConfig changes the noise controls (on reload); state is kept.
+func (t *Tracker) SetConfig(cfg IncidentConfig) { t.cfg = cfg.WithDefaults() }
+
+// Open reports whether an incident is open for key.
+func (t *Tracker) Open(key string) bool { return t.open[key] != nil }
+
+// Get returns a copy of the open incident for key, or of the newest resolved one.
+func (t *Tracker) Get(key string) (Incident, bool) {
+	if in := t.open[key]; in != nil {
+		return in.clone(), true
+	}
+	for i := len(t.resolved) - 1; i >= 0; i-- {
+		if t.resolved[i].Key == key {
+			return t.resolved[i].clone(), true
+		}
+	}
+	return Incident{}, false
+}
+
+// OpenKeys returns the keys of the open incidents, sorted.
+func (t *Tracker) OpenKeys() []string {
+	keys := make([]string, 0, len(t.open))
+	for k := range t.open {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// Incidents returns copies of the open incidents (by key) followed by the
+// resolved ones, newest first.
+func (t *Tracker) Incidents() []Incident {
+	out := make([]Incident, 0, len(t.open)+len(t.resolved))
+	for _, k := range t.OpenKeys() {
+		out = append(out, t.open[k].clone())
+	}
+	for i := len(t.resolved) - 1; i >= 0; i-- {
+		out = append(out, t.resolved[i].clone())
+	}
+	return out
+}
+
+// Observe feeds the detector's result for one scope at time at. A firing
+// detection opens an incident (the caller then triages it and calls Record);
+// a clear one starts the resolve countdown and may resolve the incident.
+func (t *Tracker) Observe(d Detection, at time.Time) []Event {
+	in := t.open[d.Key]
+	if d.Firing {
+		if in == nil {
+			in = t.openIncident(d.Key, d.Scope, at)
+		}
+		in.Detected, in.Firing = true, true
+		in.Triggers = d.FiringTriggers()
+		in.ClearSince = time.Time{}
+		if severityRank(d.Severity) > severityRank(in.Severity) {
+			in.Severity = d.Severity
+		}
+		in.UpdatedAt = at
+		return nil
+	}
+	if in == nil {
+		return nil
+	}
+	if in.Firing || in.ClearSince.IsZero() {
+		in.ClearSince = at
+	}
+	in.Firing = false
+	in.Triggers = nil
+	return t.maybeResolve(in, at)
+}
+
+// Record takes the verdict of a triage of an open incident and returns the
+// notifications it warrants: the first one (opened), a top-cause change that
+// held for CauseHold triages, a severity escalation, or a repeat.
+func (t *Tracker) Record(key string, v *Verdict, at time.Time) []Event {
+	in := t.open[key]
+	if in == nil || v == nil {
+		return nil
+	}
+	in.Triages++
+	// Keep the last verdict that says something: a scope that lost its
+	// data should not replace the diagnosis with "insufficient data".
+	if in.Verdict == nil || v.Status != StatusInsufficientData {
+		in.Verdict = v
+	}
+	in.UpdatedAt = at
+	top := ""
+	if v.Status == StatusAnomaly && len(v.Causes) > 0 {
+		top = v.Causes[0].ID
+	}
+	if severityRank(v.Severity) > severityRank(in.Severity) {
+		in.Severity = v.Severity
+	}
+	if in.Notified.Count == 0 {
+		// Wait briefly for a verdict that names a cause.
+		if top == "" && in.Triages < t.cfg.CauseHold {
+			return nil
+		}
+		in.TopCause = top
+		t.setCondition(in, true, at)
+		return []Event{t.notify(in, EventOpened, "", at)}
+	}
+	if top != "" && top != in.Notified.Cause {
+		if top == in.PendingCause {
+			in.PendingCount++
+		} else {
+			in.PendingCause, in.PendingCount = top, 1
+		}
+		if in.PendingCount >= t.cfg.CauseHold {
+			prev := in.Notified.Cause
+			in.TopCause = top
+			in.PendingCause, in.PendingCount = "", 0
+			t.setCondition(in, true, at)
+			return []Event{t.notify(in, EventCauseChanged, prev, at)}
+		}
+	} else if top != "" {
+		in.PendingCause, in.PendingCount = "", 0
+	}
+	if severityRank(in.Severity) > severityRank(in.Notified.Severity) {
+		return []Event{t.notify(in, EventEscalated, "", at)}
+	}
+	if at.Sub(in.Notified.At) >= t.cfg.RepeatInterval {
+		return []Event{t.notify(in, EventRepeated, "", at)}
+	}
+	return nil
+}
+
+// SeenAlert reports whether an Alertmanager delivery of this alert with the
+// same status and start was already handled, and remembers it otherwise.
+func (t *Tracker) SeenAlert(fingerprint, status string, startsAt, at time.Time) bool {
+	k := fingerprint + "|" + status + "|" + startsAt.UTC().Format(time.RFC3339Nano)
+	for sk, when := range t.seen {
+		if at.Sub(when) > alertSeenTTL {
+			delete(t.seen, sk)
+		}
+	}
+	if _, ok := t.seen[k]; ok {
+		return true
+	}
+	t.seen[k] = at
+	return false
+}
+
+// AlertFiring attaches a firing Alertmanager alert to the incident of key,
+// opening one when none is open. The caller then triages and calls Record.
+func (t *Tracker) AlertFiring(key string, scope Scope, a AlertRef, sev Severity, at time.Time) {
+	in := t.open[key]
+	if in == nil {
+		in = t.openIncident(key, scope, at)
+	}
+	if in.Alerts == nil {
+		in.Alerts = map[string]AlertRef{}
+	}
+	in.Alerts[a.Fingerprint] = a
+	if severityRank(sev) > severityRank(in.Severity) {
+		in.Severity = sev
+	}
+	in.UpdatedAt = at
+}
+
+// AlertResolved detaches a resolved alert; the incident closes at once when
+// no alert is left and the detector does not hold it.
+func (t *Tracker) AlertResolved(key, fingerprint string, at time.Time) []Event {
+	in := t.open[key]
+	if in == nil {
+		return nil
+	}
+	if _, ok := in.Alerts[fingerprint]; !ok {
+		return nil
+	}
+	delete(in.Alerts, fingerprint)
+	in.UpdatedAt = at
+	if len(in.Alerts) > 0 {
+		return nil
+	}
+	if !in.Detected {
+		return t.resolve(in, at)
+	}
+	return t.maybeResolve(in, at)
+}
+
+func (t *Tracker) maybeResolve(in *Incident, at time.Time) []Event {
+	if len(in.Alerts) > 0 || in.Firing {
+		return nil
+	}
+	if in.Detected && at.Sub(in.ClearSince) < t.cfg.ResolveAfter {
+		return nil
+	}
+	return t.resolve(in, at)
+}
+
+func (t *Tracker) openIncident(key string, scope Scope, at time.Time) *Incident {
+	in := &Incident{
+		ID:       key + "@" + strconv.FormatInt(at.Unix(), 10),
+		Key:      key,
+		Scope:    scope,
+		Status:   IncidentOpen,
+		Severity: SeverityNone,
+		OpenedAt: at,
+	}
+	in.UpdatedAt = at
+	t.setCondition(in, true, at)
+	t.open[key] = in
+	return in
+}
+
+func (t *Tracker) resolve(in *Incident, at time.Time) []Event {
+	in.Status = IncidentResolved
+	in.ResolvedAt = at
+	in.UpdatedAt = at
+	t.setCondition(in, false, at)
+	delete(t.open, in.Key)
+	t.resolved = append(t.resolved, in)
+	if n := len(t.resolved) - t.cfg.KeepResolved; n > 0 {
+		t.resolved = append([]*Incident(nil), t.resolved[n:]...)
+	}
+	if in.Notified.Count == 0 {
+		// Nobody heard about it opening; a lone resolve would only confuse.
+		return nil
+	}
+	return []Event{t.notify(in, EventResolved, "", at)}
+}
+
+// setCondition updates the condition; the transition time moves only when
+// the status or the reason changes.
+func (t *Tracker) setCondition(in *Incident, status bool, at time.Time) {
+	reason := "Resolved"
+	msg := "the detector has been clear and no alert is firing"
+	if status {
+		reason = in.TopCause
+		if reason == "" {
+			reason = "Degraded"
+		}
+		msg = "triggers: " + strings.Join(in.Triggers, ", ")
+		if len(in.Triggers) == 0 && len(in.Alerts) > 0 {
+			msg = fmt.Sprintf("%d Alertmanager alert(s) firing", len(in.Alerts))
+		}
+	}
+	c := &in.Condition
+	if c.Type == "" || c.Status != status || c.Reason != reason {
+		c.TransitionTime = at
+	}
+	c.Type, c.Status, c.Reason, c.Message = ConditionType, status, reason, msg
+}
+
+func (t *Tracker) notify(in *Incident, kind EventKind, prev string, at time.Time) Event {
+	in.Notified.Count++
+	in.Notified.At = at
+	in.Notified.Cause = in.TopCause
+	in.Notified.Severity = in.Severity
+	return Event{
+		Kind:          kind,
+		At:            at,
+		Incident:      in.clone(),
+		PreviousCause: prev,
+		DedupeKey:     DedupeKey(in, kind),
+	}
+}
+
+// DedupeKey builds a notification's dedupe key from deterministic fields:
+// the scope key, the top cause id, the event kind and the incident's open
+// time, plus the notification count for repeats and escalations.
+func DedupeKey(in *Incident, kind EventKind) string {
+	cause := in.TopCause
+	if cause == "" {
+		cause = "-"
+	}
+	k := fmt.Sprintf("%s|%s|%s|%d", in.Key, cause, kind, in.OpenedAt.Unix())
+	if kind == EventRepeated || kind == EventEscalated {
+		k += "|" + strconv.Itoa(in.Notified.Count)
+	}
+	return k
+}
+
+func (in *Incident) clone() Incident {
+	c := *in
+	c.Triggers = append([]string(nil), in.Triggers...)
+	if in.Alerts != nil {
+		c.Alerts = make(map[string]AlertRef, len(in.Alerts))
+		for k, v := range in.Alerts {
+			c.Alerts[k] = v
+		}
+	}
+	return c
+}
+
+// trackerState is the persisted form of a Tracker.
+type trackerState struct {
+	Version  int                  `json:"version"`
+	Open     []*Incident          `json:"open"`
+	Resolved []*Incident          `json:"resolved"`
+	Seen     map[string]time.Time `json:"seen_alerts,omitempty"`
+}
+
+// Snapshot serialises the tracker's state to JSON.
+func (t *Tracker) Snapshot() ([]byte, error) {
+	st := trackerState{Version: 1, Resolved: t.resolved, Seen: t.seen}
+	for _, k := range t.OpenKeys() {
+		st.Open = append(st.Open, t.open[k])
+	}
+	if st.Open == nil {
+		st.Open = []*Incident{}
+	}
+	if st.Resolved == nil {
+		st.Resolved = []*Incident{}
+	}
+	b, err := json.Marshal(st)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot incidents: %w", err)
+	}
+	return b, nil
+}
+
+// LoadTracker restores a tracker from a Snapshot.
+func LoadTracker(cfg IncidentConfig, data []byte) (*Tracker, error) {
+	var st trackerState
+	if err := json.Unmarshal(data, &st); err != nil {
+		return nil, fmt.Errorf("load incidents: %w", err)
+	}
+	if st.Version != 1 {
+		return nil, fmt.Errorf("load incidents: unsupported state version %d", st.Version)
+	}
+	t := NewTracker(cfg)
+	for _, in := range st.Open {
+		if in == nil || in.Key == "" {
+			return nil, errors.New("load incidents: open incident without a key")
+		}
+		t.open[in.Key] = in
+	}
+	t.resolved = st.Resolved
+	for k, v := range st.Seen {
+		t.seen[k] = v
+	}
+	return t, nil
+}

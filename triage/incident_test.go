@@ -1,0 +1,244 @@
+package triage
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+var incT0 = time.Unix(1700000000, 0)
+
+func incAt(i int) time.Time { return incT0.Add(time.Duration(i) * 5 * time.Second) }
+
+func detection(firing bool, sev Severity) Detection {
+	d := Detection{Key: `model_name="m"`, Scope: Scope{Selector: `model_name="m"`, Labels: map[string]string{"model_name": "m"}}, Firing: firing, Severity: SeverityNone}
+	if firing {
+		d.Severity = sev
+		d.Triggers = []TriggerResult{{Name: "ttft_p95", State: TriggerFiring, Severity: sev}}
+	}
+	return d
+}
+
+func verdict(sev Severity, causes ...string) *Verdict {
+	v := &Verdict{Status: StatusAnomaly, Severity: sev}
+	if len(causes) == 0 {
+		v.Status = StatusHealthy
+	}
+	for i, c := range causes {
+		v.Causes = append(v.Causes, Cause{ID: c, Rank: i + 1})
+	}
+	return v
+}
+
+// step is one tick of a scripted incident.
+type step struct {
+	firing  bool
+	sev     Severity
+	verdict *Verdict // nil: no triage this tick
+}
+
+func runSteps(t *testing.T, tr *Tracker, steps []step) []Event {
+	t.Helper()
+	var all []Event
+	for i, s := range steps {
+		at := incAt(i)
+		all = append(all, tr.Observe(detection(s.firing, s.sev), at)...)
+		if tr.Open(`model_name="m"`) && s.verdict != nil {
+			all = append(all, tr.Record(`model_name="m"`, s.verdict, at)...)
+		}
+	}
+	return all
+}
+
+func kinds(evs []Event) string {
+	var ks []string
+	for _, e := range evs {
+		ks = append(ks, e.Kind.String()+":"+e.Incident.TopCause)
+	}
+	return strings.Join(ks, " ")
+}
+
+func TestTrackerLifecycle(t *testing.T) {
+	w := SeverityWarning
+	kv := verdict(w, "kv_cache_pressure", "queue_saturation")
+	q := verdict(w, "queue_saturation")
+	repeat := func(n int, s step) []step {
+		out := make([]step, n)
+		for i := range out {
+			out[i] = s
+		}
+		return out
+	}
+	join := func(parts ...[]step) []step {
+		var out []step
+		for _, p := range parts {
+			out = append(out, p...)
+		}
+		return out
+	}
+	tests := []struct {
+		name  string
+		cfg   IncidentConfig
+		steps []step
+		want  string
+	}{
+		{"open once, resolve once", IncidentConfig{ResolveAfter: time.Minute},
+			join(repeat(2, step{}), repeat(20, step{true, w, kv}), repeat(20, step{false, "", kv})),
+			"opened:kv_cache_pressure resolved:kv_cache_pressure"},
+		{"flapping detector does not resolve", IncidentConfig{ResolveAfter: time.Minute},
+			join(repeat(5, step{true, w, kv}), repeat(5, step{false, "", kv}), repeat(5, step{true, w, kv}), repeat(5, step{false, "", kv}), repeat(5, step{true, w, kv})),
+			"opened:kv_cache_pressure"},
+		{"cause change held", IncidentConfig{},
+			join(repeat(3, step{true, w, kv}), []step{{true, w, q}}, repeat(3, step{true, w, kv}), repeat(3, step{true, w, q})),
+			"opened:kv_cache_pressure cause_changed:queue_saturation"},
+		{"healthy verdict mid-incident is ignored", IncidentConfig{},
+			join(repeat(3, step{true, w, kv}), repeat(3, step{true, w, verdict(w)}), repeat(3, step{true, w, kv})),
+			"opened:kv_cache_pressure"},
+		{"escalation", IncidentConfig{},
+			join(repeat(3, step{true, w, kv}), repeat(3, step{true, SeverityCritical, kv})),
+			"opened:kv_cache_pressure escalated:kv_cache_pressure"},
+		{"repeat interval", IncidentConfig{RepeatInterval: time.Minute},
+			repeat(30, step{true, w, kv}),
+			"opened:kv_cache_pressure repeated:kv_cache_pressure repeated:kv_cache_pressure"},
+		{"first notification waits for a cause", IncidentConfig{CauseHold: 3},
+			join(repeat(1, step{true, w, verdict(w)}), repeat(3, step{true, w, kv})),
+			"opened:kv_cache_pressure"},
+		{"no cause after hold still notifies", IncidentConfig{},
+			repeat(3, step{true, w, verdict(w)}),
+			"opened:"},
+		{"never notified, never resolve-notified", IncidentConfig{ResolveAfter: time.Minute, CauseHold: 5},
+			join(repeat(2, step{true, w, verdict(w)}), repeat(20, step{false, "", nil})),
+			""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := NewTracker(tc.cfg)
+			evs := runSteps(t, tr, tc.steps)
+			if got := kinds(evs); got != tc.want {
+				t.Fatalf("events %q, want %q", got, tc.want)
+			}
+			seen := map[string]bool{}
+			for _, e := range evs {
+				if seen[e.DedupeKey] {
+					t.Errorf("duplicate dedupe key %q", e.DedupeKey)
+				}
+				seen[e.DedupeKey] = true
+				if !strings.HasPrefix(e.DedupeKey, `model_name="m"|`) {
+					t.Errorf("dedupe key %q does not start with the scope", e.DedupeKey)
+				}
+			}
+		})
+	}
+}
+
+func TestTrackerConditionTransitionTime(t *testing.T) {
+	tr := NewTracker(IncidentConfig{ResolveAfter: time.Hour})
+	kv := verdict(SeverityWarning, "kv_cache_pressure")
+	key := `model_name="m"`
+	tr.Observe(detection(true, SeverityWarning), incAt(0))
+	tr.Record(key, kv, incAt(0))
+	first := mustGet(t, tr, key).Condition.TransitionTime
+	for i := 1; i < 10; i++ {
+		tr.Observe(detection(i%2 == 0, SeverityWarning), incAt(i))
+		tr.Record(key, kv, incAt(i))
+	}
+	in := mustGet(t, tr, key)
+	if !in.Condition.TransitionTime.Equal(first) || in.Condition.Reason != "kv_cache_pressure" || !in.Condition.Status {
+		t.Fatalf("condition moved while status and reason held: %+v (first %v)", in.Condition, first)
+	}
+}
+
+func mustGet(t *testing.T, tr *Tracker, key string) Incident {
+	t.Helper()
+	in, ok := tr.Get(key)
+	if !ok {
+		t.Fatalf("no incident for %s", key)
+	}
+	return in
+}
+
+func TestTrackerAlerts(t *testing.T) {
+	tr := NewTracker(IncidentConfig{})
+	key := `model_name="m"`
+	scope := Scope{Selector: key}
+	a := AlertRef{Fingerprint: "abc", Name: "HighTTFT", StartsAt: incT0}
+	if tr.SeenAlert("abc", "firing", incT0, incAt(0)) {
+		t.Fatal("first delivery seen")
+	}
+	if !tr.SeenAlert("abc", "firing", incT0, incAt(1)) {
+		t.Fatal("repeat delivery not deduped")
+	}
+	tr.AlertFiring(key, scope, a, SeverityCritical, incAt(0))
+	evs := tr.Record(key, verdict(SeverityWarning, "queue_saturation"), incAt(0))
+	if kinds(evs) != "opened:queue_saturation" {
+		t.Fatalf("events %q", kinds(evs))
+	}
+	if got := mustGet(t, tr, key).Severity; got != SeverityCritical {
+		t.Errorf("severity %s", got)
+	}
+	if evs := tr.AlertResolved(key, "other", incAt(2)); len(evs) != 0 || !tr.Open(key) {
+		t.Fatalf("unknown fingerprint changed the incident: %v", evs)
+	}
+	evs = tr.AlertResolved(key, "abc", incAt(3))
+	if kinds(evs) != "resolved:queue_saturation" || tr.Open(key) {
+		t.Fatalf("resolve: %q open=%v", kinds(evs), tr.Open(key))
+	}
+	if got := mustGet(t, tr, key); got.Status != IncidentResolved || got.Condition.Status {
+		t.Fatalf("resolved incident: %+v", got)
+	}
+}
+
+func TestTrackerSnapshotRoundTrip(t *testing.T) {
+	tr := NewTracker(IncidentConfig{})
+	key := `model_name="m"`
+	tr.Observe(detection(true, SeverityWarning), incAt(0))
+	tr.Record(key, verdict(SeverityWarning, "kv_cache_pressure"), incAt(0))
+	tr.SeenAlert("fp", "firing", incT0, incAt(0))
+	b, err := tr.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr2, err := LoadTracker(IncidentConfig{}, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tr2.Open(key) || !tr2.SeenAlert("fp", "firing", incT0, incAt(1)) {
+		t.Fatal("state lost in round trip")
+	}
+	// The restored incident does not notify "opened" again.
+	if evs := tr2.Record(key, verdict(SeverityWarning, "kv_cache_pressure"), incAt(1)); len(evs) != 0 {
+		t.Fatalf("restored tracker re-notified: %q", kinds(evs))
+	}
+	for _, bad := range []string{`{`, `{"version":2}`, `{"version":1,"open":[{}]}`} {
+		if _, err := LoadTracker(IncidentConfig{}, []byte(bad)); err == nil {
+			t.Errorf("LoadTracker(%s) succeeded", bad)
+		}
+	}
+}
+
+func TestTrackerKeepResolved(t *testing.T) {
+	tr := NewTracker(IncidentConfig{KeepResolved: 2, ResolveAfter: 5 * time.Second})
+	i := 0
+	for n := 0; n < 5; n++ {
+		tr.Observe(detection(true, SeverityWarning), incAt(i))
+		tr.Record(`model_name="m"`, verdict(SeverityWarning, "kv_cache_pressure"), incAt(i))
+		i++
+		tr.Observe(detection(false, ""), incAt(i))
+		i++
+		tr.Observe(detection(false, ""), incAt(i))
+		i++
+	}
+	if got := len(tr.Incidents()); got != 2 {
+		t.Fatalf("kept %d incidents, want 2", got)
+	}
+}
+
+func TestIncidentEnumsString(t *testing.T) {
+	if IncidentOpen.String() != "open" || IncidentResolved.String() != "resolved" || EventCauseChanged.String() != "cause_changed" {
+		t.Fatal("enum names")
+	}
+	var s IncidentStatus
+	if err := s.UnmarshalText([]byte("bogus")); err == nil {
+		t.Fatal("bogus status accepted")
+	}
+}

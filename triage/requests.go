@@ -1,0 +1,918 @@
+package triage
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Span names and attributes of the request model (engines.md §4, §7.4).
+const (
+	SpanLLMRequest           = "llm_request"
+	SpanGatewayRequest       = "gateway.request"
+	SpanGatewayOrchestration = "gateway.request_orchestration"
+	SpanPDProxyPrefill       = "llm_d.pd_proxy.prefill"
+	SpanPDProxyDecode        = "llm_d.pd_proxy.decode"
+	scorerSpanPrefix         = "llm_d.epp.scorer."
+	eppSpanPrefix            = "llm_d.epp."
+
+	AttrRequestID        = "gen_ai.request.id"
+	AttrPromptTokens     = "gen_ai.usage.prompt_tokens"
+	AttrCompletionTokens = "gen_ai.usage.completion_tokens"
+	AttrTimeInQueue      = "gen_ai.latency.time_in_queue"
+	AttrTTFT             = "gen_ai.latency.time_to_first_token"
+	AttrTimeInPrefill    = "gen_ai.latency.time_in_model_prefill"
+	AttrTimeInDecode     = "gen_ai.latency.time_in_model_decode"
+	AttrE2E              = "gen_ai.latency.e2e"
+)
+
+// RequestPart names one slice of a request's time.
+type RequestPart string
+
+// Request parts. They add up to the request's e2e.
+const (
+	PartBeforeEngine RequestPart = "before_engine"
+	PartQueue        RequestPart = "queue"
+	PartPrefill      RequestPart = "prefill"
+	PartDecode       RequestPart = "decode"
+	PartAfterEngine  RequestPart = "after_engine"
+	// PartEngineOther is engine time outside queue, prefill and decode
+	// (input processing, a P/D hand-off, detokenising the tail).
+	PartEngineOther RequestPart = "engine_other"
+)
+
+// String returns the part name.
+func (p RequestPart) String() string { return string(p) }
+
+// requestParts lists the parts in time order.
+var requestParts = []RequestPart{PartBeforeEngine, PartQueue, PartPrefill, PartDecode, PartEngineOther, PartAfterEngine}
+
+// RequestBreakdown is where one request's time went, from its spans. All
+// durations are seconds.
+type RequestBreakdown struct {
+	TraceID   TraceID
+	RequestID string
+	// Pod is the engine pod that decoded the request; PrefillPod the pod that
+	// ran its prefill under prefill/decode disaggregation.
+	Pod        string
+	PrefillPod string
+	// Start is when the outermost span (client, gateway or engine) began;
+	// EngineStart when the engine received the request.
+	Start       time.Time
+	EngineStart time.Time
+	// E2E is as seen by the outermost span; EngineE2E by the engine.
+	E2E       float64
+	EngineE2E float64
+	// TTFT is as seen by the outermost span (before-engine time plus the
+	// engine's); EngineTTFT is the engine's gen_ai.latency.time_to_first_token.
+	// Zero when unknown.
+	TTFT       float64
+	EngineTTFT float64
+	// Parts holds the six RequestPart durations.
+	Parts map[RequestPart]float64
+	// BeforeEngineParts splits before_engine where gateway spans allow:
+	// client (before the gateway), admission (gateway until scheduling),
+	// scoring, routing, proxy (the rest).
+	BeforeEngineParts map[string]float64
+	PromptTokens      int
+	CompletionTokens  int
+	// Scores are the router's scorer values, e.g. prefix_cache.score_max.
+	Scores map[string]float64
+	// Dominant is the largest part.
+	Dominant RequestPart
+	// Source says where the engine numbers came from: "v1" attributes, "v0"
+	// attributes (prefill and decode derived from TTFT), or "span" (times
+	// only).
+	Source string
+	Error  bool
+}
+
+// Outside returns the time spent outside the engine (before + after).
+func (b *RequestBreakdown) Outside() float64 {
+	return b.Parts[PartBeforeEngine] + b.Parts[PartAfterEngine]
+}
+
+// prefillWindow returns when the engine ran this request's prefill.
+func (b *RequestBreakdown) prefillWindow() (time.Time, time.Time) {
+	s := b.EngineStart.Add(rqDur(b.Parts[PartQueue]))
+	return s, s.Add(rqDur(b.Parts[PartPrefill]))
+}
+
+func rqDur(sec float64) time.Duration { return time.Duration(sec * float64(time.Second)) }
+
+func rqSec(ns int64) float64 { return float64(ns) / 1e9 }
+
+// Request returns the verdict form of the breakdown.
+func (b *RequestBreakdown) Request() Request {
+	r := Request{
+		TraceID:   b.TraceID.String(),
+		RequestID: b.RequestID,
+		Pod:       b.Pod,
+		Start:     b.Start.UTC(),
+		E2E:       rqRound(b.E2E),
+		TTFT:      rqRound(b.TTFT),
+		Dominant:  string(b.Dominant),
+		Parts:     map[string]float64{},
+	}
+	for _, p := range requestParts {
+		if v := b.Parts[p]; v > 0 || p != PartEngineOther {
+			r.Parts[string(p)] = rqRound(v)
+		}
+	}
+	for k, v := range b.BeforeEngineParts {
+		if v > 0 {
+			r.Parts[string(PartBeforeEngine)+"."+k] = rqRound(v)
+		}
+	}
+	if b.PromptTokens > 0 || b.CompletionTokens > 0 {
+		r.Tokens = map[string]int{"prompt": b.PromptTokens, "completion": b.CompletionTokens}
+	}
+	if len(b.Scores) > 0 {
+		r.Scores = b.Scores
+	}
+	return r
+}
+
+// rqRound keeps microsecond precision, enough for latencies and stable JSON.
+func rqRound(v float64) float64 { return math.Round(v*1e6) / 1e6 }
+
+// isEngineSpan reports whether s is a vLLM request span.
+func isEngineSpan(s *Span) bool {
+	if s.Name == SpanLLMRequest {
+		return true
+	}
+	_, ok := s.Attrs.Get(AttrE2E)
+	return ok
+}
+
+// BuildRequests turns spans into one breakdown per engine request span
+// (vLLM llm_request), using the gateway, llm-d and client spans of the same
+// trace for the time before and after the engine. Under prefill/decode
+// disaggregation the prefill pod's span is folded into the decode request.
+// Spans may come in any order and from many traces; the result is sorted by
+// Start.
+func BuildRequests(spans []Span) []RequestBreakdown {
+	byTrace := map[TraceID][]*Span{}
+	var order []TraceID
+	for i := range spans {
+		id := spans[i].TraceID
+		if _, ok := byTrace[id]; !ok {
+			order = append(order, id)
+		}
+		byTrace[id] = append(byTrace[id], &spans[i])
+	}
+	var out []RequestBreakdown
+	for _, id := range order {
+		out = append(out, buildTrace(byTrace[id])...)
+	}
+	slices.SortStableFunc(out, func(a, b RequestBreakdown) int { return a.Start.Compare(b.Start) })
+	return out
+}
+
+func buildTrace(spans []*Span) []RequestBreakdown {
+	byID := make(map[SpanID]*Span, len(spans))
+	var engines []*Span
+	pdTrace := false
+	for _, s := range spans {
+		byID[s.SpanID] = s
+		if isEngineSpan(s) {
+			engines = append(engines, s)
+		}
+		if s.Name == SpanPDProxyPrefill || s.Name == SpanPDProxyDecode {
+			pdTrace = true
+		}
+	}
+	if len(engines) == 0 {
+		return nil
+	}
+	slices.SortFunc(engines, func(a, b *Span) int { return int(rqSign(a.StartUnixNano - b.StartUnixNano)) })
+	// Under P/D the prefill pod's llm_request (max_tokens 1, or under the
+	// sidecar's prefill span) precedes the decode pod's one.
+	prefillOf := map[*Span]*Span{}
+	if pdTrace && len(engines) >= 2 {
+		var kept []*Span
+		for i := 0; i < len(engines); i++ {
+			e := engines[i]
+			if i+1 < len(engines) && isPrefillLeg(e, byID) {
+				prefillOf[engines[i+1]] = e
+				continue
+			}
+			kept = append(kept, e)
+		}
+		engines = kept
+	}
+	out := make([]RequestBreakdown, 0, len(engines))
+	for _, e := range engines {
+		out = append(out, buildRequest(e, prefillOf[e], spans, byID))
+	}
+	return out
+}
+
+func rqSign(x int64) int64 {
+	switch {
+	case x < 0:
+		return -1
+	case x > 0:
+		return 1
+	}
+	return 0
+}
+
+func isPrefillLeg(e *Span, byID map[SpanID]*Span) bool {
+	for p, n := byID[e.ParentID], 0; p != nil && n < 64; p, n = byID[p.ParentID], n+1 {
+		if p.Name == SpanPDProxyPrefill {
+			return true
+		}
+		if p.Name == SpanPDProxyDecode {
+			return false
+		}
+	}
+	ct, ok := e.Attrs.Number(AttrCompletionTokens)
+	return ok && ct <= 1
+}
+
+// engineNumbers reads one engine span's latency attributes.
+type engineNumbers struct {
+	e2e, ttft, queue, prefill, decode float64
+	source                            string
+}
+
+func readEngine(e *Span) engineNumbers {
+	var n engineNumbers
+	n.source = "v1"
+	e2e, ok := e.Attrs.Number(AttrE2E)
+	if !ok {
+		e2e = e.Duration().Seconds()
+		n.source = "span"
+	}
+	n.e2e = e2e
+	n.ttft, _ = e.Attrs.Number(AttrTTFT)
+	n.queue, _ = e.Attrs.Number(AttrTimeInQueue)
+	var okP, okD bool
+	n.prefill, okP = e.Attrs.Number(AttrTimeInPrefill)
+	n.decode, okD = e.Attrs.Number(AttrTimeInDecode)
+	if !okP || !okD {
+		if n.source == "v1" {
+			n.source = "v0"
+		}
+		if n.ttft > 0 {
+			n.prefill = max(0, n.ttft-n.queue)
+			n.decode = max(0, n.e2e-n.ttft)
+		} else {
+			n.prefill, n.decode = 0, max(0, n.e2e-n.queue)
+		}
+	}
+	return n
+}
+
+func podOf(s *Span) string {
+	for _, k := range []string{"k8s.pod.name", "service.instance.id", "host.name"} {
+		if a, ok := s.Attr(k); ok && a.Text() != "" {
+			return a.Text()
+		}
+	}
+	return ""
+}
+
+func buildRequest(e, prefillLeg *Span, spans []*Span, byID map[SpanID]*Span) RequestBreakdown {
+	en := readEngine(e)
+	b := RequestBreakdown{
+		TraceID:           e.TraceID,
+		RequestID:         e.Attrs.String(AttrRequestID),
+		Pod:               podOf(e),
+		Source:            en.source,
+		Error:             e.Error,
+		Parts:             map[RequestPart]float64{},
+		BeforeEngineParts: map[string]float64{},
+	}
+	if v, ok := e.Attrs.Number(AttrPromptTokens); ok {
+		b.PromptTokens = int(v)
+	}
+	if v, ok := e.Attrs.Number(AttrCompletionTokens); ok {
+		b.CompletionTokens = int(v)
+	}
+	engStart := e.StartUnixNano
+	engEnd := e.StartUnixNano + int64(en.e2e*1e9)
+	queue, prefill, decode := en.queue, en.prefill, en.decode
+	engineTTFT := en.ttft
+	if prefillLeg != nil {
+		pn := readEngine(prefillLeg)
+		b.PrefillPod = podOf(prefillLeg)
+		engStart = min(engStart, prefillLeg.StartUnixNano)
+		queue += pn.queue
+		// The prefill pod computes the prompt; the decode pod's "prefill" is
+		// loading the transferred KV blocks and the first step.
+		prefill += max(0, pn.e2e-pn.queue)
+		if en.ttft > 0 {
+			engineTTFT = rqSec(e.StartUnixNano-engStart) + en.ttft
+		}
+		if b.PromptTokens == 0 {
+			if v, ok := prefillLeg.Attrs.Number(AttrPromptTokens); ok {
+				b.PromptTokens = int(v)
+			}
+		}
+	}
+	b.EngineStart = time.Unix(0, engStart)
+	b.EngineE2E = rqSec(engEnd - engStart)
+	b.EngineTTFT = engineTTFT
+	b.Parts[PartQueue] = queue
+	b.Parts[PartPrefill] = prefill
+	b.Parts[PartDecode] = decode
+	b.Parts[PartEngineOther] = max(0, b.EngineE2E-queue-prefill-decode)
+
+	// The outermost span: the root of the engine span's ancestry, or a root
+	// span of the trace that was running when the engine started.
+	outer := e
+	var gateway *Span
+	for p, n := byID[e.ParentID], 0; p != nil && n < 64; p, n = byID[p.ParentID], n+1 {
+		outer = p
+		if p.Name == SpanGatewayRequest && gateway == nil {
+			gateway = p
+		}
+	}
+	if outer == e {
+		for _, s := range spans {
+			if s.ParentID.IsZero() && !isEngineSpan(s) && s.StartUnixNano <= engStart && s.EndUnixNano >= engStart {
+				outer = s
+				break
+			}
+		}
+	}
+	if gateway == nil {
+		gateway = rqEnclosing(spans, SpanGatewayRequest, engStart)
+	}
+	if outer == e && gateway != nil {
+		outer = gateway
+	}
+	outerStart := min(outer.StartUnixNano, engStart)
+	before := rqSec(engStart - outerStart)
+	after := 0.0
+	if outer != e {
+		after = max(0, rqSec(outer.EndUnixNano-engEnd))
+	}
+	b.Start = time.Unix(0, outerStart)
+	b.Parts[PartBeforeEngine] = before
+	b.Parts[PartAfterEngine] = after
+	b.E2E = before + b.EngineE2E + after
+	if engineTTFT > 0 {
+		b.TTFT = before + engineTTFT
+	}
+	b.splitBeforeEngine(outer, gateway, spans, outerStart, engStart)
+	b.Dominant = PartBeforeEngine
+	for _, p := range requestParts {
+		if b.Parts[p] > b.Parts[b.Dominant] {
+			b.Dominant = p
+		}
+	}
+	return b
+}
+
+// rqEnclosing returns the first span with the name running at t.
+func rqEnclosing(spans []*Span, name string, t int64) *Span {
+	for _, s := range spans {
+		if s.Name == name && s.StartUnixNano <= t && s.EndUnixNano >= t {
+			return s
+		}
+	}
+	return nil
+}
+
+// splitBeforeEngine splits before_engine using gateway and llm-d spans that
+// ran between the outer start and the engine start, and collects router
+// scores.
+func (b *RequestBreakdown) splitBeforeEngine(outer, gateway *Span, spans []*Span, from, to int64) {
+	before := b.Parts[PartBeforeEngine]
+	if before <= 0 && gateway == nil {
+		return
+	}
+	var orch *Span
+	var scoring, picking float64
+	for _, s := range spans {
+		if s.StartUnixNano < from || s.StartUnixNano > to {
+			continue
+		}
+		switch {
+		case s.Name == SpanGatewayOrchestration:
+			if orch == nil {
+				orch = s
+			}
+		case strings.HasPrefix(s.Name, scorerSpanPrefix):
+			scoring += s.Duration().Seconds()
+			b.addScores(strings.TrimPrefix(s.Name, scorerSpanPrefix), s.Attrs)
+		case strings.HasPrefix(s.Name, eppSpanPrefix):
+			picking += s.Duration().Seconds()
+		}
+		if s.Name == SpanGatewayRequest || s.Name == SpanGatewayOrchestration {
+			for _, a := range s.Attrs {
+				if strings.Contains(a.Key, "score") {
+					if v, ok := a.Number(); ok {
+						b.setScore(a.Key, v)
+					}
+				}
+			}
+		}
+	}
+	parts := b.BeforeEngineParts
+	if gateway != nil && outer != gateway {
+		parts["client"] = max(0, rqSec(gateway.StartUnixNano-from))
+	}
+	if orch != nil {
+		if gateway != nil {
+			parts["admission"] = max(0, rqSec(orch.StartUnixNano-gateway.StartUnixNano))
+		}
+		scoring = min(scoring, orch.Duration().Seconds())
+		parts["routing"] = max(0, orch.Duration().Seconds()-scoring)
+	} else {
+		parts["routing"] = picking
+	}
+	parts["scoring"] = scoring
+	known := 0.0
+	for _, v := range parts {
+		known += v
+	}
+	if known > before && known > 0 {
+		// Overlapping spans: scale down so that the parts add up.
+		for k, v := range parts {
+			parts[k] = v * before / known
+		}
+		known = before
+	}
+	parts["proxy"] = before - known
+	for k, v := range parts {
+		if v <= 0 {
+			delete(parts, k)
+		}
+	}
+}
+
+func (b *RequestBreakdown) addScores(scorer string, attrs Attrs) {
+	for _, a := range attrs {
+		name, ok := strings.CutPrefix(a.Key, "llm_d.scorer.")
+		if !ok {
+			continue
+		}
+		if v, ok := a.Number(); ok {
+			b.setScore(scorer+"."+strings.ReplaceAll(name, ".", "_"), v)
+		}
+	}
+}
+
+func (b *RequestBreakdown) setScore(k string, v float64) {
+	if b.Scores == nil {
+		b.Scores = map[string]float64{}
+	}
+	b.Scores[k] = v
+}
+
+// SlowBy orders requests for SlowestRequests.
+type SlowBy int
+
+// Orders.
+const (
+	SlowByE2E SlowBy = iota
+	SlowByTTFT
+)
+
+// String returns the order name.
+func (s SlowBy) String() string {
+	if s == SlowByTTFT {
+		return "ttft"
+	}
+	return "e2e"
+}
+
+func (s SlowBy) value(b *RequestBreakdown) float64 {
+	if s == SlowByTTFT {
+		return b.TTFT
+	}
+	return b.E2E
+}
+
+// Slowest returns the n requests that started in [start, end) with the
+// largest e2e or TTFT, slowest first.
+func Slowest(reqs []RequestBreakdown, start, end time.Time, n int, by SlowBy) []RequestBreakdown {
+	var in []RequestBreakdown
+	for _, r := range reqs {
+		if !r.Start.Before(start) && r.Start.Before(end) && (by != SlowByTTFT || r.TTFT > 0) {
+			in = append(in, r)
+		}
+	}
+	slices.SortStableFunc(in, func(a, b RequestBreakdown) int {
+		va, vb := by.value(&a), by.value(&b)
+		switch {
+		case va > vb:
+			return -1
+		case va < vb:
+			return 1
+		}
+		return 0
+	})
+	if len(in) > n {
+		in = in[:n]
+	}
+	return in
+}
+
+// SlowestRequests returns the union of the n slowest by e2e and the n
+// slowest by TTFT in [start, end), slowest e2e first.
+func SlowestRequests(reqs []RequestBreakdown, start, end time.Time, n int) []RequestBreakdown {
+	out := Slowest(reqs, start, end, n, SlowByE2E)
+	seen := map[string]bool{}
+	for _, r := range out {
+		seen[rqKey(&r)] = true
+	}
+	for _, r := range Slowest(reqs, start, end, n, SlowByTTFT) {
+		if !seen[rqKey(&r)] {
+			out = append(out, r)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b RequestBreakdown) int {
+		switch {
+		case a.E2E > b.E2E:
+			return -1
+		case a.E2E < b.E2E:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+func rqKey(r *RequestBreakdown) string {
+	return r.TraceID.String() + "/" + r.RequestID + "/" + r.EngineStart.String()
+}
+
+// DominantPart sums the parts over reqs and returns the largest with its
+// share of the total.
+func DominantPart(reqs []RequestBreakdown) (RequestPart, float64) {
+	sums := map[RequestPart]float64{}
+	total := 0.0
+	for _, r := range reqs {
+		for _, p := range requestParts {
+			sums[p] += r.Parts[p]
+			total += r.Parts[p]
+		}
+	}
+	best := PartBeforeEngine
+	for _, p := range requestParts {
+		if sums[p] > sums[best] {
+			best = p
+		}
+	}
+	if total == 0 {
+		return best, 0
+	}
+	return best, sums[best] / total
+}
+
+// Summary says in one line which part dominates the slow requests.
+func Summary(slow []RequestBreakdown) string {
+	if len(slow) == 0 {
+		return "no traced requests"
+	}
+	p, share := DominantPart(slow)
+	return fmt.Sprintf("%s dominates the %d slowest requests (%.0f%% of their time)", p, len(slow), 100*share)
+}
+
+// PodSample is the metric context of one pod at one time, as values the
+// caller read from PromQL (e.g. "kv_cache_usage", "num_requests_waiting",
+// "num_requests_running", GPU counters by series name).
+type PodSample struct {
+	Pod    string
+	At     time.Time
+	Values map[string]float64
+}
+
+// CorrelationInput is what step 4 (correlate) works on. Everything is a value:
+// the function does no I/O.
+type CorrelationInput struct {
+	// Requests are all traced requests of the incident window.
+	Requests []RequestBreakdown
+	// Slow are the requests to explain; nil means SlowestRequests(Requests,
+	// Window, 10).
+	Slow   []RequestBreakdown
+	Window Window
+	// PodSamples give each pod's metrics over the window; each slow request
+	// is joined to the latest sample of its pod at or before its start
+	// (within SampleTolerance, default 1m).
+	PodSamples      []PodSample
+	SampleTolerance time.Duration
+	// LongPrompt is the prompt length (tokens) above which a prefill can
+	// stall others; 0 means max(2048, 4× the median prompt). Passing the
+	// scheduler's max_num_batched_tokens is a good choice.
+	LongPrompt int
+	// ServerTTFT is the engine's own TTFT for the window at ServerQuantile
+	// (e.g. 0.95 from vllm:time_to_first_token_seconds); nil when unknown.
+	ServerTTFT     *float64
+	ServerQuantile float64
+}
+
+// Correlation is the outcome of step 4.
+type Correlation struct {
+	// Evidence by cause id (prefill_contention, outside_engine,
+	// load_imbalance), for the walk to merge.
+	Evidence map[string][]Evidence
+	// Requests are the slow requests in verdict form, with pod context.
+	Requests []Request
+	// Notes explain disagreements between server-side and span TTFT, and
+	// what dominated the slow requests.
+	Notes []string
+}
+
+// Correlation step and rule names.
+const (
+	correlateStep = "correlate"
+	causePrefill  = "prefill_contention"
+	causeOutside  = "outside_engine"
+	causeImbal    = "load_imbalance"
+)
+
+// CorrelateRequests joins slow requests to their pods' metrics and looks
+// for request-level evidence of prefill contention, time outside the engine
+// and load imbalance. It is pure: time and data come in as arguments.
+func CorrelateRequests(in CorrelationInput) Correlation {
+	c := Correlation{Evidence: map[string][]Evidence{}}
+	slow := in.Slow
+	if slow == nil {
+		slow = SlowestRequests(in.Requests, in.Window.Start, in.Window.End, 10)
+	}
+	if len(slow) == 0 {
+		return c
+	}
+	tol := in.SampleTolerance
+	if tol <= 0 {
+		tol = time.Minute
+	}
+	for i := range slow {
+		r := slow[i].Request()
+		if s := rqSampleAt(in.PodSamples, slow[i].Pod, slow[i].EngineStart, tol); s != nil {
+			r.Context = s.Values
+		}
+		c.Requests = append(c.Requests, r)
+	}
+	c.Notes = append(c.Notes, Summary(slow))
+	all := in.Requests
+	if len(all) == 0 {
+		all = slow
+	}
+	contended := c.prefillContention(all, in.LongPrompt)
+	c.outsideEngine(slow)
+	c.loadImbalance(all, slow, in.PodSamples, in.Window, tol, contended)
+	c.reconcileTTFT(all, in.ServerTTFT, in.ServerQuantile)
+	return c
+}
+
+func (c *Correlation) add(cause, rule string, now, base *float64, weight float64, text string) {
+	c.Evidence[cause] = append(c.Evidence[cause], Evidence{
+		Step: correlateStep, Rule: rule, Now: now, Baseline: base,
+		Weight: math.Round(weight*100) / 100, Text: text,
+	})
+}
+
+func rqPtr(v float64) *float64 { v = rqRound(v); return &v }
+
+// rqSampleAt returns the latest sample of pod at or before t, within tol.
+func rqSampleAt(samples []PodSample, pod string, t time.Time, tol time.Duration) *PodSample {
+	var best *PodSample
+	for i := range samples {
+		s := &samples[i]
+		if s.Pod != pod || s.At.After(t) || t.Sub(s.At) > tol {
+			continue
+		}
+		if best == nil || s.At.After(best.At) {
+			best = s
+		}
+	}
+	return best
+}
+
+// rqQuantile returns the q-quantile of vs (nearest rank); vs is sorted.
+func rqQuantile(vs []float64, q float64) float64 {
+	if len(vs) == 0 {
+		return 0
+	}
+	slices.Sort(vs)
+	i := int(math.Ceil(q*float64(len(vs)))) - 1
+	return vs[min(max(i, 0), len(vs)-1)]
+}
+
+// prefillContention finds long prompts whose prefill overlapped a TTFT spike
+// of other requests on the same pod.
+// It returns the pods where it found contention.
+func (c *Correlation) prefillContention(all []RequestBreakdown, longPrompt int) map[string]bool {
+	contended := map[string]bool{}
+	var prompts, ttfts []float64
+	for i := range all {
+		prompts = append(prompts, float64(all[i].PromptTokens))
+		if all[i].EngineTTFT > 0 {
+			ttfts = append(ttfts, all[i].EngineTTFT)
+		}
+	}
+	if len(ttfts) < 3 {
+		return contended
+	}
+	medTTFT := rqQuantile(ttfts, 0.5)
+	if longPrompt <= 0 {
+		longPrompt = max(2048, int(4*rqQuantile(prompts, 0.5)))
+	}
+	var long []*RequestBreakdown
+	for i := range all {
+		if all[i].PromptTokens >= longPrompt && all[i].Parts[PartPrefill] > 0 {
+			long = append(long, &all[i])
+		}
+	}
+	slices.SortFunc(long, func(a, b *RequestBreakdown) int { return b.PromptTokens - a.PromptTokens })
+	reported := 0
+	for _, l := range long {
+		if reported == 3 {
+			break
+		}
+		ps, pe := l.prefillWindow()
+		victims := 0
+		worst := 0.0
+		for i := range all {
+			v := &all[i]
+			if v == l || v.Pod != l.Pod || v.EngineTTFT <= 0 || v.EngineTTFT < 2*medTTFT {
+				continue
+			}
+			vs, ve := v.EngineStart, v.EngineStart.Add(rqDur(v.EngineTTFT))
+			if vs.Before(pe) && ve.After(ps) {
+				victims++
+				worst = max(worst, v.EngineTTFT)
+			}
+		}
+		if victims < 2 {
+			continue
+		}
+		reported++
+		contended[l.Pod] = true
+		where := ""
+		if l.Pod != "" {
+			where = " on " + l.Pod
+		}
+		c.add(causePrefill, "traces.long_prefill_overlaps_ttft_spike", rqPtr(worst), rqPtr(medTTFT),
+			0.5+0.5*min(1, float64(victims)/10),
+			fmt.Sprintf("request %s (%d prompt tokens) was in prefill for %.2fs%s from %s; %d other requests there waited up to %.2fs for their first token (median TTFT %.3fs)",
+				rqName(l), l.PromptTokens, l.Parts[PartPrefill], where, ps.UTC().Format(time.RFC3339Nano), victims, worst, medTTFT))
+	}
+	return contended
+}
+
+func rqName(r *RequestBreakdown) string {
+	if r.RequestID != "" {
+		return r.RequestID
+	}
+	return r.TraceID.String()
+}
+
+// outsideEngine reports when the slow requests spent most of their time in
+// the client, gateway or network rather than in the engine.
+func (c *Correlation) outsideEngine(slow []RequestBreakdown) {
+	var ratios []float64
+	dominated := 0
+	var outside, engine float64
+	for i := range slow {
+		r := &slow[i]
+		if r.EngineE2E <= 0 {
+			continue
+		}
+		ratio := r.Outside() / r.EngineE2E
+		ratios = append(ratios, ratio)
+		if ratio >= 1 {
+			dominated++
+		}
+		outside += r.Outside()
+		engine += r.EngineE2E
+	}
+	if len(ratios) == 0 {
+		return
+	}
+	med := rqQuantile(ratios, 0.5)
+	frac := float64(dominated) / float64(len(ratios))
+	if frac < 0.5 || med < 1 {
+		return
+	}
+	n := float64(len(ratios))
+	c.add(causeOutside, "traces.time_outside_engine", rqPtr(outside/n), rqPtr(engine/n),
+		max(0.3, frac*min(1, med/2)),
+		fmt.Sprintf("%d of %d slow requests spent more time outside the engine (client, gateway, network) than inside it: on average %.2fs outside vs %.2fs engine e2e (median ratio %.1f×)",
+			dominated, len(ratios), outside/n, engine/n, med))
+}
+
+// loadImbalance reports slow requests concentrated on one pod. When a long
+// prefill on that pod explains them, the evidence is weaker: the imbalance
+// is a symptom.
+func (c *Correlation) loadImbalance(all, slow []RequestBreakdown, samples []PodSample, w Window, tol time.Duration, contended map[string]bool) {
+	allBy := map[string]int{}
+	for i := range all {
+		if all[i].Pod != "" {
+			allBy[all[i].Pod]++
+		}
+	}
+	slowBy := map[string]int{}
+	nSlow := 0
+	for i := range slow {
+		if slow[i].Pod != "" {
+			slowBy[slow[i].Pod]++
+			nSlow++
+		}
+	}
+	if len(allBy) < 2 || nSlow < 4 {
+		return
+	}
+	top := ""
+	for p, n := range slowBy {
+		if top == "" || n > slowBy[top] || n == slowBy[top] && p < top {
+			top = p
+		}
+	}
+	nAll := 0
+	for _, n := range allBy {
+		nAll += n
+	}
+	slowShare := float64(slowBy[top]) / float64(nSlow)
+	allShare := float64(allBy[top]) / float64(nAll)
+	if slowShare < 0.5 || slowShare < 2*allShare {
+		return
+	}
+	text := fmt.Sprintf("%d of the %d slowest requests ran on %s, which served %.0f%% of all traced requests",
+		slowBy[top], nSlow, top, 100*allShare)
+	if ctx := rqPodContrast(samples, top, w, tol); ctx != "" {
+		text += "; " + ctx
+	}
+	weight := min(1, 0.4+(slowShare-allShare))
+	if contended[top] {
+		weight /= 2
+		text += "; a long prefill there explains part of it"
+	}
+	c.add(causeImbal, "traces.slow_requests_on_one_pod", rqPtr(slowShare), rqPtr(allShare), weight, text)
+}
+
+// rqPodContrast compares the pod's mean queue and KV usage with the others'.
+func rqPodContrast(samples []PodSample, pod string, w Window, tol time.Duration) string {
+	var parts []string
+	for _, key := range []string{"num_requests_waiting", "kv_cache_usage"} {
+		var mine, others []float64
+		for _, s := range samples {
+			v, ok := s.Values[key]
+			if !ok || s.At.Before(w.Start.Add(-tol)) || s.At.After(w.End) {
+				continue
+			}
+			if s.Pod == pod {
+				mine = append(mine, v)
+			} else {
+				others = append(others, v)
+			}
+		}
+		if len(mine) == 0 || len(others) == 0 {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("mean %s %.2f there vs %.2f elsewhere", key, rqMean(mine), rqMean(others)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func rqMean(vs []float64) float64 {
+	s := 0.0
+	for _, v := range vs {
+		s += v
+	}
+	return s / float64(len(vs))
+}
+
+// reconcileTTFT compares the engine's TTFT metric with the spans'.
+func (c *Correlation) reconcileTTFT(all []RequestBreakdown, server *float64, q float64) {
+	if server == nil || *server <= 0 {
+		return
+	}
+	if q <= 0 || q >= 1 {
+		q = 0.5
+	}
+	var eng, client []float64
+	for i := range all {
+		if all[i].EngineTTFT > 0 {
+			eng = append(eng, all[i].EngineTTFT)
+			client = append(client, all[i].TTFT)
+		}
+	}
+	if len(eng) == 0 {
+		return
+	}
+	e, cl := rqQuantile(eng, q), rqQuantile(client, q)
+	agree := func(a, b float64) bool { return math.Abs(a-b) <= 0.25*max(a, b) }
+	qs := fmt.Sprintf("p%g", 100*q)
+	switch {
+	case agree(e, *server) && agree(cl, *server):
+		return
+	case agree(e, *server):
+		c.Notes = append(c.Notes, fmt.Sprintf("server-side TTFT %s %.3fs matches the engine spans (%.3fs) but clients saw %.3fs: the difference is time before the engine", qs, *server, e, cl))
+		if cl >= 2*e {
+			c.add(causeOutside, "traces.client_ttft_exceeds_server_ttft", rqPtr(cl), rqPtr(*server), 0.5,
+				fmt.Sprintf("TTFT %s seen by clients/gateway is %.3fs while the engine reports %.3fs", qs, cl, *server))
+		}
+	default:
+		c.Notes = append(c.Notes, fmt.Sprintf("server-side TTFT %s %.3fs disagrees with the %d traced requests' engine TTFT %s %.3fs: traces may be sampled (llm-d samples 10%% by default), cover other pods, or the window edges differ", qs, *server, len(eng), qs, e))
+	}
+}

@@ -1,0 +1,403 @@
+package triage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql/parser"
+
+	"github.com/whyslow/whyslow/rules"
+)
+
+// Options configure one triage. Zero values get defaults.
+type Options struct {
+	// Metrics answers the PromQL (embedded store or remote Prometheus). Required.
+	Metrics Metrics
+	// Ruleset, when set, is used as is (its engine wins over Engine).
+	Ruleset *rules.Ruleset
+	// Rulesets are the candidates when Ruleset is nil: the one whose engine
+	// is Engine, or when Engine is "auto" (or empty) the one whose detect
+	// expression finds the most series.
+	Rulesets []*rules.Ruleset
+	// At is the end of the incident window. Required.
+	At time.Time
+	// Window is the incident window's length (default 5m).
+	Window time.Duration
+	// Baseline is how far back the baseline window ends (default 1h).
+	Baseline time.Duration
+	// Selector is the scope's PromQL label matchers without braces; may be empty.
+	Selector string
+	// Engine is "auto" (or empty) or the engine name (vllm, sglang, trtllm).
+	Engine string
+	// Scheduler holds the incident's scheduler settings; when not Known the
+	// ruleset's engine defaults for the GPU apply.
+	Scheduler rules.Scheduler
+	// GPU is the GPU class (e.g. "H100"), empty when unknown.
+	GPU string
+	// Explain fills Verdict.Signals and every rule outcome.
+	Explain bool
+	// TargetLabels identify a target inside the scope (default ["pod"]).
+	TargetLabels []string
+	// Concurrency bounds the queries in flight (default 4).
+	Concurrency int
+	// MaxTargets is how many of the worst targets to list per signal (default 3).
+	MaxTargets int
+}
+
+// ErrNoData means no metrics source answered any query.
+var ErrNoData = errors.New("no query succeeded")
+
+func (o *Options) defaults() error {
+	if o.Metrics == nil {
+		return errors.New("triage: no metrics source")
+	}
+	if o.At.IsZero() {
+		return errors.New("triage: no evaluation time")
+	}
+	if o.Window <= 0 {
+		o.Window = 5 * time.Minute
+	}
+	if o.Baseline <= 0 {
+		o.Baseline = time.Hour
+	}
+	if o.Baseline < o.Window {
+		return fmt.Errorf("triage: baseline offset %s is shorter than the window %s, so the windows overlap", o.Baseline, o.Window)
+	}
+	if len(o.TargetLabels) == 0 {
+		o.TargetLabels = []string{"pod"}
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 4
+	}
+	if o.MaxTargets <= 0 {
+		o.MaxTargets = 3
+	}
+	if o.Engine == "" {
+		o.Engine = "auto"
+	}
+	if o.Ruleset == nil && len(o.Rulesets) == 0 {
+		return errors.New("triage: no ruleset")
+	}
+	return nil
+}
+
+// scopeLabels validates the selector and returns its equality matchers.
+func scopeLabels(sel string) (map[string]string, error) {
+	if strings.TrimSpace(sel) == "" {
+		return nil, nil
+	}
+	ms, err := parser.NewParser(parser.Options{}).ParseMetricSelector("{" + sel + "}")
+	if err != nil {
+		return nil, fmt.Errorf("triage: selector %q: %w", sel, err)
+	}
+	out := map[string]string{}
+	for _, m := range ms {
+		if m.Type == labels.MatchEqual {
+			out[m.Name] = m.Value
+		}
+	}
+	return out, nil
+}
+
+// query is one PromQL evaluation of the triage.
+type query struct {
+	signal  *rules.Signal
+	expr    string
+	at      time.Time
+	window  string // "incident", "baseline" or "targets"
+	result  model.Vector
+	warns   []string
+	err     error
+	success bool
+}
+
+// runQueries evaluates the queries with bounded concurrency.
+func runQueries(ctx context.Context, m Metrics, qs []*query, n int) {
+	sem := make(chan struct{}, n)
+	var wg sync.WaitGroup
+	for _, q := range qs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(q *query) {
+			defer func() { <-sem; wg.Done() }()
+			if err := ctx.Err(); err != nil {
+				q.err = err
+				return
+			}
+			q.result, q.warns, q.err = m.Query(ctx, q.expr, q.at)
+			q.success = q.err == nil
+		}(q)
+	}
+	wg.Wait()
+}
+
+// scalar reduces a scope-level result to one number; NaN and ±Inf count as no data.
+func scalar(v model.Vector) (float64, bool) {
+	found, best := false, 0.0
+	for _, s := range v {
+		f := float64(s.Value)
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			continue
+		}
+		if !found || f > best {
+			best, found = f, true
+		}
+	}
+	return best, found
+}
+
+// Run triages one scope: it evaluates every signal of the ruleset at the
+// incident and baseline windows, walks the steps and builds the Verdict. An
+// error means whyslow failed (bad options, context cancelled, or no query
+// succeeded); a scope without data gets a verdict with status insufficient_data.
+func Run(ctx context.Context, opts Options) (*Verdict, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	scopeLbls, err := scopeLabels(opts.Selector)
+	if err != nil {
+		return nil, err
+	}
+	win := model.Duration(opts.Window).String()
+	v := &Verdict{
+		SchemaVersion: SchemaVersion,
+		Status:        StatusInsufficientData,
+		Severity:      SeverityNone,
+		Phase:         PhaseNone,
+		Scope:         Scope{Selector: opts.Selector, Labels: scopeLbls},
+		At:            opts.At.UTC(),
+		Incident:      Window{Start: opts.At.Add(-opts.Window).UTC(), End: opts.At.UTC()},
+		Baseline:      Window{Start: opts.At.Add(-opts.Baseline - opts.Window).UTC(), End: opts.At.Add(-opts.Baseline).UTC()},
+		Headline:      []Comparison{},
+		Causes:        []Cause{},
+		RuledOut:      []RuledOut{},
+		Steps:         []Step{},
+		DataGaps:      []DataGap{},
+	}
+
+	rs, warns, err := pickRuleset(ctx, &opts, win)
+	v.Warnings = appendWarnings(v.Warnings, warns...)
+	if err != nil {
+		return nil, err
+	}
+	if rs == nil {
+		v.Engine = opts.Engine
+		v.DataGaps = append(v.DataGaps, DataGap{Signal: "engine", Window: "incident",
+			Reason: "no series of a known engine (vllm, sglang, trtllm) matched the scope"})
+		return v, nil
+	}
+	v.Engine = rs.Engine
+
+	// One query per signal and window, plus the per-target views: rendered once.
+	var qs []*query
+	baseAt := opts.At.Add(-opts.Baseline)
+	for _, s := range rs.Signals {
+		expr, err := s.Render(opts.Selector, win, nil)
+		if err != nil {
+			return nil, fmt.Errorf("triage: signal %s: %w", s.Name, err)
+		}
+		qs = append(qs, &query{signal: s, expr: expr, at: opts.At, window: "incident"},
+			&query{signal: s, expr: expr, at: baseAt, window: "baseline"})
+		if s.Targets {
+			texpr, err := s.Render(opts.Selector, win, opts.TargetLabels)
+			if err != nil {
+				return nil, fmt.Errorf("triage: signal %s: %w", s.Name, err)
+			}
+			qs = append(qs, &query{signal: s, expr: texpr, at: opts.At, window: "targets"})
+		}
+	}
+	runQueries(ctx, opts.Metrics, qs, opts.Concurrency)
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("triage: %w", err)
+	}
+
+	now, base := map[string]float64{}, map[string]float64{}
+	exprs := map[string]string{}
+	var failed, ok int
+	var firstErr error
+	targetSets := map[string]bool{}
+	for _, q := range qs {
+		v.Warnings = appendWarnings(v.Warnings, q.warns...)
+		if q.err != nil {
+			failed++
+			if firstErr == nil {
+				firstErr = q.err
+			}
+			if q.window != "targets" {
+				v.DataGaps = append(v.DataGaps, DataGap{Signal: q.signal.Name, Window: q.window, Reason: "query failed: " + q.err.Error()})
+			}
+			continue
+		}
+		ok++
+		switch q.window {
+		case "incident":
+			exprs[q.signal.Name] = q.expr
+			if f, found := scalar(q.result); found {
+				now[q.signal.Name] = f
+			}
+		case "baseline":
+			if f, found := scalar(q.result); found {
+				base[q.signal.Name] = f
+			}
+		case "targets":
+			ts := worstTargets(q.signal.Name, q.result, opts.TargetLabels)
+			for _, t := range ts {
+				targetSets[labelsKey(t.Labels)] = true
+			}
+			if len(ts) >= 2 {
+				if len(ts) > opts.MaxTargets {
+					ts = ts[:opts.MaxTargets]
+				}
+				v.Targets = append(v.Targets, ts...)
+			}
+		}
+	}
+	if ok == 0 && failed > 0 {
+		return nil, fmt.Errorf("triage: %w: %v", ErrNoData, firstErr)
+	}
+
+	facts := rules.Facts{
+		Now: now, Base: base, Engine: rs.Engine, Scheduler: opts.Scheduler,
+		GPU:     rules.GPU{Class: opts.GPU, MemoryGiB: GPUMemoryGiB(opts.GPU)},
+		Targets: len(targetSets),
+	}
+	out := rs.Walk(facts)
+	buildVerdict(v, rs, out, &opts, qs)
+	if opts.Explain {
+		for _, s := range rs.Signals {
+			v.Signals = append(v.Signals, SignalValue{Name: s.Name, Expr: exprs[s.Name], Now: valuePtr(now, s.Name), Baseline: valuePtr(base, s.Name)})
+		}
+	}
+	return v, nil
+}
+
+// pickRuleset chooses the ruleset: the given one, the one for the named
+// engine, or (auto) the one whose detect query finds the most series.
+func pickRuleset(ctx context.Context, opts *Options, win string) (*rules.Ruleset, []string, error) {
+	if opts.Ruleset != nil {
+		return opts.Ruleset, nil, nil
+	}
+	if opts.Engine != "auto" {
+		for _, rs := range opts.Rulesets {
+			if rs.Engine == opts.Engine {
+				return rs, nil, nil
+			}
+		}
+		return nil, nil, fmt.Errorf("triage: no ruleset for engine %q", opts.Engine)
+	}
+	var qs []*query
+	var cands []*rules.Ruleset
+	for _, rs := range opts.Rulesets {
+		if rs.Detect == nil {
+			continue
+		}
+		expr, err := rs.Detect.Render(opts.Selector, win, nil)
+		if err != nil {
+			return nil, nil, fmt.Errorf("triage: detect %s: %w", rs.Engine, err)
+		}
+		qs = append(qs, &query{signal: rs.Detect, expr: expr, at: opts.At, window: "incident"})
+		cands = append(cands, rs)
+	}
+	if len(qs) == 0 {
+		if len(opts.Rulesets) == 1 {
+			return opts.Rulesets[0], nil, nil
+		}
+		return nil, nil, errors.New("triage: engine auto needs rulesets with detect expressions")
+	}
+	runQueries(ctx, opts.Metrics, qs, opts.Concurrency)
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("triage: %w", err)
+	}
+	var best *rules.Ruleset
+	bestN, failed := 0.0, 0
+	var warns []string
+	var firstErr error
+	for i, q := range qs {
+		warns = append(warns, q.warns...)
+		if q.err != nil {
+			failed++
+			if firstErr == nil {
+				firstErr = q.err
+			}
+			continue
+		}
+		if n, ok := scalar(q.result); ok && n > bestN {
+			best, bestN = cands[i], n
+		}
+	}
+	if failed == len(qs) {
+		return nil, warns, fmt.Errorf("triage: detect engine: %w: %v", ErrNoData, firstErr)
+	}
+	return best, warns, nil
+}
+
+func worstTargets(signal string, vec model.Vector, targetLabels []string) []Target {
+	ts := make([]Target, 0, len(vec))
+	for _, s := range vec {
+		f := float64(s.Value)
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			continue
+		}
+		lbls := map[string]string{}
+		for _, l := range targetLabels {
+			if val, ok := s.Metric[model.LabelName(l)]; ok {
+				lbls[l] = string(val)
+			}
+		}
+		if len(lbls) == 0 {
+			continue
+		}
+		ts = append(ts, Target{Labels: lbls, Signal: signal, Value: f})
+	}
+	sort.SliceStable(ts, func(i, j int) bool {
+		if ts[i].Value != ts[j].Value {
+			return ts[i].Value > ts[j].Value
+		}
+		return labelsKey(ts[i].Labels) < labelsKey(ts[j].Labels)
+	})
+	return ts
+}
+
+func labelsKey(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(k + "=" + m[k] + ",")
+	}
+	return b.String()
+}
+
+func appendWarnings(dst []string, ws ...string) []string {
+	for _, w := range ws {
+		dup := false
+		for _, d := range dst {
+			if d == w {
+				dup = true
+				break
+			}
+		}
+		if !dup {
+			dst = append(dst, w)
+		}
+	}
+	return dst
+}
+
+func valuePtr(m map[string]float64, k string) *float64 {
+	if f, ok := m[k]; ok {
+		return &f
+	}
+	return nil
+}
