@@ -277,7 +277,7 @@ func (r *Ruleset) Walk(f Facts) *Outcome {
 	return out
 }
 
-// Matched reports whether the rule matched on the given facts; used by tests and --explain.
+// EvalRule evaluates one rule on the facts (pure); used by tests and tools.
 func (r *Ruleset) EvalRule(rule *Rule, f Facts) (bool, error) {
 	ratio, delta := Derive(f.Now, f.Base)
 	return evalBool(rule.prog, map[string]any{

@@ -481,7 +481,7 @@ func (b *builder) compileSignal(s *Signal, ctx string) {
 		scope, _ := s.Render("", sampleWindow, nil)
 		per, _ := s.Render("", sampleWindow, sampleTargets)
 		if scope == per {
-			b.errs.add(s.Pos, ctx, "targets: true but the expression never uses {{by ...}}, so targets cannot be told apart")
+			b.errs.add(s.Pos, ctx, "targets: true but the expression never uses {{.By ...}}, so targets cannot be told apart")
 		}
 	}
 }

@@ -32,16 +32,11 @@ func (d SignalData) Join(metric string) string {
 	return fmt.Sprintf(" and on(%s) %s{%s}", d.Target, metric, d.Selector)
 }
 
-// signalFuncs returns the functions available in signal templates. `by` renders a
-// grouping clause: `{{by "le"}}` is `by (le)` for the scope and `by (le, pod)`
-// when the signal is evaluated per target.
-func signalFuncs(by *[]string) template.FuncMap {
-	return template.FuncMap{
-		"by": func(labels ...string) string {
-			all := append(append([]string{}, labels...), (*by)...)
-			return "by (" + strings.Join(all, ", ") + ")"
-		},
-	}
+// By renders a grouping clause: `{{.By "le"}}` is `by (le)` for the scope and
+// `by (le, pod)` when the signal is evaluated per target.
+func (d SignalData) By(labels ...string) string {
+	all := append(append(make([]string, 0, len(labels)+len(d.by)), labels...), d.by...)
+	return "by (" + strings.Join(all, ", ") + ")"
 }
 
 // Render fills the signal's template for the scope (targetLabels nil) or per
@@ -51,16 +46,9 @@ func (s *Signal) Render(selector, window string, targetLabels []string) (string,
 }
 
 func renderSignal(t *template.Template, selector, window string, targetLabels []string) (string, error) {
-	by := targetLabels
 	var buf bytes.Buffer
-	// Clone is cheap relative to a query and keeps Render safe for concurrent use.
-	c, err := t.Clone()
-	if err != nil {
-		return "", err
-	}
-	c.Funcs(signalFuncs(&by))
-	data := SignalData{Selector: selector, Window: window, Target: strings.Join(defaultTargets(targetLabels), ", ")}
-	if err := c.Execute(&buf, data); err != nil {
+	data := SignalData{Selector: selector, Window: window, Target: strings.Join(defaultTargets(targetLabels), ", "), by: targetLabels}
+	if err := t.Execute(&buf, data); err != nil {
 		return "", err
 	}
 	return strings.TrimSpace(buf.String()), nil
@@ -74,8 +62,7 @@ func defaultTargets(l []string) []string {
 }
 
 func parseSignalTemplate(name, src string) (*template.Template, error) {
-	var none []string
-	return template.New(name).Option("missingkey=error").Funcs(signalFuncs(&none)).Parse(src)
+	return template.New(name).Option("missingkey=error").Parse(src)
 }
 
 // EvidenceData is what evidence and step summary templates see.

@@ -19,7 +19,8 @@ var FS embed.FS
 const CausesFile = "causes.yaml"
 
 // Engines lists the engines with a shipped ruleset.
-var Engines = []string{"vllm", "sglang", "trtllm"}
+// TODO: sglang.yaml and trtllm.yaml (engines.md §5, §6) are not written yet.
+var Engines = []string{"vllm"}
 
 func file(name string) (rules.File, error) {
 	b, err := FS.ReadFile(name)

@@ -314,6 +314,11 @@ func (t *Tracker) Record(key string, v *Verdict, at time.Time) []Event {
 		in.Verdict = v
 	}
 	in.UpdatedAt = at
+	if in.Notified.Count > 0 && in.Detected && !in.Firing && len(in.Alerts) == 0 {
+		// The detector is clear and the resolve countdown runs: a verdict
+		// over a recovering window is not news.
+		return nil
+	}
 	top := ""
 	if v.Status == StatusAnomaly && len(v.Causes) > 0 {
 		top = v.Causes[0].ID

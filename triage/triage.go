@@ -121,6 +121,16 @@ type query struct {
 
 // runQueries evaluates the queries with bounded concurrency.
 func runQueries(ctx context.Context, m Metrics, qs []*query, n int) {
+	if n == 1 {
+		for _, q := range qs {
+			if q.err = ctx.Err(); q.err != nil {
+				continue
+			}
+			q.result, q.warns, q.err = m.Query(ctx, q.expr, q.at)
+			q.success = q.err == nil
+		}
+		return
+	}
 	sem := make(chan struct{}, n)
 	var wg sync.WaitGroup
 	for _, q := range qs {

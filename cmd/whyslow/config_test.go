@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"gopkg.in/yaml.v3"
 )
 
 func envMap(m map[string]string) func(string) (string, bool) {
@@ -110,5 +112,35 @@ func TestCheckConfigExitCodes(t *testing.T) {
 	}
 	if code := dispatch(context.Background(), []string{"check"}, &stdout, &stderr); code != exitFailed {
 		t.Errorf("no args: exit %d", code)
+	}
+}
+
+// TestKubernetesExampleConfig checks the whyslow.yml embedded in the
+// deploy/ ConfigMap.
+func TestKubernetesExampleConfig(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "kubernetes", "vllm-whyslow.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, doc := range strings.Split(string(b), "\n---\n") {
+		var cm struct {
+			Kind string            `yaml:"kind"`
+			Data map[string]string `yaml:"data"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &cm); err != nil {
+			t.Fatalf("deploy yaml: %v", err)
+		}
+		if cm.Kind != "ConfigMap" {
+			continue
+		}
+		found = true
+		env := envMap(map[string]string{"WHYSLOW_API_TOKEN": "t", "WHYSLOW_WEBHOOK_URL": "https://hooks.example.com/x"})
+		if _, err := parseConfig("configmap whyslow.yml", []byte(cm.Data["whyslow.yml"]), env); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !found {
+		t.Fatal("no ConfigMap in the deploy example")
 	}
 }

@@ -78,7 +78,7 @@ func demoVerdict(ctx context.Context, scenario string, seed int64, keep string, 
 	if err := loadRulesets(&opts, nil); err != nil {
 		return nil, sim.Truth{}, err
 	}
-	v, err := whyBundle(ctx, dir, opts)
+	v, err := whyBundle(ctx, dir, opts, nil)
 	return v, b.Truth, err
 }
 

@@ -41,6 +41,7 @@ type whyFlags struct {
 	basicUser  string
 	basicPass  string
 	color      bool
+	chart      string
 }
 
 func (f *whyFlags) register(fs *flag.FlagSet) {
@@ -63,6 +64,7 @@ func (f *whyFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.basicUser, "basic-user", "", "basic-auth user for --prometheus")
 	fs.StringVar(&f.basicPass, "basic-password", "", "basic-auth password for --prometheus (or env WHYSLOW_BASIC_PASSWORD)")
 	fs.BoolVar(&f.color, "color", false, "colour text output")
+	fs.StringVar(&f.chart, "chart", "", "also write a PNG chart of TTFT/ITL p95, KV-cache usage and queue depth to `FILE`")
 }
 
 func runWhy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -142,7 +144,7 @@ func whyVerdict(ctx context.Context, f *whyFlags, stderr io.Writer) (*triage.Ver
 
 	switch {
 	case f.bundle != "":
-		return whyBundle(ctx, f.bundle, opts)
+		return whyBundle(ctx, f.bundle, opts, f.finish)
 	case f.server != "":
 		return whyServer(ctx, f, opts)
 	case f.prometheus != "":
@@ -170,8 +172,31 @@ func loadRulesets(opts *triage.Options, files []string) error {
 	return nil
 }
 
+// finishFunc runs after the triage while its metrics source is still open.
+type finishFunc func(ctx context.Context, m triage.Metrics, v *triage.Verdict) error
+
+// finish writes the --chart file, if asked for.
+func (f *whyFlags) finish(ctx context.Context, m triage.Metrics, v *triage.Verdict) error {
+	if f.chart == "" {
+		return nil
+	}
+	return writeChart(ctx, m, v, f.chart)
+}
+
+// triageThen runs the triage and then finish (when set) on the same source.
+func triageThen(ctx context.Context, opts triage.Options, finish finishFunc) (*triage.Verdict, error) {
+	v, err := triage.Run(ctx, opts)
+	if err != nil || finish == nil {
+		return v, err
+	}
+	if err := finish(ctx, opts.Metrics, v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
 // whyBundle replays an incident bundle through the embedded store.
-func whyBundle(ctx context.Context, dir string, opts triage.Options) (*triage.Verdict, error) {
+func whyBundle(ctx context.Context, dir string, opts triage.Options, finish finishFunc) (*triage.Verdict, error) {
 	b, err := bundle.Load(dir)
 	if err != nil {
 		return nil, err
@@ -191,7 +216,7 @@ func whyBundle(ctx context.Context, dir string, opts triage.Options) (*triage.Ve
 		opts.At = stats.MaxTime
 	}
 	opts.Metrics = st
-	return triage.Run(ctx, opts)
+	return triageThen(ctx, opts, finish)
 }
 
 // applyIncident fills options the user did not set from the bundle's incident.yaml.

@@ -54,7 +54,7 @@ func whyScrape(ctx context.Context, f *whyFlags, opts triage.Options) (*triage.V
 	opts.At = last
 	opts.Window = window
 	opts.Baseline = last.Sub(baseEnd)
-	v, err := triage.Run(ctx, opts)
+	v, err := triageThen(ctx, opts, f.finish)
 	if err != nil {
 		return nil, err
 	}
@@ -152,5 +152,5 @@ func whyPrometheus(ctx context.Context, f *whyFlags, opts triage.Options) (*tria
 		opts.At = time.Now()
 	}
 	opts.Metrics = c
-	return triage.Run(ctx, opts)
+	return triageThen(ctx, opts, f.finish)
 }

@@ -89,6 +89,7 @@ type Collector struct {
 	initErr  error
 	devices  []*deviceState // every GPU, by index; nil until enumerated
 	notes    []string       // from enumeration, repeated in every Report
+	driver   string
 }
 
 // deviceState is what the collector keeps about one GPU between cycles.
@@ -230,15 +231,12 @@ func (c *Collector) Read(ctx context.Context) (Report, error) {
 		return Report{}, &NoNVMLError{Err: c.initErr}
 	}
 
-	rep := Report{}
-	if v, err := lib.DriverVersion(); err == nil {
-		rep.Driver = v
-	}
 	if c.devices == nil {
 		if err := c.enumerate(); err != nil {
 			return Report{}, err
 		}
 	}
+	rep := Report{Driver: c.driver}
 	rep.Notes = append(rep.Notes, c.notes...)
 
 	selected, err := c.selectDevices(&rep)
@@ -278,6 +276,10 @@ func (c *Collector) Read(ctx context.Context) (Report, error) {
 // enumerate lists every GPU once and applies Options.Visible.
 func (c *Collector) enumerate() error {
 	lib := c.opts.Lib
+	c.notes = nil
+	if v, err := lib.DriverVersion(); err == nil {
+		c.driver = v
+	}
 	n, err := lib.DeviceCount()
 	if err != nil {
 		return fmt.Errorf("count gpus: %w", err)

@@ -17,6 +17,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/whyslow/whyslow/collectors"
 )
@@ -442,6 +443,31 @@ func TestInitFailsNoCalls(t *testing.T) {
 	}
 }
 
+func TestAdapterRefusesCallsBeforeInit(t *testing.T) {
+	r := newRig(dgxh100.NewWithGPUs(gpus.H100_SXM5_80GB), true)
+	lib := FromNVML(r.srv)
+	if _, err := lib.DeviceCount(); err == nil || !strings.Contains(err.Error(), "not initialised") {
+		t.Errorf("DeviceCount before Init: err = %v", err)
+	}
+	if err := lib.Init(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := lib.DeviceByIndex(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lib.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.PowerUsageMilliwatts(); err == nil {
+		t.Error("device call after Shutdown was made")
+	}
+	calls := countCalls(&r.srv.Interface)
+	if calls["DeviceGetCount"] != 0 || len(r.device(0).GetPowerUsageCalls()) != 0 {
+		t.Errorf("calls = %v, want no DeviceGetCount and no GetPowerUsage", calls)
+	}
+}
+
 func TestCountCallsSeesCalls(t *testing.T) {
 	// Guards TestInitFailsNoCalls: the reflection counter must see calls.
 	r := newRig(dgxh100.NewWithGPUs(gpus.H100_SXM5_80GB), true)
@@ -552,4 +578,45 @@ func BenchmarkCycle8GPUs(b *testing.B) {
 		drain()
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/8, "ns/gpu")
+}
+
+func TestInCollectorsRegistry(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		initRet     nvml.Return
+		wantSuccess float64
+		wantNoData  bool
+	}{
+		{"nvml present", nvml.SUCCESS, 1, false},
+		{"no nvml", nvml.ERROR_LIBRARY_NOT_FOUND, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(dgxh100.NewWithGPUs(gpus.H100_SXM5_80GB), true)
+			r.srv.InitFunc = func() nvml.Return { return tc.initRet }
+			reg := collectors.NewRegistry(collectors.RegistryOptions{Logger: discardLogger()})
+			if err := reg.Register("gpu", r.collector(t, Options{})); err != nil {
+				t.Fatal(err)
+			}
+			ch := make(chan prometheus.Metric, 1000)
+			res := reg.Cycle(context.Background(), ch)
+			if len(res) != 1 || res[0].NoData() != tc.wantNoData {
+				t.Fatalf("results = %+v, want no data %v", res, tc.wantNoData)
+			}
+			close(ch)
+			success := -1.0
+			for m := range ch {
+				if !strings.Contains(m.Desc().String(), `"whyslow_collector_success"`) {
+					continue
+				}
+				var pb dto.Metric
+				if err := m.Write(&pb); err != nil {
+					t.Fatal(err)
+				}
+				success = pb.GetGauge().GetValue()
+			}
+			if success != tc.wantSuccess {
+				t.Errorf("success = %v, want %v", success, tc.wantSuccess)
+			}
+		})
+	}
 }

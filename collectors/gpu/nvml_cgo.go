@@ -5,6 +5,7 @@ package gpu
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
@@ -30,8 +31,9 @@ type nvmlLib struct {
 
 	mu          sync.Mutex
 	initialised bool
-	eventsNew   bool // nvmlDeviceGetCurrentClocksEventReasons exists (driver >= 535)
-	gpm         bool // nvmlGpmQueryDeviceSupport exists
+	ready       atomic.Bool // initialised, readable without mu on every call
+	eventsNew   bool        // nvmlDeviceGetCurrentClocksEventReasons exists (driver >= 535)
+	gpm         bool        // nvmlGpmQueryDeviceSupport exists
 
 	gpmMu  sync.Mutex
 	gpmReq *nvml.GpmMetricsGetType // reused: it holds 477 metric slots (~19 KB)
@@ -60,6 +62,13 @@ func wrap(op string, ret nvml.Return) error {
 	return &Error{Op: op, Code: int(ret), Message: ret.Error(), Kind: kind}
 }
 
+// errNotInitialised is returned, without calling NVML, by every method used
+// before a successful Init or after Shutdown: such a call could kill the
+// process with an unresolved symbol.
+func errNotInitialised(op string) error {
+	return &Error{Op: op, Message: "NVML not initialised (refused to call it)", Kind: KindOther}
+}
+
 func (a *nvmlLib) Init() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -70,6 +79,7 @@ func (a *nvmlLib) Init() error {
 		return err
 	}
 	a.initialised = true
+	a.ready.Store(true)
 	if ext := a.l.Extensions(); ext != nil {
 		a.eventsNew = ext.LookupSymbol("nvmlDeviceGetCurrentClocksEventReasons") == nil
 		a.gpm = ext.LookupSymbol("nvmlGpmQueryDeviceSupport") == nil &&
@@ -85,20 +95,30 @@ func (a *nvmlLib) Shutdown() error {
 		return nil
 	}
 	a.initialised = false
+	a.ready.Store(false)
 	return wrap("Shutdown", a.l.Shutdown())
 }
 
 func (a *nvmlLib) DriverVersion() (string, error) {
+	if !a.ready.Load() {
+		return "", errNotInitialised("DriverVersion")
+	}
 	v, ret := a.l.SystemGetDriverVersion()
 	return v, wrap("SystemGetDriverVersion", ret)
 }
 
 func (a *nvmlLib) DeviceCount() (int, error) {
+	if !a.ready.Load() {
+		return 0, errNotInitialised("DeviceCount")
+	}
 	n, ret := a.l.DeviceGetCount()
 	return n, wrap("DeviceGetCount", ret)
 }
 
 func (a *nvmlLib) DeviceByIndex(index int) (Device, error) {
+	if !a.ready.Load() {
+		return nil, errNotInitialised("DeviceByIndex")
+	}
 	d, ret := a.l.DeviceGetHandleByIndex(index)
 	if err := wrap(fmt.Sprintf("DeviceGetHandleByIndex(%d)", index), ret); err != nil {
 		return nil, err
@@ -113,10 +133,16 @@ type nvmlSample struct {
 }
 
 func (s *nvmlSample) Free() error {
+	if !s.lib.ready.Load() {
+		return errNotInitialised("GpmSampleFree")
+	}
 	return wrap("GpmSampleFree", s.lib.l.GpmSampleFree(s.s))
 }
 
 func (a *nvmlLib) GPMSampleAlloc() (GPMSample, error) {
+	if !a.ready.Load() {
+		return nil, errNotInitialised("GPMSampleAlloc")
+	}
 	if !a.gpm {
 		return nil, &Error{Op: "GpmSampleAlloc", Message: "driver has no GPM functions", Kind: KindFunctionNotFound}
 	}
@@ -128,6 +154,9 @@ func (a *nvmlLib) GPMSampleAlloc() (GPMSample, error) {
 }
 
 func (a *nvmlLib) GPMMetrics(older, newer GPMSample, ids []GPMMetric) ([]GPMResult, error) {
+	if !a.ready.Load() {
+		return nil, errNotInitialised("GPMMetrics")
+	}
 	s1, ok1 := older.(*nvmlSample)
 	s2, ok2 := newer.(*nvmlSample)
 	if !ok1 || !ok2 {
@@ -166,21 +195,33 @@ type nvmlDevice struct {
 }
 
 func (d *nvmlDevice) Name() (string, error) {
+	if !d.lib.ready.Load() {
+		return "", errNotInitialised("Name")
+	}
 	v, ret := d.d.GetName()
 	return v, wrap("GetName", ret)
 }
 
 func (d *nvmlDevice) UUID() (string, error) {
+	if !d.lib.ready.Load() {
+		return "", errNotInitialised("UUID")
+	}
 	v, ret := d.d.GetUUID()
 	return v, wrap("GetUUID", ret)
 }
 
 func (d *nvmlDevice) MemoryInfo() (Memory, error) {
+	if !d.lib.ready.Load() {
+		return Memory{}, errNotInitialised("MemoryInfo")
+	}
 	m, ret := d.d.GetMemoryInfo()
 	return Memory{Total: m.Total, Used: m.Used}, wrap("GetMemoryInfo", ret)
 }
 
 func (d *nvmlDevice) UtilizationRates() (Utilization, error) {
+	if !d.lib.ready.Load() {
+		return Utilization{}, errNotInitialised("UtilizationRates")
+	}
 	u, ret := d.d.GetUtilizationRates()
 	return Utilization{GPU: u.Gpu, Memory: u.Memory}, wrap("GetUtilizationRates", ret)
 }
@@ -193,11 +234,17 @@ func clockType(c Clock) nvml.ClockType {
 }
 
 func (d *nvmlDevice) ClockMHz(c Clock) (uint32, error) {
+	if !d.lib.ready.Load() {
+		return 0, errNotInitialised("ClockMHz")
+	}
 	v, ret := d.d.GetClockInfo(clockType(c))
 	return v, wrap("GetClockInfo("+c.String()+")", ret)
 }
 
 func (d *nvmlDevice) MaxClockMHz(c Clock) (uint32, error) {
+	if !d.lib.ready.Load() {
+		return 0, errNotInitialised("MaxClockMHz")
+	}
 	v, ret := d.d.GetMaxClockInfo(clockType(c))
 	return v, wrap("GetMaxClockInfo("+c.String()+")", ret)
 }
@@ -231,6 +278,9 @@ func decodeClockEvents(mask uint64) ClockEvents {
 }
 
 func (d *nvmlDevice) ClockEvents() (ClockEvents, error) {
+	if !d.lib.ready.Load() {
+		return ClockEvents{}, errNotInitialised("ClockEvents")
+	}
 	var (
 		mask uint64
 		ret  nvml.Return
@@ -250,21 +300,33 @@ func (d *nvmlDevice) ClockEvents() (ClockEvents, error) {
 }
 
 func (d *nvmlDevice) PowerUsageMilliwatts() (uint32, error) {
+	if !d.lib.ready.Load() {
+		return 0, errNotInitialised("PowerUsageMilliwatts")
+	}
 	v, ret := d.d.GetPowerUsage()
 	return v, wrap("GetPowerUsage", ret)
 }
 
 func (d *nvmlDevice) PowerLimitMilliwatts() (uint32, error) {
+	if !d.lib.ready.Load() {
+		return 0, errNotInitialised("PowerLimitMilliwatts")
+	}
 	v, ret := d.d.GetEnforcedPowerLimit()
 	return v, wrap("GetEnforcedPowerLimit", ret)
 }
 
 func (d *nvmlDevice) TemperatureCelsius() (uint32, error) {
+	if !d.lib.ready.Load() {
+		return 0, errNotInitialised("TemperatureCelsius")
+	}
 	v, ret := d.d.GetTemperature(nvml.TEMPERATURE_GPU)
 	return v, wrap("GetTemperature", ret)
 }
 
 func (d *nvmlDevice) PCIeThroughputKBps(dir Direction) (uint32, error) {
+	if !d.lib.ready.Load() {
+		return 0, errNotInitialised("PCIeThroughputKBps")
+	}
 	c := nvml.PCIE_UTIL_TX_BYTES
 	if dir == RX {
 		c = nvml.PCIE_UTIL_RX_BYTES
@@ -274,6 +336,9 @@ func (d *nvmlDevice) PCIeThroughputKBps(dir Direction) (uint32, error) {
 }
 
 func (d *nvmlDevice) ComputeProcessPIDs() ([]uint32, error) {
+	if !d.lib.ready.Load() {
+		return nil, errNotInitialised("ComputeProcessPIDs")
+	}
 	procs, ret := d.d.GetComputeRunningProcesses()
 	if err := wrap("GetComputeRunningProcesses", ret); err != nil {
 		return nil, err
@@ -286,6 +351,9 @@ func (d *nvmlDevice) ComputeProcessPIDs() ([]uint32, error) {
 }
 
 func (d *nvmlDevice) GPMSupported() (bool, error) {
+	if !d.lib.ready.Load() {
+		return false, errNotInitialised("GPMSupported")
+	}
 	if !d.lib.gpm {
 		return false, &Error{Op: "GpmQueryDeviceSupport", Message: "driver has no GPM functions", Kind: KindFunctionNotFound}
 	}
@@ -297,6 +365,9 @@ func (d *nvmlDevice) GPMSupported() (bool, error) {
 }
 
 func (d *nvmlDevice) GPMSampleGet(s GPMSample) error {
+	if !d.lib.ready.Load() {
+		return errNotInitialised("GPMSampleGet")
+	}
 	ns, ok := s.(*nvmlSample)
 	if !ok {
 		return fmt.Errorf("gpm sample get: sample not from this library")

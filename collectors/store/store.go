@@ -169,6 +169,12 @@ func (s *Store) Appender(ctx context.Context) storage.Appender {
 	return s.db.Appender(ctx)
 }
 
+// Querier returns a querier over [mint, maxt] (milliseconds, inclusive), so
+// a Store is a storage.Queryable for code that reads raw series.
+func (s *Store) Querier(mint, maxt int64) (storage.Querier, error) {
+	return s.db.Querier(mint, maxt)
+}
+
 // DB returns the underlying TSDB, for callers (benchmarks) that run the
 // PromQL engine directly.
 func (s *Store) DB() *tsdb.DB { return s.db }

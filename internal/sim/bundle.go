@@ -127,7 +127,7 @@ const (
 	defaultBaseline = time.Hour
 	// trimMargin is kept before each window so that rate()/increase() over
 	// a window-long range has samples at every point of the window.
-	trimMargin = 10 * time.Minute
+	trimMargin = 5 * time.Minute
 )
 
 func (w *world) bundle() (*Bundle, error) {

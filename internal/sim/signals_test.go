@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"bytes"
 	"compress/gzip"
 	"errors"
 	"fmt"
@@ -390,5 +389,3 @@ func TestScenarioSignals(t *testing.T) {
 	}
 	t.Logf("\n%s\n%s", signalHeader, strings.Join(rows, "\n"))
 }
-
-var _ = bytes.NewReader

@@ -132,12 +132,12 @@ type world struct {
 	rr       int
 	maxRate  float64
 
-	interval   float64
-	nextTick   float64
-	recording  bool
-	inflight   int
-	finished   int64
-	aborted    int64
+	interval  float64
+	nextTick  float64
+	recording bool
+	inflight  int
+	finished  int64
+	aborted   int64
 
 	// test hooks
 	trackAll   bool

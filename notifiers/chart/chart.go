@@ -4,6 +4,8 @@
 // range queries from any triage.Metrics; Render draws them with gonum/plot.
 package chart
 
+//go:generate go test . -run TestKVPressureChart -update
+
 import (
 	"bytes"
 	"context"
@@ -13,6 +15,7 @@ import (
 	"io"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -168,6 +171,7 @@ func panelPlot(d Data, p Panel, legend bool) (*plot.Plot, error) {
 	pl.Y.Label.Text = unit
 	pl.X.Label.Text = "minutes into window"
 	pl.Y.Min = 0
+	pl.X.Tick.Marker, pl.Y.Tick.Marker = cleanTicks{}, cleanTicks{}
 	pl.Add(plotter.NewGrid())
 	span := d.Incident.End.Sub(d.Incident.Start)
 	if bs := d.Baseline.End.Sub(d.Baseline.Start); bs > span {
@@ -219,6 +223,21 @@ func panelPlot(d Data, p Panel, legend bool) (*plot.Plot, error) {
 	pl.Legend.Top = true
 	pl.Legend.Left = true
 	return pl, nil
+}
+
+// cleanTicks are gonum's default ticks labelled without trailing zeros
+// ("2.5", not "2.50").
+type cleanTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (cleanTicks) Ticks(lo, hi float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i := range ts {
+		if ts[i].Label != "" {
+			ts[i].Label = strconv.FormatFloat(ts[i].Value, 'f', -1, 64)
+		}
+	}
+	return ts
 }
 
 // segments splits points at NaN/Inf values (plotter lines reject them).

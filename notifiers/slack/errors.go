@@ -120,8 +120,7 @@ func SlackErrorCode(err error) string {
 // scrubbed is an error whose text had secrets removed; it deliberately does
 // not unwrap to the original, which still holds them.
 type scrubbed struct {
-	msg    string
-	reason notifiers.Reason
+	msg string
 }
 
 func (s *scrubbed) Error() string { return s.msg }
@@ -147,7 +146,7 @@ func scrubError(err error, secrets []string) error {
 			clean = scrubString(e.Err.Error(), secrets)
 		}
 	}
-	out.Err = &scrubbed{msg: clean, reason: out.Reason}
+	out.Err = &scrubbed{msg: clean}
 	return out
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/whyslow/whyslow/internal/daemon"
@@ -50,9 +51,16 @@ func Run(ctx context.Context, w io.Writer, o Options) error {
 		}
 	}
 	lc := logsink.Config{Format: o.Format}
+	// An on-disk store in a temporary directory appends live scrapes faster
+	// than the in-memory mode (built for loading bundles out of order).
+	dir, err := os.MkdirTemp("", "whyslow-demo-")
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	defer os.RemoveAll(dir)
 	env, err := NewEnv(EnvOptions{
 		Scenario: o.Scenario, Seed: o.Seed, LogWriter: w, Logger: o.Logger,
-		Config: daemon.Config{Receivers: []daemon.ReceiverConfig{{Name: "terminal", Log: &lc}}},
+		Config: daemon.Config{DataDir: dir, Receivers: []daemon.ReceiverConfig{{Name: "terminal", Log: &lc}}},
 	})
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/whyslow/whyslow/notifiers/chart"
+	"github.com/whyslow/whyslow/triage"
+)
+
+// writeChart renders the chart of v (TTFT p95, ITL/TPOT p95, KV-cache usage
+// and queue depth over the incident and baseline windows) from m and writes
+// it as PNG to path, atomically: `whyslow why --chart FILE`. m must still be
+// open (for a bundle, before the embedded store is closed).
+func writeChart(ctx context.Context, m triage.Metrics, v *triage.Verdict, path string) error {
+	d, err := chart.ForVerdict(ctx, m, v, chart.Options{})
+	if err != nil {
+		return err
+	}
+	png, err := chart.PNG(d)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".chart-*.png")
+	if err != nil {
+		return fmt.Errorf("write chart: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(png); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write chart %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write chart %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write chart %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,229 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/whyslow/whyslow/internal/sim"
+)
+
+func init() {
+	register(command{name: "sim", summary: "simulated vLLM fleet: list scenarios, record bundles, serve /metrics", run: runSim})
+}
+
+const simUsage = `usage:
+  whyslow sim list
+  whyslow sim record --scenario NAME --seed N --out DIR [--names v0] [--gpu-series whyslow|dcgm|both|none]
+                     [--replicas N] [--policy vllm|sglang|trtllm] [--trim] [--gzip]
+  whyslow sim serve --scenario NAME --seed N [--listen 127.0.0.1:8000] [--speed 60] [--replicas N]
+                    [--names v0] [--gpu-series ...]
+serve exposes replica 0 on /metrics and replica N on /replica/N/metrics.
+`
+
+func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, simUsage)
+		return exitFailed
+	}
+	switch args[0] {
+	case "list":
+		return simList(args[1:], stdout, stderr)
+	case "record":
+		return simRecord(ctx, args[1:], stdout, stderr)
+	case "serve":
+		return simServe(ctx, args[1:], stdout, stderr)
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, simUsage)
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "whyslow sim: unknown subcommand %q (want list, record or serve)\n", args[0])
+	return exitFailed
+}
+
+func simList(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		fmt.Fprintf(stderr, "whyslow sim list: unexpected argument %q\n", args[0])
+		return exitFailed
+	}
+	for _, s := range sim.Scenarios() {
+		cause := s.Cause
+		if cause == "" {
+			cause = "-"
+		}
+		fmt.Fprintf(stdout, "%-18s %-28s %s\n", s.Name, cause, s.Summary)
+	}
+	return exitOK
+}
+
+// simFlags are the options record and serve share.
+type simFlags struct {
+	scenario, names, gpuSeries, policy string
+	seed                               int64
+	replicas                           int
+}
+
+func (f *simFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.scenario, "scenario", "", "scenario name (see 'whyslow sim list')")
+	fs.Int64Var(&f.seed, "seed", 1, "seed that draws the instance")
+	fs.StringVar(&f.names, "names", "v1", "metric names: v1 or v0")
+	fs.StringVar(&f.gpuSeries, "gpu-series", "whyslow", "GPU counters: whyslow, dcgm, both or none")
+	fs.IntVar(&f.replicas, "replicas", 0, "replicas (0 = the scenario's drawn default)")
+	fs.StringVar(&f.policy, "policy", "vllm", "scheduler policy: vllm, sglang or trtllm")
+}
+
+func (f *simFlags) options() (sim.Options, error) {
+	if f.scenario == "" {
+		return sim.Options{}, errors.New("--scenario is required (see 'whyslow sim list')")
+	}
+	known := false
+	for _, s := range sim.Scenarios() {
+		known = known || s.Name == f.scenario
+	}
+	if !known {
+		return sim.Options{}, fmt.Errorf("unknown scenario %q (see 'whyslow sim list')", f.scenario)
+	}
+	if f.names != "v1" && f.names != "v0" {
+		return sim.Options{}, fmt.Errorf("--names %q: want v1 or v0", f.names)
+	}
+	switch f.gpuSeries {
+	case "whyslow", "dcgm", "both", "none":
+	default:
+		return sim.Options{}, fmt.Errorf("--gpu-series %q: want whyslow, dcgm, both or none", f.gpuSeries)
+	}
+	if f.replicas < 0 || f.replicas > 64 {
+		return sim.Options{}, fmt.Errorf("--replicas %d: want 0 to 64", f.replicas)
+	}
+	if _, err := sim.ParsePolicy(f.policy); err != nil {
+		return sim.Options{}, fmt.Errorf("--policy: %w", err)
+	}
+	return sim.Options{Scenario: f.scenario, Seed: f.seed, Names: f.names, GPUSeries: f.gpuSeries,
+		Replicas: f.replicas, Policy: f.policy}, nil
+}
+
+func parseSimFlags(fs *flag.FlagSet, args []string, stderr io.Writer) bool {
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		return false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "whyslow %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		return false
+	}
+	return true
+}
+
+func simRecord(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("sim record", flag.ContinueOnError)
+	var sf simFlags
+	sf.register(fs)
+	out := fs.String("out", "", "bundle directory to write")
+	trim := fs.Bool("trim", false, "keep only the incident and baseline windows plus a rate() look-back margin")
+	gz := fs.Bool("gzip", false, "write metrics.om.gz instead of metrics.om")
+	if !parseSimFlags(fs, args, stderr) {
+		return exitFailed
+	}
+	opt, err := sf.options()
+	if err == nil && *out == "" {
+		err = errors.New("--out is required")
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "whyslow sim record: %v\n", err)
+		return exitFailed
+	}
+	opt.Trim = *trim
+	start := time.Now()
+	b, err := sim.Record(ctx, opt)
+	if err != nil {
+		fmt.Fprintf(stderr, "whyslow sim record: %v\n", err)
+		return exitFailed
+	}
+	if err := b.WriteDir(*out, *gz); err != nil {
+		fmt.Fprintf(stderr, "whyslow sim record: %v\n", err)
+		return exitFailed
+	}
+	causes := strings.Join(b.Truth.Causes, ",")
+	if causes == "" {
+		causes = "none"
+	}
+	fmt.Fprintf(stdout, "wrote %s: scenario %s seed %d, causes %s, onset %s, at %s (%d bytes of metrics, %s)\n",
+		*out, b.Truth.Scenario, b.Truth.Seed, causes, b.Truth.Onset.Format(time.RFC3339),
+		b.Incident.At.Format(time.RFC3339), len(b.Metrics), time.Since(start).Round(time.Millisecond))
+	return exitOK
+}
+
+func simServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("sim serve", flag.ContinueOnError)
+	var sf simFlags
+	sf.register(fs)
+	listen := fs.String("listen", "127.0.0.1:8000", "address to serve /metrics on")
+	speed := fs.Float64("speed", 1, "simulated seconds per real second")
+	if !parseSimFlags(fs, args, stderr) {
+		return exitFailed
+	}
+	opt, err := sf.options()
+	if err == nil && (*speed <= 0 || *speed > 3600) {
+		err = fmt.Errorf("--speed %v: want a factor in (0, 3600]", *speed)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "whyslow sim serve: %v\n", err)
+		return exitFailed
+	}
+	live, err := sim.NewLive(opt)
+	if err != nil {
+		fmt.Fprintf(stderr, "whyslow sim serve: %v\n", err)
+		return exitFailed
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "whyslow sim serve: %v\n", err)
+		return exitFailed
+	}
+	srv := &http.Server{Handler: simMux(live), ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(stdout, "serving %s seed %d: %d replicas on http://%s/metrics and /replica/N/metrics (speed ×%g, onset at %s)\n",
+		opt.Scenario, opt.Seed, live.Replicas(), ln.Addr(), *speed, live.Onset().Format(time.RFC3339))
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(shut)
+			return exitOK
+		case err := <-errc:
+			fmt.Fprintf(stderr, "whyslow sim serve: %v\n", err)
+			return exitFailed
+		case now := <-tick.C:
+			live.Advance(time.Duration(float64(now.Sub(last)) * *speed))
+			last = now
+			slog.Debug("Sim advanced", "virtual", live.Now())
+		}
+	}
+}
+
+// simMux routes /metrics to replica 0 and /replica/N/metrics to replica N.
+func simMux(live *sim.Live) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", live.Handler(0))
+	mux.HandleFunc("GET /replica/{n}/metrics", func(w http.ResponseWriter, r *http.Request) {
+		n, err := strconv.Atoi(r.PathValue("n"))
+		if err != nil || n < 0 || n >= live.Replicas() {
+			http.Error(w, fmt.Sprintf("no replica %q (have 0..%d)", r.PathValue("n"), live.Replicas()-1), http.StatusNotFound)
+			return
+		}
+		live.Handler(n).ServeHTTP(w, r)
+	})
+	return mux
+}

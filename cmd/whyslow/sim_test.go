@@ -1,0 +1,119 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/whyslow/whyslow/internal/sim"
+)
+
+func TestSimBadFlags(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no subcommand", []string{"sim"}, "usage"},
+		{"unknown subcommand", []string{"sim", "replay"}, `unknown subcommand "replay"`},
+		{"unknown scenario", []string{"sim", "record", "--scenario", "nope", "--out", "x"}, `unknown scenario "nope"`},
+		{"missing scenario", []string{"sim", "record", "--out", "x"}, "--scenario is required"},
+		{"missing out", []string{"sim", "record", "--scenario", "healthy"}, "--out is required"},
+		{"bad names", []string{"sim", "record", "--scenario", "healthy", "--out", "x", "--names", "v9"}, "--names"},
+		{"bad gpu series", []string{"sim", "serve", "--scenario", "healthy", "--gpu-series", "x"}, "--gpu-series"},
+		{"bad speed", []string{"sim", "serve", "--scenario", "healthy", "--speed", "0"}, "--speed"},
+		{"bad flag", []string{"sim", "record", "--bogus"}, "bogus"},
+		{"stray arg", []string{"sim", "list", "extra"}, "unexpected argument"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			if code := dispatch(context.Background(), tc.args, &out, &errb); code != exitFailed {
+				t.Errorf("exit %d, want %d", code, exitFailed)
+			}
+			if !strings.Contains(errb.String(), tc.want) {
+				t.Errorf("stderr %q, want %q", errb.String(), tc.want)
+			}
+		})
+	}
+}
+
+func TestSimList(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := dispatch(context.Background(), []string{"sim", "list"}, &out, &errb); code != exitOK {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != len(sim.Scenarios()) {
+		t.Errorf("%d lines, want %d", len(lines), len(sim.Scenarios()))
+	}
+	if !strings.Contains(out.String(), "kv_pressure") || !strings.Contains(out.String(), "kv_cache_pressure") {
+		t.Errorf("list lacks kv_pressure:\n%s", out.String())
+	}
+}
+
+func TestSimRecord(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "b")
+	var out, errb bytes.Buffer
+	code := dispatch(context.Background(), []string{"sim", "record", "--scenario", "abort_storm", "--seed", "2",
+		"--out", dir, "--trim", "--gzip", "--replicas", "1"}, &out, &errb)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	for _, f := range []string{"metrics.om.gz", "incident.yaml", "truth.yaml"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	truth, _ := os.ReadFile(filepath.Join(dir, "truth.yaml"))
+	if !strings.Contains(string(truth), "request_errors") {
+		t.Errorf("truth.yaml:\n%s", truth)
+	}
+	inc, _ := os.ReadFile(filepath.Join(dir, "incident.yaml"))
+	for _, want := range []string{"window: 5m", "baseline: 1h", "engine: vllm", "selector: model_name=", "max_num_batched_tokens:"} {
+		if !strings.Contains(string(inc), want) {
+			t.Errorf("incident.yaml lacks %q:\n%s", want, inc)
+		}
+	}
+}
+
+func TestSimServeMux(t *testing.T) {
+	live, err := sim.NewLive(sim.Options{Scenario: "healthy", Seed: 1, Replicas: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live.Advance(2 * time.Minute)
+	srv := httptest.NewServer(simMux(live))
+	defer srv.Close()
+	for _, path := range []string{"/metrics", "/replica/1/metrics"} {
+		resp, err := srv.Client().Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		fams, err := parser.TextToMetricFamilies(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if _, ok := fams["vllm:num_requests_running"]; !ok {
+			t.Errorf("%s lacks vllm:num_requests_running", path)
+		}
+	}
+	resp, err := srv.Client().Get(srv.URL + "/replica/7/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 404 {
+		t.Errorf("replica 7: status %d", resp.StatusCode)
+	}
+}

@@ -1,0 +1,265 @@
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/whyslow/whyslow/internal/daemon"
+	"github.com/whyslow/whyslow/internal/sim"
+	"github.com/whyslow/whyslow/notifiers"
+	"github.com/whyslow/whyslow/notifiers/webhook"
+	"github.com/whyslow/whyslow/triage"
+)
+
+// receiver is a real webhook endpoint on loopback that can be taken down.
+type receiver struct {
+	srv  *httptest.Server
+	down atomic.Bool
+	mu   sync.Mutex
+	got  []webhook.Payload
+	ids  map[string]int
+}
+
+func newReceiver(t *testing.T) *receiver {
+	r := &receiver{ids: map[string]int{}}
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if r.down.Load() {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		b, _ := io.ReadAll(req.Body)
+		var p webhook.Payload
+		if err := json.Unmarshal(b, &p); err != nil {
+			t.Errorf("receiver: bad payload: %v", err)
+			http.Error(w, "bad", http.StatusBadRequest)
+			return
+		}
+		r.mu.Lock()
+		r.got = append(r.got, p)
+		r.ids[p.ID]++
+		r.mu.Unlock()
+	}))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+func (r *receiver) kinds() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, p := range r.got {
+		out = append(out, p.Kind)
+	}
+	return out
+}
+
+func (r *receiver) dups() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, c := range r.ids {
+		n += c - 1
+	}
+	return n
+}
+
+func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func newTestEnv(t *testing.T, scenario string, rcv *receiver, dataDir string) *Env {
+	t.Helper()
+	env, err := NewEnv(EnvOptions{
+		Scenario: scenario, Seed: 1, Logger: quiet(), LogWriter: io.Discard,
+		Config: daemon.Config{
+			DataDir: dataDir,
+			Receivers: []daemon.ReceiverConfig{{Name: "hook", Webhook: &webhook.Config{
+				URL: notifiers.Secret(rcv.srv.URL + "/hook"), MaxAttempts: 2}}},
+		},
+		Extra: daemon.StackOptions{Retry: notifiers.RetryOptions{Jitter: -1}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = env.Close(ctx)
+	})
+	return env
+}
+
+// drain keeps simulated time moving (so retry pauses end) until the outbox is
+// empty, bounded in ticks and wall time.
+func drain(t *testing.T, env *Env) {
+	t.Helper()
+	for i := 0; i < 200 && env.Stack.Outbox.Depth() > 0; i++ {
+		if err := env.Tick(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for i := 0; i < 200 && env.Stack.Outbox.Depth() > 0; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if d := env.Stack.Outbox.Depth(); d > 0 {
+		t.Fatalf("outbox still holds %d notifications", d)
+	}
+}
+
+func TestE2EIncidentScenarios(t *testing.T) {
+	scenarios := []string{"kv_pressure"}
+	if !testing.Short() {
+		scenarios = append(scenarios, "arrival_surge", "abort_storm")
+	}
+	causes := map[string]string{}
+	for _, s := range sim.Scenarios() {
+		causes[s.Name] = s.Cause
+	}
+	for _, sc := range scenarios {
+		t.Run(sc, func(t *testing.T) {
+			rcv := newReceiver(t)
+			env := newTestEnv(t, sc, rcv, t.TempDir())
+			ctx := context.Background()
+			// The short window alone, without the long window or the hold:
+			// when the signal crosses.
+			shadow, err := triage.NewDetector(triage.DetectConfig{LongWindow: triage.DefaultShortWindow, For: time.Nanosecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			crossed, opened := -1, -1
+			downUntil := env.Onset().Add(10 * time.Minute)
+			rcv.down.Store(false)
+			fixAt := env.Onset().Add(12 * time.Minute)
+			fixed := false
+			for env.Now().Before(fixAt.Add(20*time.Minute)) && env.Ticks() < 2000 {
+				// The receiver is down from onset for 10 simulated minutes.
+				rcv.down.Store(!env.Now().Before(env.Onset()) && env.Now().Before(downUntil))
+				if err := env.Tick(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if crossed < 0 && !env.Now().Before(env.Onset()) {
+					dets, err := shadow.Evaluate(ctx, env.Stack.Store, env.Now())
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, d := range dets {
+						if d.Firing {
+							crossed = env.Ticks()
+						}
+					}
+				}
+				incs := env.Stack.Daemon.Incidents()
+				if opened < 0 && len(incs) > 0 && incs[0].Notified.Count > 0 {
+					opened = env.Ticks()
+					if got := incs[0].TopCause; got != causes[sc] {
+						t.Errorf("top cause %q, want %q", got, causes[sc])
+					}
+				}
+				if !fixed && !env.Now().Before(fixAt) {
+					fixed = true
+					if err := env.Fix(1); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if fixed && len(incs) > 0 && incs[0].Status == triage.IncidentResolved {
+					break
+				}
+			}
+			if crossed < 0 || opened < 0 {
+				t.Fatalf("signal crossed at tick %d, incident opened at tick %d", crossed, opened)
+			}
+			onsetTick := int(env.Onset().Sub(env.Now().Add(-time.Duration(env.Ticks())*env.Step)) / env.Step)
+			t.Logf("onset at tick %d, short window crossed at %d, incident opened at %d (%d intervals after crossing)",
+				onsetTick, crossed, opened, opened-crossed)
+			if opened-crossed > 3 {
+				t.Errorf("incident opened %d intervals after the signal crossed (want <= 3)", opened-crossed)
+			}
+			drain(t, env)
+			for _, p := range rcv.got {
+				top := ""
+				if len(p.Verdict.Causes) > 0 {
+					top = p.Verdict.Causes[0].ID
+				}
+				t.Logf("notification %s %s top=%s severity=%s key=%s", p.Kind, p.CreatedAt.Format(time.TimeOnly), top, p.Verdict.Severity, p.IncidentKey)
+			}
+			kinds := rcv.kinds()
+			if len(kinds) != 2 || kinds[0] != "open" || kinds[1] != "resolve" {
+				t.Errorf("webhook received %v, want [open resolve]", kinds)
+			}
+			if n := rcv.dups(); n != 0 {
+				t.Errorf("%d duplicate deliveries", n)
+			}
+		})
+	}
+}
+
+func TestE2EHealthyHourIsQuiet(t *testing.T) {
+	rcv := newReceiver(t)
+	env := newTestEnv(t, "healthy", rcv, t.TempDir())
+	ctx := context.Background()
+	end := env.Now().Add(75 * time.Minute) // the baseline hour plus a quarter
+	for env.Now().Before(end) {
+		if err := env.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if incs := env.Stack.Daemon.Incidents(); len(incs) != 0 {
+		t.Errorf("healthy run opened incidents: %+v", incs[0].Triggers)
+	}
+	if k := rcv.kinds(); len(k) != 0 {
+		t.Errorf("healthy run notified: %v", k)
+	}
+}
+
+// fixedScraper reports success without data: enough for a stack whose
+// daemon only delivers.
+type fixedScraper struct{}
+
+func (fixedScraper) Scrape(context.Context, time.Time) []daemon.ScrapeResult {
+	return []daemon.ScrapeResult{{Target: "none"}}
+}
+
+func TestE2EOutboxSurvivesRestart(t *testing.T) {
+	rcv := newReceiver(t)
+	rcv.down.Store(true)
+	dir := t.TempDir()
+	clock := daemon.NewSimClock(time.Unix(1700000000, 0))
+	cfg := daemon.Config{DataDir: dir, Receivers: []daemon.ReceiverConfig{{Name: "hook", Webhook: &webhook.Config{URL: notifiers.Secret(rcv.srv.URL), MaxAttempts: 1}}}}
+	st, err := daemon.NewStack(daemon.StackOptions{Config: cfg, Clock: clock, Scraper: fixedScraper{}, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &notifiers.Notification{ID: notifiers.MakeID("hook", "inc1", 1, notifiers.TransitionOpen), Receiver: "hook", IncidentID: "inc1",
+		IncidentKey: `model_name="m"|kv_cache_pressure|opened|1`, Kind: notifiers.TransitionOpen, Sequence: 1, CreatedAt: clock.Now(),
+		Verdict: &triage.Verdict{SchemaVersion: 1, Status: triage.StatusAnomaly}}
+	if ok, err := st.Outbox.Enqueue(n); !ok || err != nil {
+		t.Fatalf("enqueue: %v %v", ok, err)
+	}
+	// "Kill": the flush deadline passes with the receiver down.
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	_ = st.Close(ctx)
+	cancel()
+	if k := rcv.kinds(); len(k) != 0 {
+		t.Fatalf("delivered while down: %v", k)
+	}
+	rcv.down.Store(false)
+	st2, err := daemon.NewStack(daemon.StackOptions{Config: cfg, Clock: clock, Scraper: fixedScraper{}, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	if err := st2.Close(ctx2); err != nil {
+		t.Fatal(err)
+	}
+	if k := rcv.kinds(); len(k) != 1 || k[0] != "open" || rcv.dups() != 0 {
+		t.Fatalf("after restart the receiver got %v (dups %d)", k, rcv.dups())
+	}
+}

@@ -1,0 +1,62 @@
+// Package sim is a discrete-event model of an LLM inference engine doing
+// continuous batching, on a virtual clock, that emits the telemetry a real
+// vLLM V1 emits (names, types, labels and buckets of engines.md §1) plus GPU
+// counters (whyslow_gpu_* as the NVML collector names them, or the
+// dcgm-exporter names). It is for the demo, tests, the accuracy benchmark
+// and performance runs; production code must not import it.
+//
+// # Mechanism
+//
+// Requests arrive as a Poisson process (thinned for diurnal drift and
+// bursts) with lognormal prompt and output lengths; a fraction carries a
+// shared system prefix that the prefix cache can serve. A router spreads
+// them over replicas (round-robin, least-queue or skewed). Each replica has
+// a KV block pool (16-token blocks sized from GPU memory ×
+// gpu_memory_utilization minus weights, at 2 × layers × kv_heads ×
+// head_dim × dtype bytes per token) and a scheduler:
+//
+//   - vLLM V1: running requests first (decodes and partial prefills), then
+//     waiting requests fill the rest of max_num_batched_tokens with chunked
+//     prefills, up to max_num_seqs. When a running request needs a block and
+//     none is free, the newest running request is preempted (recompute) to
+//     the front of the waiting queue.
+//   - SGLang: prefill batches (chunked) before decode batches.
+//   - TensorRT-LLM: no chunking; GUARANTEED_NO_EVICT admission reserves
+//     prompt + max_tokens blocks, so nothing is ever preempted.
+//
+// Defaults per GPU class follow engines.md §9. A step's duration is a
+// roofline: FLOPs (2 × params per token plus attention) over effective
+// FLOP/s against bytes (weights plus KV read and written) over effective
+// HBM bandwidth, scaled by a clock factor for throttling, plus a small CPU
+// overhead. DRAM-bandwidth utilisation, SM activity, tensor activity,
+// clocks, power and temperature are derived from the steps of each scrape
+// interval. The simulation advances step by step, not token by token.
+//
+// # Scenarios
+//
+// Every scenario has a healthy baseline hour after a warm-up, then an onset
+// at 75 minutes; the incident is at onset + 8 minutes (window 5m, baseline
+// offset 1h), so the baseline window ends 18 to 23 minutes into the run.
+// Model (Llama-3.1 8B/70B), GPU (H100/A100/H200), replica count and
+// magnitudes are drawn from the seed; each scenario constrains its draws so
+// that its cause is unambiguous, and the truth label is what was injected.
+//
+//	healthy            -                         noisy but fine: diurnal drift, short bursts within capacity
+//	healthy_busy       -                         hard negative: busy (load ≈0.7) but stable
+//	healthy_burst      -                         hard negative: a 15–30 s burst inside the window that drains
+//	arrival_surge      queue_saturation          arrival rate 1.1–1.3× capacity; the waiting queue grows
+//	long_prompt_burst  prefill_contention        a few 32k–100k prompts hold the token budget
+//	prompt_shift       chunked_prefill_mismatch  mean prompt ×4, from below to above the chunk budget
+//	kv_pressure        kv_cache_pressure         outputs ×2.5–4 on a small cache; pool fills, preemptions
+//	bandwidth_bound    memory_bandwidth_saturation  long shared contexts, big decode batches; HBM-bound steps
+//	gpu_throttle       gpu_throttling            clock factor 0.45–0.65 with a throttle reason
+//	prefix_cache_loss  prefix_cache_regression   shared prefixes stop matching; hit rate falls
+//	abort_storm        request_errors            8–25% of requests abort early (finished_reason="abort")
+//	router_skew        load_imbalance            one replica gets most traffic and saturates
+//	frontend_delay     outside_engine            0.6–2.5 s spent in the API server before the engine queue
+//
+// The committed bundles under testdata/incidents are regenerated with
+// go generate ./internal/sim (seeds in gen/main.go).
+package sim
+
+//go:generate go run ./gen -out ../../testdata/incidents

@@ -1,0 +1,82 @@
+package chart_test
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"image/png"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/whyslow/whyslow/collectors/bundle"
+	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/internal/sim"
+	"github.com/whyslow/whyslow/notifiers/chart"
+	"github.com/whyslow/whyslow/triage"
+)
+
+var update = flag.Bool("update", false, "rewrite docs/img/kv_pressure.png")
+
+// TestKVPressureChart renders the chart of the engine model's kv_pressure
+// scenario end to end: sim bundle → embedded store → range queries → PNG.
+// With -update it rewrites docs/img/kv_pressure.png (go generate does that).
+func TestKVPressureChart(t *testing.T) {
+	ctx := context.Background()
+	b, err := sim.Record(ctx, sim.Options{Scenario: "kv_pressure", Seed: 1, Trim: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := bundle.ReadMetrics(ctx, "metrics.om", b.Metrics, st.DB()); err != nil {
+		t.Fatal(err)
+	}
+	inc := b.Incident
+	v := &triage.Verdict{
+		Status: triage.StatusAnomaly, Severity: triage.SeverityCritical, Engine: inc.Engine,
+		Scope:    triage.Scope{Selector: inc.Selector},
+		Incident: triage.Window{Start: inc.At.Add(-inc.Window), End: inc.At},
+		Baseline: triage.Window{Start: inc.At.Add(-inc.Baseline - inc.Window), End: inc.At.Add(-inc.Baseline)},
+	}
+	d, err := chart.ForVerdict(ctx, st, v, chart.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peak := func(ps []chart.Point) float64 {
+		m := 0.0
+		for _, p := range ps {
+			m = max(m, p.V)
+		}
+		return m
+	}
+	for _, p := range d.Panels {
+		if len(p.Incident) == 0 || len(p.Baseline) == 0 {
+			t.Errorf("panel %q: %d incident and %d baseline points (query %s)", p.Title, len(p.Incident), len(p.Baseline), p.Query)
+		}
+	}
+	kv := d.Panels[2]
+	if peak(kv.Incident) <= peak(kv.Baseline) {
+		t.Errorf("KV usage peak %.2f in the incident is not above the baseline's %.2f", peak(kv.Incident), peak(kv.Baseline))
+	}
+	var buf bytes.Buffer
+	if err := chart.Render(&buf, d); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := png.Decode(bytes.NewReader(buf.Bytes())); err != nil {
+		t.Fatal(err)
+	}
+	if *update {
+		path := filepath.Join("..", "..", "docs", "img", "kv_pressure.png")
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote %s (%d bytes)", path, buf.Len())
+	}
+}

@@ -1,0 +1,99 @@
+package triage_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/model"
+
+	"github.com/whyslow/whyslow/internal/accuracy"
+	"github.com/whyslow/whyslow/rulesets"
+	"github.com/whyslow/whyslow/triage"
+)
+
+// BenchmarkTriage triages one scope on the embedded store (every signal at
+// both windows) and runs the same queries bare through the PromQL engine, one
+// after the other, reporting whyslow's overhead as the ratio of the two.
+func BenchmarkTriage(b *testing.B) {
+	ctx := context.Background()
+	bun, err := accuracy.Record(ctx, accuracy.Case{Scenario: "kv_pressure", Seed: 7, Names: "v1", GPUSeries: "whyslow"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := accuracy.Load(ctx, bun)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	rs, err := rulesets.Default("vllm")
+	if err != nil {
+		b.Fatal(err)
+	}
+	tm := &timedMetrics{Metrics: st}
+	opts := accuracy.Options(bun, tm, nil)
+	opts.Ruleset = rs
+	opts.Concurrency = 1 // same as the bare loop, so the ratio is overhead only
+
+	win := model.Duration(opts.Window).String()
+	type q struct {
+		expr string
+		at   time.Time
+	}
+	var qs []q
+	for _, s := range rs.Signals {
+		e, _ := s.Render(opts.Selector, win, nil)
+		qs = append(qs, q{e, opts.At}, q{e, opts.At.Add(-opts.Baseline)})
+		if s.Targets {
+			te, _ := s.Render(opts.Selector, win, []string{"pod"})
+			qs = append(qs, q{te, opts.At})
+		}
+	}
+
+	var triageNs, bareNs time.Duration
+	b.ResetTimer()
+	runTriage := func() time.Duration {
+		t0 := time.Now()
+		if _, err := triage.Run(ctx, opts); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(t0)
+	}
+	runBare := func() time.Duration {
+		t0 := time.Now()
+		for _, x := range qs {
+			if _, _, err := st.Query(ctx, x.expr, x.at); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return time.Since(t0)
+	}
+	for i := 0; i < b.N; i++ {
+		// Alternate the order so caches and scheduling noise favour neither.
+		if i%2 == 0 {
+			triageNs += runTriage()
+			bareNs += runBare()
+		} else {
+			bareNs += runBare()
+			triageNs += runTriage()
+		}
+	}
+	b.ReportMetric(float64(triageNs.Microseconds())/float64(b.N), "triage-µs/op")
+	b.ReportMetric(float64(bareNs.Microseconds())/float64(b.N), "bare-µs/op")
+	b.ReportMetric(float64(triageNs)/float64(bareNs), "overhead-ratio")
+	b.ReportMetric(float64(len(qs)), "queries")
+	b.ReportMetric(float64(tm.d.Microseconds())/float64(b.N), "triage-query-µs/op")
+}
+
+// timedMetrics sums the time spent answering queries inside triage.
+type timedMetrics struct {
+	triage.Metrics
+	d time.Duration
+}
+
+func (m *timedMetrics) Query(ctx context.Context, expr string, at time.Time) (model.Vector, []string, error) {
+	t0 := time.Now()
+	v, w, err := m.Metrics.Query(ctx, expr, at)
+	m.d += time.Since(t0)
+	return v, w, err
+}

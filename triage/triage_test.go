@@ -1,0 +1,167 @@
+package triage
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/model"
+
+	"github.com/whyslow/whyslow/rules"
+	"github.com/whyslow/whyslow/rulesets"
+)
+
+// fakeMetrics answers instant queries from a map of (signal, window) values,
+// keyed by the rendered expression and time.
+type fakeMetrics struct {
+	vals map[string]map[time.Time]model.Vector
+	err  error
+}
+
+func (f *fakeMetrics) Query(_ context.Context, expr string, at time.Time) (model.Vector, []string, error) {
+	if f.err != nil {
+		return nil, nil, f.err
+	}
+	return f.vals[expr][at], []string{"fake warning"}, nil
+}
+
+func (f *fakeMetrics) QueryRange(context.Context, string, time.Time, time.Time, time.Duration) (model.Matrix, []string, error) {
+	return nil, nil, errors.New("not used")
+}
+
+var at = time.Unix(1700000000, 0)
+
+// newFake renders the ruleset's signals and stores the given values (now, base).
+func newFake(t *testing.T, rs *rules.Ruleset, now, base map[string]float64, targets map[string]map[string]float64) *fakeMetrics {
+	t.Helper()
+	f := &fakeMetrics{vals: map[string]map[time.Time]model.Vector{}}
+	put := func(expr string, ts time.Time, v model.Vector) {
+		if f.vals[expr] == nil {
+			f.vals[expr] = map[time.Time]model.Vector{}
+		}
+		f.vals[expr][ts] = v
+	}
+	for _, s := range rs.Signals {
+		expr, err := s.Render("", "5m", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, ok := now[s.Name]; ok {
+			put(expr, at, model.Vector{{Value: model.SampleValue(v)}})
+		}
+		if v, ok := base[s.Name]; ok {
+			put(expr, at.Add(-time.Hour), model.Vector{{Value: model.SampleValue(v)}})
+		}
+		if tv, ok := targets[s.Name]; ok {
+			texpr, _ := s.Render("", "5m", []string{"pod"})
+			var vec model.Vector
+			for pod, v := range tv {
+				vec = append(vec, &model.Sample{Metric: model.Metric{"pod": model.LabelValue(pod)}, Value: model.SampleValue(v)})
+			}
+			put(texpr, at, vec)
+		}
+	}
+	if rs.Detect != nil {
+		expr, _ := rs.Detect.Render("", "5m", nil)
+		if len(now) > 0 {
+			put(expr, at, model.Vector{{Value: 2}})
+		}
+	}
+	return f
+}
+
+func baseline() map[string]float64 {
+	return map[string]float64{
+		"samples": 20, "requests": 1000, "targets": 2, "ttft_mean": 0.2, "ttft_p90": 0.4, "tpot_mean": 0.02, "tpot_p90": 0.03,
+		"e2e_mean": 5, "queue_mean": 0.02, "prefill_mean": 0.15, "decode_mean": 4.8, "request_rate": 3, "success_rate": 1,
+		"kv_usage": 0.2, "kv_usage_peak": 0.3, "preemption_rate": 0, "waiting": 0.1, "running": 20, "running_peak": 15,
+		"prompt_len_mean": 1000, "prompt_len_p90": 2000, "prompt_len_p99": 4000, "prompt_len_p999": 6000, "prefill_tps": 2000,
+		"gen_len_mean": 200, "prompt_tps": 3000, "gen_tps": 600, "prefix_hit_rate": 0.3, "ttft_spread": 1.05, "waiting_spread": 1, "rate_spread": 1,
+	}
+}
+
+func with(m map[string]float64, kv ...any) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range m {
+		out[k] = v
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		out[kv[i].(string)] = kv[i+1].(float64)
+	}
+	return out
+}
+
+func TestRun(t *testing.T) {
+	rs, err := rulesets.Default("vllm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := baseline()
+	tests := []struct {
+		name     string
+		now      map[string]float64
+		targets  map[string]map[string]float64
+		status   Status
+		phase    Phase
+		severity Severity
+		top      string
+	}{
+		{"healthy", base, nil, StatusHealthy, PhaseNone, SeverityNone, ""},
+		{"kv wall", with(base, "ttft_mean", 2.0, "queue_mean", 1.5, "tpot_mean", 0.05, "kv_usage", 0.95, "kv_usage_peak", 1.0, "preemption_rate", 0.5, "waiting", 30.0),
+			map[string]map[string]float64{"kv_usage": {"a": 0.95, "b": 0.9}}, StatusAnomaly, PhaseBoth, SeverityWarning, "kv_cache_pressure"},
+		{"errors", with(base, "ttft_mean", 0.8, "success_rate", 0.9), nil, StatusAnomaly, PhasePrefill, SeverityCritical, "request_errors"},
+		{"no data", nil, nil, StatusInsufficientData, PhaseNone, SeverityNone, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var b map[string]float64
+			if tt.now != nil {
+				b = base
+			}
+			m := newFake(t, rs, tt.now, b, tt.targets)
+			v, err := Run(context.Background(), Options{Metrics: m, Rulesets: []*rules.Ruleset{rs}, At: at, GPU: "H100", Explain: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v.Status != tt.status || v.Phase != tt.phase || v.Severity != tt.severity {
+				t.Errorf("status/phase/severity = %s/%s/%s, want %s/%s/%s", v.Status, v.Phase, v.Severity, tt.status, tt.phase, tt.severity)
+			}
+			top := ""
+			if len(v.Causes) > 0 {
+				top = v.Causes[0].ID
+			}
+			if top != tt.top {
+				t.Errorf("top cause = %q, want %q (causes %+v)", top, tt.top, v.Causes)
+			}
+			if tt.now != nil {
+				if len(v.Headline) == 0 || v.Headline[0].Now == nil {
+					t.Errorf("headline without numbers: %+v", v.Headline)
+				}
+				if len(v.Warnings) != 1 {
+					t.Errorf("warnings = %v", v.Warnings)
+				}
+			}
+			if tt.targets != nil && (len(v.Targets) != 2 || v.Targets[0].Labels["pod"] != "a") {
+				t.Errorf("targets = %+v", v.Targets)
+			}
+		})
+	}
+}
+
+func TestRunErrors(t *testing.T) {
+	rs, err := rulesets.Default("vllm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := &fakeMetrics{err: errors.New("connection refused")}
+	if _, err := Run(context.Background(), Options{Metrics: down, Ruleset: rs, At: at}); !errors.Is(err, ErrNoData) {
+		t.Errorf("unreachable source: err = %v", err)
+	}
+	if _, err := Run(context.Background(), Options{Metrics: down, Ruleset: rs, At: at, Selector: `pod=`}); err == nil {
+		t.Error("bad selector accepted")
+	}
+	if _, err := Run(context.Background(), Options{Metrics: down, Ruleset: rs}); err == nil {
+		t.Error("missing time accepted")
+	}
+}
