@@ -79,9 +79,9 @@ type DetectConfig struct {
 	ShortWindow time.Duration `yaml:"short_window,omitempty" json:"short_window,omitempty"`
 	// LongWindow confirms it (default 3m). Both windows must violate.
 	LongWindow time.Duration `yaml:"long_window,omitempty" json:"long_window,omitempty"`
-	// Baseline is how far back the reference window ends (default 1h). While
-	// the store holds less history than that, the detector falls back to
-	// Baseline/4 and then to twice the long window.
+	// Baseline is how far back the reference window ends (default 1h).
+	// Ratio conditions need history that old: until the store has it (the
+	// first hour without a data dir), only above/below conditions fire.
 	Baseline time.Duration `yaml:"baseline,omitempty" json:"baseline,omitempty"`
 	// For is how long a condition must hold before it fires (default 5s: two
 	// consecutive evaluations at the default scrape interval).
@@ -337,16 +337,11 @@ func (d *Detector) Evaluate(ctx context.Context, m Metrics, at time.Time) ([]Det
 		}
 		base := map[string]float64{}
 		if t.Ratio > 0 {
-			for _, off := range []time.Duration{d.cfg.Baseline, d.cfg.Baseline / 4, 2 * d.cfg.LongWindow} {
-				b, err := d.query(ctx, m, t, d.cfg.LongWindow, at.Add(-off))
-				if err != nil {
-					return nil, fmt.Errorf("trigger %s baseline: %w", t.Name, err)
-				}
-				if len(b) > 0 {
-					base = b
-					break
-				}
+			b, err := d.query(ctx, m, t, d.cfg.LongWindow, at.Add(-d.cfg.Baseline))
+			if err != nil {
+				return nil, fmt.Errorf("trigger %s baseline: %w", t.Name, err)
 			}
+			base = b
 		}
 		results[i] = map[string]vals{}
 		for key, v := range short {

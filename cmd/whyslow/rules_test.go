@@ -1,0 +1,34 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+func TestRulesCommand(t *testing.T) {
+	tests := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"rules", "check", "../../rulesets/vllm.yaml"}, exitOK, "ok ("},
+		{[]string{"rules", "check", "../../rules/testdata/three_errors.yaml"}, exitFailed, "three_errors.yaml:12:15: step \"split\", rule 1: CEL: undeclared reference to 'nwo'"},
+		{[]string{"rules", "check", "missing.yaml"}, exitFailed, "missing.yaml"},
+		{[]string{"rules", "test", "../../rulesets/testdata/vllm_test.yaml"}, exitOK, "ok   "},
+		{[]string{"rules", "frob"}, exitFailed, "unknown subcommand"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args[1:], " "), func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := dispatch(context.Background(), tt.args, &out, &errOut)
+			if code != tt.code {
+				t.Errorf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tt.code, out.String(), errOut.String())
+			}
+			if !strings.Contains(out.String()+errOut.String(), tt.want) {
+				t.Errorf("output lacks %q:\n%s%s", tt.want, out.String(), errOut.String())
+			}
+		})
+	}
+}
