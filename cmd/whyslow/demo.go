@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/whyslow/whyslow/internal/daemon/demo"
 	"github.com/whyslow/whyslow/internal/sim"
 	"github.com/whyslow/whyslow/notifiers/render"
 	"github.com/whyslow/whyslow/triage"
@@ -28,8 +29,19 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	output := fs.String("output", "text", "output format: text, json or markdown")
 	explain := fs.Bool("explain", false, "show every signal value and rule outcome behind the verdict")
 	keep := fs.String("keep", "", "also write the recorded incident bundle to `DIR` (replay it with 'whyslow why --bundle DIR')")
+	live := fs.Bool("live", false, "play the incident live to the daemon (detect, notify, resolve) instead of triaging its recorded bundle")
 	if err := fs.Parse(args); err != nil {
 		return exitFailed
+	}
+	if *live {
+		// The full loop: the daemon watches the engine model on simulated time,
+		// opens the incident with its verdict and prints the resolve.
+		err := demo.Run(ctx, stdout, demo.Options{Scenario: *scenario, Seed: *seed, Format: *output})
+		if err != nil {
+			fmt.Fprintf(stderr, "whyslow demo: %v\n", err)
+			return exitFailed
+		}
+		return exitOK
 	}
 	format, err := render.ParseFormat(*output)
 	if err != nil {

@@ -20,6 +20,7 @@ var (
 	perScenario = flag.Int("accuracy.per", 0, "instances per scenario (default 6, 2 with -short)")
 	verboseCase = flag.Bool("accuracy.explain", false, "print every verdict's signals for misses")
 	enforce     = flag.Bool("accuracy.enforce", false, "fail when the targets (top-1 ≥ 90%, top-3 ≥ 98%, no false alarm) are missed")
+	onlyFlag    = flag.String("accuracy.only", "", "draw only the scenarios whose name contains this string")
 )
 
 // cases draws the instances: every scenario, both metric-name generations,
@@ -42,6 +43,10 @@ func cases(t *testing.T) []Case {
 	var cs []Case
 	for _, s := range sim.Scenarios() {
 		for i := 0; i < per; i++ {
+			if *onlyFlag != "" && !strings.Contains(s.Name, *onlyFlag) {
+				_, _ = r.Int64N(1<<40), r.IntN(4)
+				continue
+			}
 			cs = append(cs, Case{
 				Scenario:  s.Name,
 				Seed:      r.Int64N(1 << 40),
