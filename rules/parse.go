@@ -4,16 +4,40 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 
 	"github.com/prometheus/prometheus/promql/parser"
 	"gopkg.in/yaml.v3"
 )
 
-// Units a signal may declare.
+// Units a signal may declare: the renderers' units (notifiers/render) and
+// plain count units that they print after the number (3.12 req/s, 1200 tokens).
 var units = map[string]bool{
-	"": true, "seconds": true, "ratio": true, "percent": true, "tokens": true, "requests": true,
-	"per_second": true, "bytes": true, "mhz": true, "celsius": true, "watts": true, "count": true,
+	"": true, "seconds": true, "fraction": true, "percent": true, "ratio": true, "bytes": true,
+	"bytes_per_second": true,
+	"count":            true, "requests": true, "tokens": true, "req/s": true, "tokens/s": true,
+	"preemptions/s": true, "MHz": true, "°C": true, "W": true,
+}
+
+// unitHints explain the unit names older rulesets used.
+var unitHints = map[string]string{
+	"per_second": "use a plain rate unit such as req/s, tokens/s or preemptions/s",
+	"mhz":        "use MHz",
+	"celsius":    "use °C",
+	"watts":      "use W",
+}
+
+// unitList is the accepted units, for error messages.
+func unitList() string {
+	var us []string
+	for u := range units {
+		if u != "" {
+			us = append(us, u)
+		}
+	}
+	sort.Strings(us)
+	return strings.Join(us, ", ")
 }
 
 // Engines a ruleset may be written for.
@@ -141,9 +165,10 @@ func (b *builder) signals(d *decoder, n *yaml.Node) {
 		s := &Signal{Name: name, Pos: d.pos(k)}
 		exprSeen := false
 		d.fields(v, ctx, map[string]func(k, v *yaml.Node){
-			"title":   func(_, v *yaml.Node) { s.Title = d.str(v, ctx, "title") },
-			"unit":    func(_, v *yaml.Node) { s.Unit = d.str(v, ctx, "unit") },
-			"targets": func(_, v *yaml.Node) { s.Targets = d.bool(v, ctx, "targets") },
+			"title":    func(_, v *yaml.Node) { s.Title = d.str(v, ctx, "title") },
+			"unit":     func(_, v *yaml.Node) { s.Unit = d.str(v, ctx, "unit") },
+			"targets":  func(_, v *yaml.Node) { s.Targets = d.bool(v, ctx, "targets") },
+			"optional": func(_, v *yaml.Node) { s.Optional = d.bool(v, ctx, "optional") },
 			"expr": func(_, v *yaml.Node) {
 				exprSeen = true
 				s.Expr = d.str(v, ctx, "expr")
@@ -154,7 +179,11 @@ func (b *builder) signals(d *decoder, n *yaml.Node) {
 			d.errorf(k, ctx, "missing expr")
 		}
 		if !units[s.Unit] {
-			d.errorf(v, ctx, "unit: unknown unit %q", s.Unit)
+			if hint, ok := unitHints[strings.ToLower(s.Unit)]; ok {
+				d.errorf(v, ctx, "unit: unknown unit %q: %s", s.Unit, hint)
+			} else {
+				d.errorf(v, ctx, "unit: unknown unit %q (known: %s)", s.Unit, unitList())
+			}
 		}
 		b.rs.signalIndex[name] = s
 		b.rs.Signals = append(b.rs.Signals, s)

@@ -26,7 +26,7 @@ signals:
     targets: true
     expr: histogram_quantile(0.9, sum {{.By "le"}} (rate(vllm:time_to_first_token_seconds_bucket{ {{.Selector}} }[{{.Window}}])))
   kv:
-    unit: percent
+    unit: fraction
     expr: max(vllm:kv_cache_usage_perc{ {{.Selector}} })
   waiting:
     expr: sum(vllm:num_requests_waiting{ {{.Selector}} })
@@ -100,6 +100,9 @@ func TestParseErrors(t *testing.T) {
 		{"weight and rule_out", strings.Replace(goodYAML, "        rule_out: true\n", "        rule_out: true\n        weight: 1\n", 1), []string{"either weight or rule_out"}},
 		{"targets without by", strings.Replace(goodYAML, "{{.By \"le\"}}", "by (le)", 1), []string{"never uses {{.By"}},
 		{"yaml syntax", "engine: [vllm\n", []string{"a.yaml:"}},
+		{"old unit name", strings.Replace(goodYAML, "    unit: fraction\n", "    unit: per_second\n", 1), []string{`unit: unknown unit "per_second": use a plain rate unit`}},
+		{"unknown unit", strings.Replace(goodYAML, "    unit: fraction\n", "    unit: furlongs\n", 1), []string{`unit: unknown unit "furlongs" (known: `}},
+		{"optional not bool", strings.Replace(goodYAML, "    unit: fraction\n", "    unit: fraction\n    optional: maybe\n", 1), []string{"optional"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -216,4 +219,29 @@ func FuzzParse(f *testing.F) {
 			t.Fatal("partial ruleset returned with error")
 		}
 	})
+}
+
+func TestRecentWindow(t *testing.T) {
+	tests := []struct{ window, want string }{
+		{"5m", "2m"}, {"1h", "2m"}, {"2m", "2m"}, {"1m", "1m"}, {"30s", "30s"}, {"bogus", "bogus"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.window, func(t *testing.T) {
+			if got := recentOf(tt.window); got != tt.want {
+				t.Errorf("recentOf(%q) = %q, want %q", tt.window, got, tt.want)
+			}
+		})
+	}
+	rs, err := parse(t, strings.Replace(goodYAML, "  waiting:\n", "  recent:\n    optional: true\n    expr: sum(rate(vllm:e2e_request_latency_seconds_count{ {{.Selector}} }[{{.Recent}}]))\n  waiting:\n", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := rs.Signal("recent")
+	if s == nil || !s.Optional {
+		t.Fatalf("signal recent = %+v, want optional", s)
+	}
+	q, err := s.Render("", "10m", nil)
+	if err != nil || !strings.Contains(q, "[2m]") {
+		t.Errorf("Render = %q, %v; want a [2m] range", q, err)
+	}
 }

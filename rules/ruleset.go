@@ -54,15 +54,21 @@ func (r *Ruleset) Cause(id string) *Cause { return r.causeIndex[id] }
 type Signal struct {
 	Name  string
 	Title string
-	// Unit is one of seconds, ratio, percent (a 0–1 fraction shown as %), tokens,
-	// requests, per_second, bytes, mhz, celsius, watts, or empty.
+	// Unit is how renderers show the value: seconds, fraction (0–1, shown as
+	// %), percent (0–100), ratio (×), bytes, bytes_per_second, or a plain unit
+	// printed after the number: count, requests, tokens, req/s, tokens/s,
+	// preemptions/s, MHz, °C, W. Empty means a bare number.
 	Unit string
 	// Expr is the template source; see Render.
 	Expr string
 	// Targets asks triage to also evaluate the signal per target (grouped by the
 	// target labels through the `by` template function) to find the worst ones.
 	Targets bool
-	Pos     Pos
+	// Optional marks a signal whose series only some deployments expose (e.g.
+	// HTTP status counters of the API server): its absence is not a data gap
+	// worth reporting except when explaining.
+	Optional bool
+	Pos      Pos
 
 	tmpl *template.Template
 }

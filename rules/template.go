@@ -7,6 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"text/template"
+	"time"
+
+	"github.com/prometheus/common/model"
 )
 
 // SignalData is what a signal template sees.
@@ -15,6 +18,11 @@ type SignalData struct {
 	Selector string
 	// Window is the range of range-vector selectors, e.g. 5m.
 	Window string
+	// Recent is the range of the persistence check: the last RecentWindow of
+	// the incident window (or the whole window when it is shorter), so a
+	// slowdown that already ended before the window's end can be told from one
+	// that still holds.
+	Recent string
 	// Target is the target labels joined by ", " (e.g. "pod"), for expressions
 	// that compare targets inside one scope-level number.
 	Target string
@@ -45,9 +53,24 @@ func (s *Signal) Render(selector, window string, targetLabels []string) (string,
 	return renderSignal(s.tmpl, selector, window, targetLabels)
 }
 
+// RecentWindow is the length of `{{.Recent}}`: the end of the incident window
+// that must still show a slowdown for it to count as ongoing.
+const RecentWindow = 2 * time.Minute
+
+// recentOf returns the persistence range for a window: RecentWindow, or the
+// window itself when that is shorter or cannot be parsed.
+func recentOf(window string) string {
+	d, err := model.ParseDuration(window)
+	if err != nil || time.Duration(d) <= RecentWindow {
+		return window
+	}
+	return model.Duration(RecentWindow).String()
+}
+
 func renderSignal(t *template.Template, selector, window string, targetLabels []string) (string, error) {
 	var buf bytes.Buffer
-	data := SignalData{Selector: selector, Window: window, Target: strings.Join(defaultTargets(targetLabels), ", "), by: targetLabels}
+	data := SignalData{Selector: selector, Window: window, Recent: recentOf(window),
+		Target: strings.Join(defaultTargets(targetLabels), ", "), by: targetLabels}
 	if err := t.Execute(&buf, data); err != nil {
 		return "", err
 	}

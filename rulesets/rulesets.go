@@ -18,9 +18,8 @@ var FS embed.FS
 // CausesFile is the shared cause catalogue every engine ruleset uses.
 const CausesFile = "causes.yaml"
 
-// Engines lists the engines with a shipped ruleset.
-// TODO: sglang.yaml and trtllm.yaml (engines.md §5, §6) are not written yet.
-var Engines = []string{"vllm"}
+// Engines lists the engines with a shipped ruleset (engines.md §1, §5, §6.2).
+var Engines = []string{"vllm", "sglang", "trtllm"}
 
 func file(name string) (rules.File, error) {
 	b, err := FS.ReadFile(name)

@@ -1,7 +1,14 @@
 package rulesets
 
 import (
+	"context"
 	"testing"
+
+	"github.com/whyslow/whyslow/collectors/bundle"
+	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/internal/sim"
+	"github.com/whyslow/whyslow/rules"
+	"github.com/whyslow/whyslow/triage"
 )
 
 // TestShippedRulesets loads and validates every shipped ruleset file.
@@ -43,5 +50,109 @@ func TestCatalogue(t *testing.T) {
 		if rs.Cause(id) == nil {
 			t.Errorf("cause %q missing", id)
 		}
+	}
+}
+
+// TestAllEngines checks All returns one validated ruleset per engine, in
+// Engines order, each with the same core signal names the steps share.
+func TestAllEngines(t *testing.T) {
+	rss, err := All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"vllm", "sglang", "trtllm"}
+	if len(rss) != len(want) {
+		t.Fatalf("All returned %d rulesets, want %d", len(rss), len(want))
+	}
+	for i, rs := range rss {
+		if rs.Engine != want[i] {
+			t.Errorf("ruleset %d engine %q, want %q", i, rs.Engine, want[i])
+		}
+		for _, s := range []string{"samples", "requests", "ttft_mean", "tpot_mean", "e2e_mean", "queue_mean",
+			"request_rate", "success_rate", "kv_usage", "kv_usage_peak", "waiting", "running", "prefix_hit_rate",
+			"prefill_tps", "gen_len_mean", "dram_bw", "sm_clock", "throttled"} {
+			if rs.Signal(s) == nil {
+				t.Errorf("%s: signal %q missing", rs.Engine, s)
+			}
+		}
+		if len(rs.SchedulerDefaults) == 0 {
+			t.Errorf("%s: no scheduler defaults", rs.Engine)
+		}
+		for _, id := range []string{"kv_cache_pressure", "prefill_contention", "queue_saturation"} {
+			if c := rs.Cause(id); c == nil || len(c.Remediation) == 0 {
+				t.Errorf("%s: cause %q missing or without remediation", rs.Engine, id)
+			}
+		}
+	}
+}
+
+// TestEngineDetection records each engine's telemetry with the engine model
+// and checks that engine auto-detection picks the matching ruleset.
+func TestEngineDetection(t *testing.T) {
+	rss, err := All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, engine := range Engines {
+		t.Run(engine, func(t *testing.T) {
+			b, err := sim.Record(ctx, sim.Options{Scenario: "healthy", Seed: 4, Policy: engine, Trim: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := store.Open(store.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			if _, err := bundle.ReadMetrics(ctx, "metrics.om", b.Metrics, st); err != nil {
+				t.Fatal(err)
+			}
+			v, err := triage.Run(ctx, triage.Options{Metrics: st, Rulesets: rss, Engine: "auto", At: b.Incident.At,
+				Window: b.Incident.Window, Baseline: b.Incident.Baseline, Selector: b.Incident.Selector, GPU: b.Incident.GPU})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v.Engine != engine {
+				t.Errorf("auto-detected %q, want %q", v.Engine, engine)
+			}
+			if v.Status == triage.StatusInsufficientData {
+				t.Errorf("insufficient data on a healthy %s bundle: %+v", engine, v.DataGaps)
+			}
+		})
+	}
+}
+
+// TestSchedulerDefaults checks the engine defaults of engines.md §9 per GPU.
+func TestSchedulerDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		engine, gpu string
+		chunked     bool
+		budget      int
+	}{
+		{"sglang", "H100", true, 8192},
+		{"sglang", "H200", true, 8192},
+		{"sglang", "B200", true, 16384},
+		{"sglang", "L40S", true, 4096},
+		{"sglang", "L4", true, 2048},
+		{"sglang", "", true, 4096},
+		{"trtllm", "H100", false, 8192},
+		{"trtllm", "", false, 8192},
+	} {
+		t.Run(tc.engine+"/"+tc.gpu, func(t *testing.T) {
+			rs, err := Default(tc.engine)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mem := triage.GPUMemoryGiB(tc.gpu)
+			s := rs.ResolveScheduler(rules.Facts{Engine: tc.engine, GPU: rules.GPU{Class: tc.gpu, MemoryGiB: mem}})
+			if !s.Known || s.Source != "default" {
+				t.Fatalf("no default applies: %+v", s)
+			}
+			if s.ChunkedPrefill != tc.chunked || s.MaxNumBatchedTokens != tc.budget {
+				t.Errorf("got chunked=%v budget=%d, want chunked=%v budget=%d", s.ChunkedPrefill, s.MaxNumBatchedTokens,
+					tc.chunked, tc.budget)
+			}
+		})
 	}
 }

@@ -87,7 +87,7 @@ func buildVerdict(v *Verdict, rs *rules.Ruleset, out *rules.Outcome, opts *Optio
 		v.Steps = append(v.Steps, st)
 	}
 
-	v.DataGaps = append(v.DataGaps, dataGaps(rs, now, base, v.DataGaps)...)
+	v.DataGaps = append(v.DataGaps, dataGaps(rs, now, base, v.DataGaps, opts.Explain)...)
 	for _, e := range out.Errors {
 		v.Warnings = appendWarnings(v.Warnings, "ruleset: "+e)
 	}
@@ -129,8 +129,9 @@ func stepOutcome(sr rules.StepResult, out *rules.Outcome) string {
 
 // dataGaps lists signals missing in a window, skipping those already reported
 // as failed queries. A missing signal in a window with fewer than two samples
-// is reported as too few samples for rate().
-func dataGaps(rs *rules.Ruleset, now, base map[string]float64, have []DataGap) []DataGap {
+// is reported as too few samples for rate(). Optional signals (series only
+// some deployments expose) are listed only when explaining.
+func dataGaps(rs *rules.Ruleset, now, base map[string]float64, have []DataGap, explain bool) []DataGap {
 	reported := map[string]bool{}
 	for _, g := range have {
 		reported[g.Signal+"/"+g.Window] = true
@@ -149,6 +150,9 @@ func dataGaps(rs *rules.Ruleset, now, base map[string]float64, have []DataGap) [
 	}
 	var gaps []DataGap
 	for _, s := range rs.Signals {
+		if s.Optional && !explain {
+			continue
+		}
 		for _, w := range []struct {
 			name string
 			m    map[string]float64
@@ -156,7 +160,11 @@ func dataGaps(rs *rules.Ruleset, now, base map[string]float64, have []DataGap) [
 			if _, ok := w.m[s.Name]; ok || reported[s.Name+"/"+w.name] {
 				continue
 			}
-			gaps = append(gaps, DataGap{Signal: s.Name, Window: w.name, Reason: reason(w.m)})
+			r := reason(w.m)
+			if s.Optional {
+				r += " (optional signal)"
+			}
+			gaps = append(gaps, DataGap{Signal: s.Name, Window: w.name, Reason: r})
 		}
 	}
 	return gaps

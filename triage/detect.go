@@ -55,11 +55,28 @@ var signalExprs = map[string]string{
 		` or sum by ($by) (deriv(trtllm_num_requests_waiting{$sel}[$window]))`,
 }
 
+// volumeExprs count the requests behind each built-in signal over $window:
+// a ratio or a quantile over a handful of requests is not evidence, so
+// triggers with MinRequests ignore windows that saw fewer.
+var volumeExprs = map[string]string{
+	SignalTTFTP95: ttftVolume,
+	SignalTPOTP95: ttftVolume,
+	SignalSuccessRate: `sum by ($by) (increase(vllm:request_success_total{$sel}[$window]))` +
+		` or sum by ($by) (increase(sglang:num_requests_total{$sel}[$window]))` +
+		` or (sum by ($by) (increase(trtllm_request_success_total{$sel}[$window]))` +
+		` + sum by ($by) (increase(trtllm_request_error_total{$sel}[$window])))`,
+}
+
+// ttftVolume counts the requests that got a first token.
+const ttftVolume = `sum by ($by) (increase(vllm:time_to_first_token_seconds_count{$sel}[$window]))` +
+	` or sum by ($by) (increase(sglang:time_to_first_token_seconds_count{$sel}[$window]))` +
+	` or sum by ($by) (increase(trtllm_time_to_first_token_seconds_count{$sel}[$window]))`
+
 // Detection defaults: they work out of the box against a vLLM sidecar
 // scraped every 5 s.
 const (
 	DefaultShortWindow = time.Minute
-	DefaultLongWindow  = 3 * time.Minute
+	DefaultLongWindow  = 2 * time.Minute
 	DefaultBaseline    = time.Hour
 	DefaultFor         = 5 * time.Second
 )
@@ -77,7 +94,7 @@ type DetectConfig struct {
 	GroupBy []string `yaml:"group_by,omitempty" json:"group_by,omitempty"`
 	// ShortWindow catches a change fast (default 1m).
 	ShortWindow time.Duration `yaml:"short_window,omitempty" json:"short_window,omitempty"`
-	// LongWindow confirms it (default 3m). Both windows must violate.
+	// LongWindow confirms it (default 2m). Both windows must violate.
 	LongWindow time.Duration `yaml:"long_window,omitempty" json:"long_window,omitempty"`
 	// Baseline is how far back the reference window ends (default 1h).
 	// Ratio conditions need history that old: until the store has it (the
@@ -111,6 +128,15 @@ type Trigger struct {
 	Below *float64 `yaml:"below,omitempty" json:"below,omitempty"`
 	// For overrides the detector's hold for this trigger.
 	For *time.Duration `yaml:"for,omitempty" json:"for,omitempty"`
+	// MinRequests is the least number of requests a window must have seen
+	// for its value to count (in the short, the long and, for Ratio, the
+	// baseline window), as SREs require a minimum volume before a burn-rate
+	// alert: five aborts out of forty warm-up requests is not an error
+	// storm. Zero disables the check.
+	MinRequests float64 `yaml:"min_requests,omitempty" json:"min_requests,omitempty"`
+	// VolumeExpr counts the requests over $window for MinRequests with a
+	// custom Expr (built-in signals have their own).
+	VolumeExpr string `yaml:"volume_expr,omitempty" json:"volume_expr,omitempty"`
 	// Severity of an incident this trigger opens (default warning).
 	Severity Severity `yaml:"severity,omitempty" json:"severity,omitempty"`
 }
@@ -118,13 +144,14 @@ type Trigger struct {
 func ptr[T any](v T) *T { return &v }
 
 // DefaultTriggers returns the built-in triggers: TTFT p95 at 2× baseline,
-// TPOT p95 at 1.5× baseline, success rate below 98% (critical), and a waiting
-// queue growing by more than one request every 5 s.
+// TPOT p95 at 1.5× baseline (each window, baseline included, with at least
+// 20 requests), success rate below 98% (critical; at least 50 requests per
+// window), and a waiting queue growing by more than one request every 5 s.
 func DefaultTriggers() []Trigger {
 	return []Trigger{
-		{Name: "ttft_p95", Signal: SignalTTFTP95, Ratio: 2, MinIncrease: 0.1, Severity: SeverityWarning},
-		{Name: "tpot_p95", Signal: SignalTPOTP95, Ratio: 1.5, MinIncrease: 0.01, Severity: SeverityWarning},
-		{Name: "success_rate", Signal: SignalSuccessRate, Below: ptr(0.98), Severity: SeverityCritical},
+		{Name: "ttft_p95", Signal: SignalTTFTP95, Ratio: 2, MinIncrease: 0.1, MinRequests: 20, Severity: SeverityWarning},
+		{Name: "tpot_p95", Signal: SignalTPOTP95, Ratio: 1.5, MinIncrease: 0.01, MinRequests: 20, Severity: SeverityWarning},
+		{Name: "success_rate", Signal: SignalSuccessRate, Below: ptr(0.98), MinRequests: 50, Severity: SeverityCritical},
 		{Name: "queue_growth", Signal: SignalQueueGrowth, Above: ptr(0.2), Severity: SeverityWarning},
 	}
 }
@@ -204,6 +231,17 @@ func (c DetectConfig) Validate() error {
 		if t.Ratio < 0 || (t.Ratio > 0 && t.Ratio <= 1) {
 			errs = append(errs, fmt.Errorf("%s: ratio %g must be greater than 1", where, t.Ratio))
 		}
+		if t.MinRequests < 0 {
+			errs = append(errs, fmt.Errorf("%s: min_requests must not be negative", where))
+		}
+		if t.MinRequests > 0 && t.volumeTemplate() == "" {
+			errs = append(errs, fmt.Errorf("%s: min_requests needs volume_expr (signal %q has no built-in request count)", where, t.Signal))
+		}
+		if t.VolumeExpr != "" {
+			if _, err := parser.NewParser(parser.Options{}).ParseExpr(c.fill(t.VolumeExpr, c.ShortWindow)); err != nil {
+				errs = append(errs, fmt.Errorf("%s: volume_expr: %w", where, err))
+			}
+		}
 		if t.For != nil && *t.For < 0 {
 			errs = append(errs, fmt.Errorf("%s: for must not be negative", where))
 		}
@@ -227,6 +265,22 @@ func (c DetectConfig) expr(t Trigger, window time.Duration) string {
 	if tmpl == "" {
 		tmpl = signalExprs[t.Signal]
 	}
+	return c.fill(tmpl, window)
+}
+
+// volumeTemplate is the request-count expression of t, "" when none.
+func (t Trigger) volumeTemplate() string {
+	if t.VolumeExpr != "" {
+		return t.VolumeExpr
+	}
+	if t.Expr != "" {
+		return ""
+	}
+	return volumeExprs[t.Signal]
+}
+
+// fill expands the placeholders of a template.
+func (c DetectConfig) fill(tmpl string, window time.Duration) string {
 	sel := ""
 	if c.Selector != "" {
 		sel = c.Selector + ","
@@ -272,6 +326,8 @@ type TriggerResult struct {
 	Short    *float64 `json:"short"`
 	Long     *float64 `json:"long"`
 	Baseline *float64 `json:"baseline"`
+	// Requests is the long window's request count, when MinRequests is set.
+	Requests *float64 `json:"requests,omitempty"`
 	// Since is when the condition started holding (pending or firing).
 	Since time.Time `json:"since,omitzero"`
 	// Reason says which condition holds, e.g. "ratio 3.10 >= 2".
@@ -323,7 +379,11 @@ func (d *Detector) Config() DetectConfig { return d.cfg }
 // that has data, sorted by key. A query error fails the evaluation; the
 // pending state is left untouched then.
 func (d *Detector) Evaluate(ctx context.Context, m Metrics, at time.Time) ([]Detection, error) {
-	type vals struct{ short, long, base *float64 }
+	type vals struct {
+		short, long, base *float64
+		// Request counts of the windows (nil: not checked or no data).
+		nShort, nLong, nBase *float64
+	}
 	byScope := map[string]*Detection{}
 	results := make([]map[string]vals, len(d.cfg.Triggers))
 	for i, t := range d.cfg.Triggers {
@@ -360,6 +420,33 @@ func (d *Detector) Evaluate(ctx context.Context, m Metrics, at time.Time) ([]Det
 				results[i][key] = r
 			}
 		}
+		if t.MinRequests > 0 {
+			vol := t.volumeTemplate()
+			for _, w := range []struct {
+				window time.Duration
+				at     time.Time
+				set    func(r *vals, v float64)
+				skip   bool
+			}{
+				{d.cfg.ShortWindow, at, func(r *vals, v float64) { r.nShort = ptr(v) }, false},
+				{d.cfg.LongWindow, at, func(r *vals, v float64) { r.nLong = ptr(v) }, false},
+				{d.cfg.LongWindow, at.Add(-d.cfg.Baseline), func(r *vals, v float64) { r.nBase = ptr(v) }, t.Ratio == 0},
+			} {
+				if w.skip {
+					continue
+				}
+				n, err := d.queryExpr(ctx, m, d.cfg.fill(vol, w.window), w.at)
+				if err != nil {
+					return nil, fmt.Errorf("trigger %s request count: %w", t.Name, err)
+				}
+				for key, v := range n {
+					if r, ok := results[i][key]; ok {
+						w.set(&r, v)
+						results[i][key] = r
+					}
+				}
+			}
+		}
 		for key := range results[i] {
 			if byScope[key] == nil {
 				byScope[key] = &Detection{Key: key, Scope: d.scopeOf(key), Severity: SeverityNone}
@@ -374,9 +461,22 @@ func (d *Detector) Evaluate(ctx context.Context, m Metrics, at time.Time) ([]Det
 		}
 		for key, det := range byScope {
 			r := results[i][key]
-			tr := TriggerResult{Name: t.Name, Short: r.short, Long: r.long, Baseline: r.base, Severity: t.Severity}
-			reason, okShort := t.holds(r.short, r.base)
-			_, okLong := t.holds(r.long, r.base)
+			tr := TriggerResult{Name: t.Name, Short: r.short, Long: r.long, Baseline: r.base, Requests: r.nLong, Severity: t.Severity}
+			short, long, base := r.short, r.long, r.base
+			if t.MinRequests > 0 {
+				// A window with too few requests is no evidence either way.
+				if !enough(r.nShort, t.MinRequests) {
+					short = nil
+				}
+				if !enough(r.nLong, t.MinRequests) {
+					long = nil
+				}
+				if !enough(r.nBase, t.MinRequests) {
+					base = nil
+				}
+			}
+			reason, okShort := t.holds(short, base)
+			_, okLong := t.holds(long, base)
 			pk := key + "\x00" + t.Name
 			if okShort && okLong {
 				since, ok := d.pending[pk]
@@ -414,6 +514,9 @@ func (d *Detector) Evaluate(ctx context.Context, m Metrics, at time.Time) ([]Det
 	return out, nil
 }
 
+// enough reports whether a window's request count reaches min.
+func enough(n *float64, min float64) bool { return n != nil && *n >= min }
+
 // holds reports whether one window's value meets a condition of t.
 func (t Trigger) holds(v, base *float64) (string, bool) {
 	if v == nil {
@@ -433,7 +536,12 @@ func (t Trigger) holds(v, base *float64) (string, bool) {
 
 // query evaluates t over window at time at and returns finite values by scope key.
 func (d *Detector) query(ctx context.Context, m Metrics, t Trigger, window time.Duration, at time.Time) (map[string]float64, error) {
-	vec, _, err := m.Query(ctx, d.cfg.expr(t, window), at)
+	return d.queryExpr(ctx, m, d.cfg.expr(t, window), at)
+}
+
+// queryExpr evaluates expr at time at and returns finite values by scope key.
+func (d *Detector) queryExpr(ctx context.Context, m Metrics, expr string, at time.Time) (map[string]float64, error) {
+	vec, _, err := m.Query(ctx, expr, at)
 	if err != nil {
 		return nil, err
 	}

@@ -238,3 +238,96 @@ func TestTriggerStateString(t *testing.T) {
 		}
 	}
 }
+
+// TestDetectMinRequests: a success rate below 98% over a handful of requests
+// (an engine warming up) is not evidence; the same ratio over enough
+// requests fires. A TTFT ratio against a baseline window that saw too few
+// requests does not fire either.
+func TestDetectMinRequests(t *testing.T) {
+	tests := []struct {
+		name, load string
+		firing     bool
+		perScrape  float64 // requests finished per 5 s
+	}{
+		{"few requests, 10% aborts", `load 5s
+  vllm:request_success_total{model_name="m",finished_reason="stop"} 0+0.18x100
+  vllm:request_success_total{model_name="m",finished_reason="abort"} 0+0.02x100
+`, false, 0.2},
+		{"many requests, 10% aborts", `load 5s
+  vllm:request_success_total{model_name="m",finished_reason="stop"} 0+9x100
+  vllm:request_success_total{model_name="m",finished_reason="abort"} 0+1x100
+`, true, 10},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := newDetectTestMetrics(t, tt.load)
+			d, err := NewDetector(DetectConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var last []Detection
+			for i := 60; i <= 100; i++ {
+				if last, err = d.Evaluate(context.Background(), m, time.Unix(int64(i)*5, 0)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if len(last) != 1 {
+				t.Fatalf("detections %+v", last)
+			}
+			if last[0].Firing != tt.firing {
+				t.Errorf("firing = %v, want %v (%+v)", last[0].Firing, tt.firing, last[0].Triggers)
+			}
+			want := tt.perScrape * DefaultLongWindow.Seconds() / 5
+			for _, tr := range last[0].Triggers {
+				if tr.Name != "success_rate" {
+					continue
+				}
+				if tr.Requests == nil || *tr.Requests < want*0.9 || *tr.Requests > want*1.1 {
+					t.Errorf("requests = %v, want about %g", tr.Requests, want)
+				}
+			}
+		})
+	}
+	t.Run("thin baseline", func(t *testing.T) {
+		// The baseline hour ago saw one request per minute; now 2 per 5 s,
+		// all slow: the ratio is huge but the baseline is no reference.
+		var b strings.Builder
+		b.WriteString("load 5s\n")
+		for _, le := range []string{"0.1", "1", "+Inf"} {
+			fast, slow := "0.0833", "0"
+			if le != "0.1" {
+				slow = "2"
+			}
+			fmt.Fprintf(&b, "  vllm:time_to_first_token_seconds_bucket{model_name=\"m\",le=%q} 0+%sx840 70+%sx120\n", le, fast, slow)
+		}
+		fmt.Fprintf(&b, "  vllm:time_to_first_token_seconds_count{model_name=\"m\"} 0+0.0833x840 70+2x120\n")
+		m := newDetectTestMetrics(t, b.String())
+		d, err := NewDetector(DetectConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var last []Detection
+		for i := 840; i <= 900; i++ {
+			if last, err = d.Evaluate(context.Background(), m, time.Unix(int64(i)*5, 0)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, det := range last {
+			if det.Firing {
+				t.Errorf("fired against a thin baseline: %+v", det.FiringTriggers())
+			}
+		}
+	})
+}
+
+func TestDetectConfigMinRequestsValidate(t *testing.T) {
+	bad := DetectConfig{Triggers: []Trigger{{Name: "q", Signal: SignalQueueGrowth, Above: ptr(1.0), MinRequests: 5}}}
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "volume_expr") {
+		t.Errorf("queue_growth with min_requests: %v", err)
+	}
+	ok := DetectConfig{Triggers: []Trigger{{Name: "q", Expr: `sum by ($by) (x{$sel})`, Above: ptr(1.0), MinRequests: 5,
+		VolumeExpr: `sum by ($by) (increase(y{$sel}[$window]))`}}}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("custom volume_expr: %v", err)
+	}
+}

@@ -14,7 +14,10 @@ import (
 const (
 	DefaultResolveAfter   = 3 * time.Minute
 	DefaultRepeatInterval = 4 * time.Hour
-	DefaultCauseHold      = 2
+	DefaultCauseHold      = 3
+	DefaultCauseMargin    = 0.25
+	DefaultUpdateInterval = 5 * time.Minute
+	DefaultOpenWait       = time.Minute
 	DefaultKeepResolved   = 100
 	// alertSeenTTL is how long an Alertmanager delivery is remembered for dedupe.
 	alertSeenTTL = 24 * time.Hour
@@ -29,9 +32,24 @@ type IncidentConfig struct {
 	// RepeatInterval re-notifies a long incident (default 4h).
 	RepeatInterval time.Duration `yaml:"repeat_interval,omitempty" json:"repeat_interval,omitempty"`
 	// CauseHold is how many consecutive triages a new top cause must lead
-	// before a "cause changed" notification (default 2). The first
-	// notification of an incident waits at most this many triages for a cause.
+	// confidently (see CauseMargin) before a "cause changed" notification
+	// (default 3). Rankings that alternate between candidates never get
+	// there.
 	CauseHold int `yaml:"cause_hold,omitempty" json:"cause_hold,omitempty"`
+	// CauseMargin is how far the new top cause's score must lead the
+	// notified cause's score in the same verdict, as a fraction (default
+	// 0.25: 1.25 times; a notified cause no longer ranked counts as 0).
+	CauseMargin float64 `yaml:"cause_margin,omitempty" json:"cause_margin,omitempty"`
+	// UpdateInterval is the least time between two notifications of one
+	// incident other than an escalation or the resolve (default 5m), as
+	// Alertmanager's group_interval: a confident change found sooner waits,
+	// and goes out if it still holds then.
+	UpdateInterval time.Duration `yaml:"update_interval,omitempty" json:"update_interval,omitempty"`
+	// OpenWait is how long after an incident opens its first notification
+	// waits for a verdict that names a cause (default 1m). A verdict with a
+	// cause is sent at once; an incident that clears before OpenWait without
+	// one (a blip nobody can explain) is never notified.
+	OpenWait time.Duration `yaml:"open_wait,omitempty" json:"open_wait,omitempty"`
 	// KeepResolved bounds the resolved incidents kept for the API (default 100).
 	KeepResolved int `yaml:"keep_resolved,omitempty" json:"keep_resolved,omitempty"`
 }
@@ -46,6 +64,15 @@ func (c IncidentConfig) WithDefaults() IncidentConfig {
 	}
 	if c.CauseHold == 0 {
 		c.CauseHold = DefaultCauseHold
+	}
+	if c.CauseMargin == 0 {
+		c.CauseMargin = DefaultCauseMargin
+	}
+	if c.UpdateInterval == 0 {
+		c.UpdateInterval = DefaultUpdateInterval
+	}
+	if c.OpenWait == 0 {
+		c.OpenWait = DefaultOpenWait
 	}
 	if c.KeepResolved == 0 {
 		c.KeepResolved = DefaultKeepResolved
@@ -64,6 +91,15 @@ func (c IncidentConfig) Validate() error {
 	}
 	if c.CauseHold < 0 {
 		errs = append(errs, errors.New("cause_hold must not be negative"))
+	}
+	if c.CauseMargin < 0 {
+		errs = append(errs, errors.New("cause_margin must not be negative"))
+	}
+	if c.UpdateInterval < 0 {
+		errs = append(errs, errors.New("update_interval must not be negative"))
+	}
+	if c.OpenWait < 0 {
+		errs = append(errs, errors.New("open_wait must not be negative"))
 	}
 	if c.KeepResolved < 0 {
 		errs = append(errs, errors.New("keep_resolved must not be negative"))
@@ -194,9 +230,14 @@ type Incident struct {
 	Verdict   *Verdict            `json:"verdict,omitempty"`
 	Triages   int                 `json:"triages"`
 	Notified  Notified            `json:"notified"`
-	// PendingCause is a new top cause waiting out CauseHold.
+	// PendingCause is a new top cause that has led the notified one
+	// confidently for PendingCount consecutive triages (CauseHold).
 	PendingCause string `json:"pending_cause,omitempty"`
 	PendingCount int    `json:"pending_count,omitempty"`
+	// PendingSeverity is a verdict severity above the notified one, seen in
+	// PendingSeverityCount consecutive triages.
+	PendingSeverity      Severity `json:"pending_severity,omitempty"`
+	PendingSeverityCount int      `json:"pending_severity_count,omitempty"`
 }
 
 // Event is a change to an incident that goes to the notifiers.
@@ -300,8 +341,21 @@ func (t *Tracker) Observe(d Detection, at time.Time) []Event {
 }
 
 // Record takes the verdict of a triage of an open incident and returns the
-// notifications it warrants: the first one (opened), a top-cause change that
-// held for CauseHold triages, a severity escalation, or a repeat.
+// notifications it warrants. The policy pages a human only for what they
+// care about, judged on deterministic fields (cause ids, scores, severity):
+//
+//   - opened: the first verdict that names a cause, or after OpenWait
+//     without one;
+//   - cause_changed: a new top cause that has led the notified cause by
+//     CauseMargin for CauseHold consecutive triages, and not sooner than
+//     UpdateInterval after the last notification — a ranking that
+//     alternates between candidates is not a change;
+//   - escalated: a higher severity from the detector at once (its triggers
+//     have their own hold), or from the verdicts for CauseHold consecutive
+//     triages;
+//   - repeated: RepeatInterval after the last notification.
+//
+// Nothing is sent while the detector is clear and the resolve countdown runs.
 func (t *Tracker) Record(key string, v *Verdict, at time.Time) []Event {
 	in := t.open[key]
 	if in == nil || v == nil {
@@ -314,50 +368,97 @@ func (t *Tracker) Record(key string, v *Verdict, at time.Time) []Event {
 		in.Verdict = v
 	}
 	in.UpdatedAt = at
-	if in.Notified.Count > 0 && in.Detected && !in.Firing && len(in.Alerts) == 0 {
+	if in.Detected && !in.Firing && len(in.Alerts) == 0 {
 		// The detector is clear and the resolve countdown runs: a verdict
-		// over a recovering window is not news.
+		// over a recovering window is not news, nor a reason to page.
+		in.PendingCause, in.PendingCount = "", 0
+		in.PendingSeverity, in.PendingSeverityCount = "", 0
 		return nil
 	}
 	top := ""
 	if v.Status == StatusAnomaly && len(v.Causes) > 0 {
 		top = v.Causes[0].ID
 	}
-	if severityRank(v.Severity) > severityRank(in.Severity) {
-		in.Severity = v.Severity
-	}
 	if in.Notified.Count == 0 {
-		// Wait briefly for a verdict that names a cause.
-		if top == "" && in.Triages < t.cfg.CauseHold {
+		if severityRank(v.Severity) > severityRank(in.Severity) {
+			in.Severity = v.Severity
+		}
+		// Wait a little for a verdict that names a cause.
+		if top == "" && at.Sub(in.OpenedAt) < t.cfg.OpenWait {
 			return nil
 		}
 		in.TopCause = top
 		t.setCondition(in, true, at)
 		return []Event{t.notify(in, EventOpened, "", at)}
 	}
-	if top != "" && top != in.Notified.Cause {
-		if top == in.PendingCause {
-			in.PendingCount++
+
+	// A verdict severity above the notified one must hold to count.
+	if severityRank(v.Severity) > severityRank(in.Notified.Severity) {
+		if v.Severity == in.PendingSeverity {
+			in.PendingSeverityCount++
 		} else {
-			in.PendingCause, in.PendingCount = top, 1
+			in.PendingSeverity, in.PendingSeverityCount = v.Severity, 1
 		}
-		if in.PendingCount >= t.cfg.CauseHold {
-			prev := in.Notified.Cause
-			in.TopCause = top
+		if in.PendingSeverityCount >= t.cfg.CauseHold && severityRank(v.Severity) > severityRank(in.Severity) {
+			in.Severity = v.Severity
+		}
+	} else {
+		in.PendingSeverity, in.PendingSeverityCount = "", 0
+	}
+
+	// A new top cause must lead the notified one by the margin, triage
+	// after triage. A verdict without a cause says nothing either way.
+	if top != "" {
+		if top != in.Notified.Cause && confidentLead(v, top, in.Notified.Cause, t.cfg.CauseMargin) {
+			if top == in.PendingCause {
+				in.PendingCount++
+			} else {
+				in.PendingCause, in.PendingCount = top, 1
+			}
+		} else {
+			in.PendingCause, in.PendingCount = "", 0
+		}
+	}
+
+	if severityRank(in.Severity) > severityRank(in.Notified.Severity) {
+		if in.PendingCause != "" && in.PendingCount >= t.cfg.CauseHold {
+			in.TopCause = in.PendingCause
 			in.PendingCause, in.PendingCount = "", 0
 			t.setCondition(in, true, at)
-			return []Event{t.notify(in, EventCauseChanged, prev, at)}
 		}
-	} else if top != "" {
-		in.PendingCause, in.PendingCount = "", 0
-	}
-	if severityRank(in.Severity) > severityRank(in.Notified.Severity) {
 		return []Event{t.notify(in, EventEscalated, "", at)}
+	}
+	if in.PendingCause != "" && in.PendingCount >= t.cfg.CauseHold && at.Sub(in.Notified.At) >= t.cfg.UpdateInterval {
+		prev := in.Notified.Cause
+		in.TopCause = in.PendingCause
+		in.PendingCause, in.PendingCount = "", 0
+		t.setCondition(in, true, at)
+		return []Event{t.notify(in, EventCauseChanged, prev, at)}
 	}
 	if at.Sub(in.Notified.At) >= t.cfg.RepeatInterval {
 		return []Event{t.notify(in, EventRepeated, "", at)}
 	}
 	return nil
+}
+
+// confidentLead reports whether cause top leads cause prev in v by margin:
+// score(top) >= (1+margin) × score(prev), where prev missing from the
+// ranking scores 0. A prev cause that is unscored (0) is led by any
+// ranked cause.
+func confidentLead(v *Verdict, top, prev string, margin float64) bool {
+	var sTop, sPrev float64
+	for _, c := range v.Causes {
+		switch c.ID {
+		case top:
+			sTop = c.Score
+		case prev:
+			sPrev = c.Score
+		}
+	}
+	if sPrev <= 0 {
+		return true
+	}
+	return sTop >= (1+margin)*sPrev
 }
 
 // SeenAlert reports whether an Alertmanager delivery of this alert with the

@@ -50,6 +50,15 @@ func runSteps(t *testing.T, tr *Tracker, steps []step) []Event {
 	return all
 }
 
+// scored builds an anomaly verdict from (cause id, score) pairs, in rank order.
+func scored(sev Severity, pairs ...any) *Verdict {
+	v := &Verdict{Status: StatusAnomaly, Severity: sev}
+	for i := 0; i+1 < len(pairs); i += 2 {
+		v.Causes = append(v.Causes, Cause{ID: pairs[i].(string), Rank: i/2 + 1, Score: float64(pairs[i+1].(int))})
+	}
+	return v
+}
+
 func kinds(evs []Event) string {
 	var ks []string
 	for _, e := range evs {
@@ -91,7 +100,7 @@ func TestTrackerLifecycle(t *testing.T) {
 		{"no news while the detector is clear", IncidentConfig{ResolveAfter: time.Hour},
 			join(repeat(3, step{true, w, kv}), repeat(5, step{false, "", verdict(SeverityCritical, "queue_saturation")})),
 			"opened:kv_cache_pressure"},
-		{"cause change held", IncidentConfig{},
+		{"cause change held", IncidentConfig{UpdateInterval: time.Second},
 			join(repeat(3, step{true, w, kv}), []step{{true, w, q}}, repeat(3, step{true, w, kv}), repeat(3, step{true, w, q})),
 			"opened:kv_cache_pressure cause_changed:queue_saturation"},
 		{"healthy verdict mid-incident is ignored", IncidentConfig{},
@@ -100,17 +109,40 @@ func TestTrackerLifecycle(t *testing.T) {
 		{"escalation", IncidentConfig{},
 			join(repeat(3, step{true, w, kv}), repeat(3, step{true, SeverityCritical, kv})),
 			"opened:kv_cache_pressure escalated:kv_cache_pressure"},
+		{"one critical verdict is not an escalation", IncidentConfig{},
+			join(repeat(3, step{true, w, kv}), []step{{true, w, verdict(SeverityCritical, "kv_cache_pressure")}}, repeat(3, step{true, w, kv})),
+			"opened:kv_cache_pressure"},
+		{"critical verdicts that hold escalate", IncidentConfig{},
+			join(repeat(3, step{true, w, kv}), repeat(3, step{true, w, verdict(SeverityCritical, "kv_cache_pressure")})),
+			"opened:kv_cache_pressure escalated:kv_cache_pressure"},
+		{"alternating top cause is not a change", IncidentConfig{UpdateInterval: time.Second},
+			join(repeat(2, step{true, w, scored(w, "prefill_contention", 5, "outside_engine", 3)}),
+				repeat(4, step{true, w, scored(w, "kv_cache_pressure", 6, "prefill_contention", 5)}),
+				repeat(2, step{true, w, scored(w, "prefill_contention", 5, "kv_cache_pressure", 2)}),
+				repeat(2, step{true, w, scored(w, "outside_engine", 3, "prefill_contention", 2)}),
+				repeat(3, step{true, w, scored(w, "prefill_contention", 5, "queue_saturation", 4)}),
+				repeat(2, step{true, w, scored(w, "queue_saturation", 6, "prefill_contention", 2)}),
+				repeat(1, step{true, w, scored(w, "prefill_contention", 5, "queue_saturation", 4)}),
+				repeat(2, step{true, w, scored(w, "queue_saturation", 6, "prefill_contention", 2)})),
+			"opened:prefill_contention"},
+		{"confident lead that holds is a change", IncidentConfig{UpdateInterval: time.Second},
+			join(repeat(2, step{true, w, scored(w, "prefill_contention", 5, "outside_engine", 3)}),
+				repeat(3, step{true, w, scored(w, "queue_saturation", 6, "prefill_contention", 2)})),
+			"opened:prefill_contention cause_changed:queue_saturation"},
+		{"a confident change waits for the update interval", IncidentConfig{UpdateInterval: time.Minute},
+			join(repeat(2, step{true, w, kv}), repeat(20, step{true, w, q})),
+			"opened:kv_cache_pressure cause_changed:queue_saturation"},
 		{"repeat interval", IncidentConfig{RepeatInterval: time.Minute},
 			repeat(30, step{true, w, kv}),
 			"opened:kv_cache_pressure repeated:kv_cache_pressure repeated:kv_cache_pressure"},
-		{"first notification waits for a cause", IncidentConfig{CauseHold: 3},
+		{"first notification waits for a cause", IncidentConfig{OpenWait: 15 * time.Second},
 			join(repeat(1, step{true, w, verdict(w)}), repeat(3, step{true, w, kv})),
 			"opened:kv_cache_pressure"},
-		{"no cause after hold still notifies", IncidentConfig{},
-			repeat(3, step{true, w, verdict(w)}),
+		{"no cause after the wait still notifies", IncidentConfig{OpenWait: 10 * time.Second},
+			repeat(4, step{true, w, verdict(w)}),
 			"opened:"},
-		{"never notified, never resolve-notified", IncidentConfig{ResolveAfter: time.Minute, CauseHold: 5},
-			join(repeat(2, step{true, w, verdict(w)}), repeat(20, step{false, "", nil})),
+		{"an unexplained blip is never notified", IncidentConfig{ResolveAfter: time.Minute},
+			join(repeat(2, step{true, w, verdict(w)}), repeat(20, step{false, "", verdict(w)})),
 			""},
 	}
 	for _, tc := range tests {
@@ -119,6 +151,11 @@ func TestTrackerLifecycle(t *testing.T) {
 			evs := runSteps(t, tr, tc.steps)
 			if got := kinds(evs); got != tc.want {
 				t.Fatalf("events %q, want %q", got, tc.want)
+			}
+			if tc.name == "a confident change waits for the update interval" {
+				if d := evs[1].At.Sub(evs[0].At); d < time.Minute {
+					t.Errorf("cause change %s after the open, want >= 1m", d)
+				}
 			}
 			seen := map[string]bool{}
 			for _, e := range evs {

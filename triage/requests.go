@@ -59,22 +59,27 @@ type RequestBreakdown struct {
 	Pod        string
 	PrefillPod string
 	// Start is when the outermost span (client, gateway or engine) began;
-	// EngineStart when the engine received the request.
+	// EngineStart when the engine core queued the request (after its API
+	// server, see BeforeEngineParts["api_server"]).
 	Start       time.Time
 	EngineStart time.Time
-	// E2E is as seen by the outermost span; EngineE2E by the engine.
+	// E2E is as seen by the outermost span; EngineE2E by the engine core
+	// (queue to last token).
 	E2E       float64
 	EngineE2E float64
-	// TTFT is as seen by the outermost span (before-engine time plus the
-	// engine's); EngineTTFT is the engine's gen_ai.latency.time_to_first_token.
+	// TTFT is as seen by the outermost span (upstream time plus the
+	// engine's); EngineTTFT is the engine's gen_ai.latency.time_to_first_token
+	// (from its API server's arrival, like vllm:time_to_first_token_seconds).
 	// Zero when unknown.
 	TTFT       float64
 	EngineTTFT float64
 	// Parts holds the six RequestPart durations.
 	Parts map[RequestPart]float64
-	// BeforeEngineParts splits before_engine where gateway spans allow:
-	// client (before the gateway), admission (gateway until scheduling),
-	// scoring, routing, proxy (the rest).
+	// BeforeEngineParts splits before_engine where spans allow: client
+	// (before the gateway), admission (gateway until scheduling), scoring,
+	// routing, proxy (the rest of the way to the engine), api_server (the
+	// engine's own API server: tokenisation, HTTP, IPC, from a V1 span's
+	// TTFT − queue − prefill).
 	BeforeEngineParts map[string]float64
 	PromptTokens      int
 	CompletionTokens  int
@@ -239,6 +244,21 @@ type engineNumbers struct {
 	source                            string
 }
 
+// frontend is the time the engine's API server held the request before the
+// engine core queued it: vLLM measures TTFT from the API server's arrival,
+// so TTFT − queue − prefill is tokenisation, HTTP and IPC (engines.md §1.2).
+// Only V1 spans carry the three numbers; below a millisecond it is noise.
+func (n engineNumbers) frontend() float64 {
+	if n.source != "v1" || n.ttft <= 0 {
+		return 0
+	}
+	f := n.ttft - n.queue - n.prefill
+	if f < 1e-3 || f > n.e2e {
+		return 0
+	}
+	return f
+}
+
 func readEngine(e *Span) engineNumbers {
 	var n engineNumbers
 	n.source = "v1"
@@ -293,18 +313,24 @@ func buildRequest(e, prefillLeg *Span, spans []*Span, byID map[SpanID]*Span) Req
 	if v, ok := e.Attrs.Number(AttrCompletionTokens); ok {
 		b.CompletionTokens = int(v)
 	}
+	// The span starts at the API server's arrival; the engine core queued
+	// the request frontend seconds later (tokenisation, HTTP, IPC).
 	engStart := e.StartUnixNano
 	engEnd := e.StartUnixNano + int64(en.e2e*1e9)
 	queue, prefill, decode := en.queue, en.prefill, en.decode
 	engineTTFT := en.ttft
+	frontend := en.frontend()
 	if prefillLeg != nil {
 		pn := readEngine(prefillLeg)
 		b.PrefillPod = podOf(prefillLeg)
+		if prefillLeg.StartUnixNano < engStart {
+			frontend = pn.frontend()
+		}
 		engStart = min(engStart, prefillLeg.StartUnixNano)
 		queue += pn.queue
 		// The prefill pod computes the prompt; the decode pod's "prefill" is
 		// loading the transferred KV blocks and the first step.
-		prefill += max(0, pn.e2e-pn.queue)
+		prefill += max(0, pn.e2e-pn.queue-pn.frontend())
 		if en.ttft > 0 {
 			engineTTFT = rqSec(e.StartUnixNano-engStart) + en.ttft
 		}
@@ -314,8 +340,9 @@ func buildRequest(e, prefillLeg *Span, spans []*Span, byID map[SpanID]*Span) Req
 			}
 		}
 	}
-	b.EngineStart = time.Unix(0, engStart)
-	b.EngineE2E = rqSec(engEnd - engStart)
+	coreStart := engStart + int64(math.Round(frontend*1e9))
+	b.EngineStart = time.Unix(0, coreStart)
+	b.EngineE2E = rqSec(engEnd - coreStart)
 	b.EngineTTFT = engineTTFT
 	b.Parts[PartQueue] = queue
 	b.Parts[PartPrefill] = prefill
@@ -347,19 +374,19 @@ func buildRequest(e, prefillLeg *Span, spans []*Span, byID map[SpanID]*Span) Req
 		outer = gateway
 	}
 	outerStart := min(outer.StartUnixNano, engStart)
-	before := rqSec(engStart - outerStart)
+	upstream := rqSec(engStart - outerStart)
 	after := 0.0
 	if outer != e {
 		after = max(0, rqSec(outer.EndUnixNano-engEnd))
 	}
 	b.Start = time.Unix(0, outerStart)
-	b.Parts[PartBeforeEngine] = before
+	b.Parts[PartBeforeEngine] = upstream + frontend
 	b.Parts[PartAfterEngine] = after
-	b.E2E = before + b.EngineE2E + after
+	b.E2E = upstream + rqSec(engEnd-engStart) + after
 	if engineTTFT > 0 {
-		b.TTFT = before + engineTTFT
+		b.TTFT = upstream + engineTTFT
 	}
-	b.splitBeforeEngine(outer, gateway, spans, outerStart, engStart)
+	b.splitBeforeEngine(outer, gateway, spans, outerStart, engStart, frontend)
 	b.Dominant = PartBeforeEngine
 	for _, p := range requestParts {
 		if b.Parts[p] > b.Parts[b.Dominant] {
@@ -380,11 +407,11 @@ func rqEnclosing(spans []*Span, name string, t int64) *Span {
 }
 
 // splitBeforeEngine splits before_engine using gateway and llm-d spans that
-// ran between the outer start and the engine start, and collects router
-// scores.
-func (b *RequestBreakdown) splitBeforeEngine(outer, gateway *Span, spans []*Span, from, to int64) {
-	before := b.Parts[PartBeforeEngine]
-	if before <= 0 && gateway == nil {
+// ran between the outer start and the engine's arrival, and collects router
+// scores. frontend is the engine API server's own share (api_server).
+func (b *RequestBreakdown) splitBeforeEngine(outer, gateway *Span, spans []*Span, from, to int64, frontend float64) {
+	upstream := b.Parts[PartBeforeEngine] - frontend
+	if upstream <= 0 && gateway == nil && frontend <= 0 {
 		return
 	}
 	var orch *Span
@@ -432,14 +459,15 @@ func (b *RequestBreakdown) splitBeforeEngine(outer, gateway *Span, spans []*Span
 	for _, v := range parts {
 		known += v
 	}
-	if known > before && known > 0 {
+	if known > upstream && known > 0 {
 		// Overlapping spans: scale down so that the parts add up.
 		for k, v := range parts {
-			parts[k] = v * before / known
+			parts[k] = max(0, v*upstream/known)
 		}
-		known = before
+		known = max(0, upstream)
 	}
-	parts["proxy"] = before - known
+	parts["proxy"] = upstream - known
+	parts["api_server"] = frontend
 	for k, v := range parts {
 		if v <= 0 {
 			delete(parts, k)
@@ -590,6 +618,9 @@ type PodSample struct {
 type CorrelationInput struct {
 	// Requests are all traced requests of the incident window.
 	Requests []RequestBreakdown
+	// Baseline are the traced requests of the baseline window (may be
+	// empty): time outside the engine is judged against them.
+	Baseline []RequestBreakdown
 	// Slow are the requests to explain; nil means SlowestRequests(Requests,
 	// Window, 10).
 	Slow   []RequestBreakdown
@@ -614,6 +645,9 @@ type Correlation struct {
 	// Evidence by cause id (prefill_contention, outside_engine,
 	// load_imbalance), for the walk to merge.
 	Evidence map[string][]Evidence
+	// RuledOut holds causes the requests exclude, with the reason (e.g.
+	// outside_engine when the traced time outside the engine is small).
+	RuledOut map[string]string
 	// Requests are the slow requests in verdict form, with pod context.
 	Requests []Request
 	// Notes explain disagreements between server-side and span TTFT, and
@@ -633,7 +667,7 @@ const (
 // for request-level evidence of prefill contention, time outside the engine
 // and load imbalance. It is pure: time and data come in as arguments.
 func CorrelateRequests(in CorrelationInput) Correlation {
-	c := Correlation{Evidence: map[string][]Evidence{}}
+	c := Correlation{Evidence: map[string][]Evidence{}, RuledOut: map[string]string{}}
 	slow := in.Slow
 	if slow == nil {
 		slow = SlowestRequests(in.Requests, in.Window.Start, in.Window.End, 10)
@@ -657,8 +691,8 @@ func CorrelateRequests(in CorrelationInput) Correlation {
 	if len(all) == 0 {
 		all = slow
 	}
-	contended := c.prefillContention(all, in.LongPrompt)
-	c.outsideEngine(slow)
+	contended := c.prefillContention(all, in.Baseline, in.LongPrompt)
+	c.outsideEngine(all, slow, in.Baseline)
 	c.loadImbalance(all, slow, in.PodSamples, in.Window, tol, contended)
 	c.reconcileTTFT(all, in.ServerTTFT, in.ServerQuantile)
 	return c
@@ -698,66 +732,110 @@ func rqQuantile(vs []float64, q float64) float64 {
 	return vs[min(max(i, 0), len(vs)-1)]
 }
 
-// prefillContention finds long prompts whose prefill overlapped a TTFT spike
-// of other requests on the same pod.
-// It returns the pods where it found contention.
-func (c *Correlation) prefillContention(all []RequestBreakdown, longPrompt int) map[string]bool {
-	contended := map[string]bool{}
-	var prompts, ttfts []float64
+// coreTTFT is the engine core's part of the time to first token: queue
+// and prefill.
+func coreTTFT(r *RequestBreakdown) float64 { return r.Parts[PartQueue] + r.Parts[PartPrefill] }
+
+// contention is what one window's requests say about long prefills.
+type contention struct {
+	long                 []*RequestBreakdown // long prompts, longest first
+	hit, other           []float64           // core TTFT of requests that overlapped a long prefill on their pod, and of the rest
+	pods                 map[string]bool     // pods with a long prefill that others waited on
+	medHit, medOther     float64
+	threshold, nRequests int
+}
+
+// findContention splits the requests that waited for their first token
+// while a long prompt was prefilling on their pod from the others.
+func findContention(all []RequestBreakdown, longPrompt int) contention {
+	var prompts []float64
 	for i := range all {
 		prompts = append(prompts, float64(all[i].PromptTokens))
-		if all[i].EngineTTFT > 0 {
-			ttfts = append(ttfts, all[i].EngineTTFT)
-		}
 	}
-	if len(ttfts) < 3 {
-		return contended
-	}
-	medTTFT := rqQuantile(ttfts, 0.5)
-	if longPrompt <= 0 {
-		longPrompt = max(2048, int(4*rqQuantile(prompts, 0.5)))
-	}
-	var long []*RequestBreakdown
+	ct := contention{pods: map[string]bool{}, nRequests: len(all)}
+	ct.threshold = max(longPrompt, 2048, int(4*rqQuantile(prompts, 0.5)))
+	type win struct{ s, e time.Time }
+	byPod := map[string][]win{}
 	for i := range all {
-		if all[i].PromptTokens >= longPrompt && all[i].Parts[PartPrefill] > 0 {
-			long = append(long, &all[i])
+		r := &all[i]
+		if r.PromptTokens >= ct.threshold && r.Parts[PartPrefill] > 0 {
+			ct.long = append(ct.long, r)
+			s, e := r.prefillWindow()
+			byPod[r.Pod] = append(byPod[r.Pod], win{s, e})
 		}
 	}
-	slices.SortFunc(long, func(a, b *RequestBreakdown) int { return b.PromptTokens - a.PromptTokens })
-	reported := 0
-	for _, l := range long {
-		if reported == 3 {
-			break
-		}
-		ps, pe := l.prefillWindow()
-		victims := 0
-		worst := 0.0
-		for i := range all {
-			v := &all[i]
-			if v == l || v.Pod != l.Pod || v.EngineTTFT <= 0 || v.EngineTTFT < 2*medTTFT {
-				continue
-			}
-			vs, ve := v.EngineStart, v.EngineStart.Add(rqDur(v.EngineTTFT))
-			if vs.Before(pe) && ve.After(ps) {
-				victims++
-				worst = max(worst, v.EngineTTFT)
-			}
-		}
-		if victims < 2 {
+	slices.SortFunc(ct.long, func(a, b *RequestBreakdown) int { return b.PromptTokens - a.PromptTokens })
+	for i := range all {
+		v := &all[i]
+		if v.PromptTokens >= ct.threshold || v.EngineTTFT <= 0 {
 			continue
 		}
-		reported++
-		contended[l.Pod] = true
+		s, e := v.EngineStart, v.EngineStart.Add(rqDur(coreTTFT(v)))
+		hit := false
+		for _, w := range byPod[v.Pod] {
+			if s.Before(w.e) && e.After(w.s) {
+				hit = true
+				break
+			}
+		}
+		if hit {
+			ct.hit = append(ct.hit, coreTTFT(v))
+			ct.pods[v.Pod] = true
+		} else {
+			ct.other = append(ct.other, coreTTFT(v))
+		}
+	}
+	ct.medHit, ct.medOther = rqQuantile(ct.hit, 0.5), rqQuantile(ct.other, 0.5)
+	return ct
+}
+
+// stalls reports whether the requests that overlapped a long prefill waited
+// clearly longer for their first token than the others.
+func (ct *contention) stalls() bool {
+	return len(ct.hit) >= 3 && len(ct.other) >= 3 && ct.medHit >= 2*ct.medOther && ct.medHit-ct.medOther >= 0.05
+}
+
+// prefillContention finds long prompts whose prefill held up the first
+// token of other requests on the same pod: those requests' queue + prefill
+// is compared with that of the requests that did not overlap a long
+// prefill. It returns the pods where it found contention.
+func (c *Correlation) prefillContention(all, base []RequestBreakdown, longPrompt int) map[string]bool {
+	ct := findContention(all, longPrompt)
+	if !ct.stalls() {
+		return map[string]bool{}
+	}
+	// How much of the window's TTFT (or of its growth over the baseline)
+	// the stalls and the long prompts' own prefills explain.
+	stalled := 0.0
+	for _, h := range ct.hit {
+		stalled += h - ct.medOther
+	}
+	for _, l := range ct.long {
+		stalled += max(0, coreTTFT(l)-ct.medOther)
+	}
+	stalled /= float64(max(1, len(all)))
+	growth, of := rqMeanTTFT(all), "mean TTFT"
+	if b := rqMeanTTFT(base); len(base) >= 3 {
+		growth, of = growth-b, "mean TTFT increase over the baseline"
+	}
+	frac := 1.0
+	if growth > 0 {
+		frac = stalled / growth
+	}
+	weight := min(1, max(0.15, frac))
+	text := fmt.Sprintf("%d requests that waited for their first token while a prompt of ≥%d tokens was prefilling on their pod spent a median %.3fs in queue + prefill, against %.3fs for the other %d: with the long prompts' own prefills that is %.3fs per request, %.0f%% of the %s",
+		len(ct.hit), ct.threshold, ct.medHit, ct.medOther, len(ct.other), stalled, 100*min(frac, 1), of)
+	if l := ct.long[0]; l != nil {
+		ps, _ := l.prefillWindow()
 		where := ""
 		if l.Pod != "" {
 			where = " on " + l.Pod
 		}
-		c.add(causePrefill, "traces.long_prefill_overlaps_ttft_spike", rqPtr(worst), rqPtr(medTTFT),
-			0.5+0.5*min(1, float64(victims)/10),
-			fmt.Sprintf("request %s (%d prompt tokens) was in prefill for %.2fs%s from %s; %d other requests there waited up to %.2fs for their first token (median TTFT %.3fs)",
-				rqName(l), l.PromptTokens, l.Parts[PartPrefill], where, ps.UTC().Format(time.RFC3339Nano), victims, worst, medTTFT))
+		text += fmt.Sprintf("; the longest, request %s (%d prompt tokens), prefilled for %.2fs%s from %s",
+			rqName(l), l.PromptTokens, l.Parts[PartPrefill], where, ps.UTC().Format(time.RFC3339))
 	}
-	return contended
+	c.add(causePrefill, "traces.long_prefill_stalls_first_tokens", rqPtr(ct.medHit), rqPtr(ct.medOther), weight, text)
+	return ct.pods
 }
 
 func rqName(r *RequestBreakdown) string {
@@ -767,87 +845,244 @@ func rqName(r *RequestBreakdown) string {
 	return r.TraceID.String()
 }
 
-// outsideEngine reports when the slow requests spent most of their time in
-// the client, gateway or network rather than in the engine.
-func (c *Correlation) outsideEngine(slow []RequestBreakdown) {
+// outsideEngine reports time spent before or after the engine core (client,
+// gateway, network, the engine's own API server): when it grew against the
+// baseline's requests, and when it dominates the slowest requests.
+func (c *Correlation) outsideEngine(all, slow, base []RequestBreakdown) {
+	outside := func(rs []RequestBreakdown) (outs, ttfts []float64) {
+		for i := range rs {
+			if rs[i].EngineE2E > 0 {
+				outs = append(outs, rs[i].Outside())
+				if rs[i].TTFT > 0 {
+					ttfts = append(ttfts, rs[i].TTFT)
+				}
+			}
+		}
+		return outs, ttfts
+	}
+	outs, ttfts := outside(all)
+	if len(outs) < 3 {
+		return
+	}
+	med, medTTFT := rqQuantile(outs, 0.5), rqQuantile(ttfts, 0.5)
+	where := rqOutsideWhere(all)
+	bouts, _ := outside(base)
+	bmed := rqQuantile(bouts, 0.5)
+	// V1 engine spans measure the API server's time; with them, a small
+	// time outside the engine core excludes the cause.
+	v1 := 0
+	for i := range all {
+		if all[i].Source == "v1" {
+			v1++
+		}
+	}
+	if v1 >= 20 && medTTFT > 0 && med < 0.1*medTTFT && (len(bouts) < 3 || med-bmed < 0.05) {
+		c.RuledOut[causeOutside] = fmt.Sprintf("%d traced requests spent a median %.3fs outside the engine core (baseline %.3fs) of a median TTFT of %.3fs: the time is inside the engine",
+			len(outs), med, bmed, medTTFT)
+		return
+	}
+	if len(bouts) >= 3 {
+		if med >= 0.1 && med >= 3*bmed+0.02 {
+			weight := 0.6
+			if medTTFT > 0 && med >= 0.5*medTTFT {
+				weight = 1
+			}
+			c.add(causeOutside, "traces.time_outside_engine_grew", rqPtr(med), rqPtr(bmed), weight,
+				fmt.Sprintf("the median request spent %.3fs outside the engine core (baseline %.3fs)%s; its TTFT median is %.3fs",
+					med, bmed, where, medTTFT))
+		}
+	}
+
 	var ratios []float64
 	dominated := 0
-	var outside, engine float64
+	var out, engine float64
 	for i := range slow {
 		r := &slow[i]
 		if r.EngineE2E <= 0 {
 			continue
 		}
+		// Outside time dominates the request, or its time to first token.
 		ratio := r.Outside() / r.EngineE2E
+		if core := coreTTFT(r); r.Parts[PartBeforeEngine] > 0 && core > 0 {
+			ratio = max(ratio, r.Parts[PartBeforeEngine]/core/2)
+		}
 		ratios = append(ratios, ratio)
 		if ratio >= 1 {
 			dominated++
 		}
-		outside += r.Outside()
+		out += r.Outside()
 		engine += r.EngineE2E
 	}
 	if len(ratios) == 0 {
 		return
 	}
-	med := rqQuantile(ratios, 0.5)
+	medRatio := rqQuantile(ratios, 0.5)
 	frac := float64(dominated) / float64(len(ratios))
-	if frac < 0.5 || med < 1 {
+	if frac < 0.5 || medRatio < 1 || out/float64(len(ratios)) < 0.05 {
 		return
 	}
 	n := float64(len(ratios))
-	c.add(causeOutside, "traces.time_outside_engine", rqPtr(outside/n), rqPtr(engine/n),
-		max(0.3, frac*min(1, med/2)),
-		fmt.Sprintf("%d of %d slow requests spent more time outside the engine (client, gateway, network) than inside it: on average %.2fs outside vs %.2fs engine e2e (median ratio %.1f×)",
-			dominated, len(ratios), outside/n, engine/n, med))
+	c.add(causeOutside, "traces.time_outside_engine", rqPtr(out/n), rqPtr(engine/n),
+		max(0.3, frac*min(1, medRatio/2)),
+		fmt.Sprintf("%d of the %d slowest requests spent more time outside the engine core than in it (or than twice its queue + prefill): on average %.2fs outside vs %.2fs in the engine%s",
+			dominated, len(ratios), out/n, engine/n, where))
 }
 
-// loadImbalance reports slow requests concentrated on one pod. When a long
-// prefill on that pod explains them, the evidence is weaker: the imbalance
-// is a symptom.
-func (c *Correlation) loadImbalance(all, slow []RequestBreakdown, samples []PodSample, w Window, tol time.Duration, contended map[string]bool) {
-	allBy := map[string]int{}
-	for i := range all {
-		if all[i].Pod != "" {
-			allBy[all[i].Pod]++
+// rqMeanTTFT is the mean TTFT of the requests as their clients saw it
+// (the engine's when no outer span is known).
+func rqMeanTTFT(rs []RequestBreakdown) float64 {
+	sum, n := 0.0, 0
+	for i := range rs {
+		t := rs[i].TTFT
+		if t <= 0 {
+			t = rs[i].EngineTTFT
+		}
+		if t > 0 {
+			sum += t
+			n++
 		}
 	}
-	slowBy := map[string]int{}
-	nSlow := 0
+	if n == 0 {
+		return 0
+	}
+	return sum / float64(n)
+}
+
+// rqOutsideWhere names the largest share of the time outside the engine.
+func rqOutsideWhere(rs []RequestBreakdown) string {
+	sums := map[string]float64{}
+	total := 0.0
+	for i := range rs {
+		for k, v := range rs[i].BeforeEngineParts {
+			sums[k] += v
+			total += v
+		}
+		if a := rs[i].Parts[PartAfterEngine]; a > 0 {
+			sums["after_engine"] += a
+			total += a
+		}
+	}
+	best := ""
+	for _, k := range sortedKeys(sums) {
+		if best == "" || sums[k] > sums[best] {
+			best = k
+		}
+	}
+	if best == "" || total <= 0 {
+		return ""
+	}
+	names := map[string]string{"api_server": "the engine's API server (tokeniser, HTTP, IPC)", "client": "the client before the gateway",
+		"admission": "gateway admission", "scoring": "the router's scorers", "routing": "routing", "proxy": "the proxy hop to the pod",
+		"after_engine": "the response path after the engine"}
+	name := names[best]
+	if name == "" {
+		name = best
+	}
+	return fmt.Sprintf(", %.0f%% of it in %s", 100*sums[best]/total, name)
+}
+
+// loadImbalance reports one pod whose requests wait clearly longer for
+// their first token than the other pods' requests, stronger when that pod
+// also gets more than its share of the traffic. When a long prefill on that
+// pod explains it, the evidence is weaker: the imbalance is a symptom.
+func (c *Correlation) loadImbalance(all, slow []RequestBreakdown, samples []PodSample, w Window, tol time.Duration, contended map[string]bool) {
+	ttfts := map[string][]float64{}
+	total := 0
+	for i := range all {
+		if all[i].Pod != "" && all[i].EngineTTFT > 0 {
+			ttfts[all[i].Pod] = append(ttfts[all[i].Pod], all[i].EngineTTFT)
+			total++
+		}
+	}
+	if len(ttfts) < 2 || total < 10 {
+		return
+	}
+	worst, worstMed := "", 0.0
+	for _, p := range sortedKeys(ttfts) {
+		if len(ttfts[p]) < 3 {
+			continue
+		}
+		if m := rqQuantile(ttfts[p], 0.5); worst == "" || m > worstMed {
+			worst, worstMed = p, m
+		}
+	}
+	if worst == "" {
+		return
+	}
+	var others []float64
+	for p, vs := range ttfts {
+		if p != worst {
+			others = append(others, vs...)
+		}
+	}
+	if len(others) < 3 {
+		return
+	}
+	otherMed := rqQuantile(others, 0.5)
+	if worstMed < 2*otherMed || worstMed-otherMed < 0.05 {
+		return
+	}
+	share := float64(len(ttfts[worst])) / float64(total)
+	fair := 1 / float64(len(ttfts))
+	text := fmt.Sprintf("requests on %s waited a median %.3fs for their first token against %.3fs on the other %d pods; it served %.0f%% of the traced requests (an even share is %.0f%%)",
+		worst, worstMed, otherMed, len(ttfts)-1, 100*share, 100*fair)
+	// Traced shares undercount a stalled pod (spans end with their
+	// requests), so the pod's load from its metrics counts too.
+	weight := 0.4
+	if share >= 1.25*fair {
+		weight = min(1, 0.6+(share-fair)/fair/2)
+	}
+	if mine, others, ok := rqPodLoad(samples, worst, w, tol); ok && mine >= 2*others+1 {
+		weight = 1
+		text += fmt.Sprintf("; it held %.1f requests (running + waiting) on average against %.1f per other pod", mine, others)
+	}
+	nSlow, onWorst := 0, 0
 	for i := range slow {
 		if slow[i].Pod != "" {
-			slowBy[slow[i].Pod]++
 			nSlow++
+			if slow[i].Pod == worst {
+				onWorst++
+			}
 		}
 	}
-	if len(allBy) < 2 || nSlow < 4 {
-		return
+	if nSlow > 0 {
+		text += fmt.Sprintf("; %d of the %d slowest requests ran there", onWorst, nSlow)
 	}
-	top := ""
-	for p, n := range slowBy {
-		if top == "" || n > slowBy[top] || n == slowBy[top] && p < top {
-			top = p
-		}
-	}
-	nAll := 0
-	for _, n := range allBy {
-		nAll += n
-	}
-	slowShare := float64(slowBy[top]) / float64(nSlow)
-	allShare := float64(allBy[top]) / float64(nAll)
-	if slowShare < 0.5 || slowShare < 2*allShare {
-		return
-	}
-	text := fmt.Sprintf("%d of the %d slowest requests ran on %s, which served %.0f%% of all traced requests",
-		slowBy[top], nSlow, top, 100*allShare)
-	if ctx := rqPodContrast(samples, top, w, tol); ctx != "" {
+	if ctx := rqPodContrast(samples, worst, w, tol); ctx != "" {
 		text += "; " + ctx
 	}
-	weight := min(1, 0.4+(slowShare-allShare))
-	if contended[top] {
+	if contended[worst] {
 		weight /= 2
 		text += "; a long prefill there explains part of it"
 	}
-	c.add(causeImbal, "traces.slow_requests_on_one_pod", rqPtr(slowShare), rqPtr(allShare), weight, text)
+	c.add(causeImbal, "traces.one_pod_slow", rqPtr(worstMed), rqPtr(otherMed), weight, text)
+}
+
+// rqPodLoad returns the mean running + waiting requests of the pod and of
+// the other pods (per pod) over the window.
+func rqPodLoad(samples []PodSample, pod string, w Window, tol time.Duration) (mine, others float64, ok bool) {
+	var m, o []float64
+	otherPods := map[string]bool{}
+	for _, s := range samples {
+		if s.At.Before(w.Start.Add(-tol)) || s.At.After(w.End) {
+			continue
+		}
+		run, ok1 := s.Values["num_requests_running"]
+		wait, ok2 := s.Values["num_requests_waiting"]
+		if !ok1 && !ok2 {
+			continue
+		}
+		if s.Pod == pod {
+			m = append(m, run+wait)
+		} else {
+			o = append(o, run+wait)
+			otherPods[s.Pod] = true
+		}
+	}
+	if len(m) == 0 || len(o) == 0 {
+		return 0, 0, false
+	}
+	return rqMean(m), rqMean(o), true
 }
 
 // rqPodContrast compares the pod's mean queue and KV usage with the others'.
@@ -901,7 +1136,8 @@ func (c *Correlation) reconcileTTFT(all []RequestBreakdown, server *float64, q f
 		return
 	}
 	e, cl := rqQuantile(eng, q), rqQuantile(client, q)
-	agree := func(a, b float64) bool { return math.Abs(a-b) <= 0.25*max(a, b) }
+	// Histogram quantiles interpolate inside coarse buckets: allow 40%.
+	agree := func(a, b float64) bool { return math.Abs(a-b) <= 0.4*max(a, b) }
 	qs := fmt.Sprintf("p%g", 100*q)
 	switch {
 	case agree(e, *server) && agree(cl, *server):

@@ -50,6 +50,9 @@ type Options struct {
 	Concurrency int
 	// MaxTargets is how many of the worst targets to list per signal (default 3).
 	MaxTargets int
+	// Traces, when set, adds step 4's correlation of the slowest traced
+	// requests with their pods' metrics (correlate.go).
+	Traces Traces
 }
 
 // ErrNoData means no metrics source answered any query.
@@ -262,7 +265,7 @@ func Run(ctx context.Context, opts Options) (*Verdict, error) {
 			for _, t := range ts {
 				targetSets[labelsKey(t.Labels)] = true
 			}
-			if len(ts) >= 2 {
+			if len(ts) >= 2 && imbalanced(ts, q.signal.Unit) {
 				if len(ts) > opts.MaxTargets {
 					ts = ts[:opts.MaxTargets]
 				}
@@ -280,7 +283,9 @@ func Run(ctx context.Context, opts Options) (*Verdict, error) {
 		Targets: len(targetSets),
 	}
 	out := rs.Walk(facts)
+	corr := correlate(ctx, &opts, rs, facts, out, v)
 	buildVerdict(v, rs, out, &opts, qs)
+	corr.fill(v)
 	if opts.Explain {
 		for _, s := range rs.Signals {
 			v.Signals = append(v.Signals, SignalValue{Name: s.Name, Expr: exprs[s.Name], Now: valuePtr(now, s.Name), Baseline: valuePtr(base, s.Name)})
@@ -374,6 +379,34 @@ func worstTargets(signal string, vec model.Vector, targetLabels []string) []Targ
 		return labelsKey(ts[i].Labels) < labelsKey(ts[j].Labels)
 	})
 	return ts
+}
+
+// Imbalance thresholds: the worst target is listed only when it is at least
+// imbalanceRatio times the median target and above it by more than the
+// unit's noise floor, so a fleet whose targets agree lists none.
+const imbalanceRatio = 1.25
+
+var imbalanceFloor = map[string]float64{
+	"seconds": 0.005, "fraction": 0.05, "percent": 5, "requests": 1, "count": 1, "tokens": 16,
+}
+
+// imbalanced reports whether the worst of the targets (sorted worst first)
+// differs materially from the median target.
+func imbalanced(ts []Target, unit string) bool {
+	worst := ts[0].Value
+	vals := make([]float64, len(ts))
+	for i, t := range ts {
+		vals[i] = t.Value
+	}
+	sort.Float64s(vals)
+	med := vals[len(vals)/2]
+	if len(vals)%2 == 0 {
+		med = (vals[len(vals)/2-1] + vals[len(vals)/2]) / 2
+	}
+	if worst-med <= imbalanceFloor[unit] {
+		return false
+	}
+	return med <= 0 || worst >= imbalanceRatio*med
 }
 
 func labelsKey(m map[string]string) string {

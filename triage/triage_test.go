@@ -73,7 +73,7 @@ func newFake(t *testing.T, rs *rules.Ruleset, now, base map[string]float64, targ
 
 func baseline() map[string]float64 {
 	return map[string]float64{
-		"samples": 20, "requests": 1000, "targets": 2, "ttft_mean": 0.2, "ttft_p90": 0.4, "tpot_mean": 0.02, "tpot_p90": 0.03,
+		"samples": 20, "requests": 1000, "targets": 2, "ttft_mean": 0.2, "ttft_p95": 0.4, "tpot_mean": 0.02, "tpot_p95": 0.03,
 		"e2e_mean": 5, "queue_mean": 0.02, "prefill_mean": 0.15, "decode_mean": 4.8, "request_rate": 3, "success_rate": 1,
 		"kv_usage": 0.2, "kv_usage_peak": 0.3, "preemption_rate": 0, "waiting": 0.1, "running": 20, "running_peak": 15,
 		"prompt_len_mean": 1000, "prompt_len_p90": 2000, "prompt_len_p99": 4000, "prompt_len_p999": 6000, "prefill_tps": 2000,
@@ -109,7 +109,7 @@ func TestRun(t *testing.T) {
 	}{
 		{"healthy", base, nil, StatusHealthy, PhaseNone, SeverityNone, ""},
 		{"kv wall", with(base, "ttft_mean", 2.0, "queue_mean", 1.5, "tpot_mean", 0.05, "kv_usage", 0.95, "kv_usage_peak", 1.0, "preemption_rate", 0.5, "waiting", 30.0),
-			map[string]map[string]float64{"kv_usage": {"a": 0.95, "b": 0.9}}, StatusAnomaly, PhaseBoth, SeverityWarning, "kv_cache_pressure"},
+			map[string]map[string]float64{"kv_usage": {"a": 0.95, "b": 0.3}, "ttft_p95": {"a": 0.4, "b": 0.41}}, StatusAnomaly, PhaseBoth, SeverityWarning, "kv_cache_pressure"},
 		{"errors", with(base, "ttft_mean", 0.8, "success_rate", 0.9), nil, StatusAnomaly, PhasePrefill, SeverityCritical, "request_errors"},
 		{"no data", nil, nil, StatusInsufficientData, PhaseNone, SeverityNone, ""},
 	}
@@ -144,6 +144,34 @@ func TestRun(t *testing.T) {
 			}
 			if tt.targets != nil && (len(v.Targets) != 2 || v.Targets[0].Labels["pod"] != "a") {
 				t.Errorf("targets = %+v", v.Targets)
+			}
+		})
+	}
+}
+
+func TestImbalanced(t *testing.T) {
+	tests := []struct {
+		name string
+		vals []float64 // worst first
+		unit string
+		want bool
+	}{
+		{"agreeing pods", []float64{0.41, 0.40, 0.39}, "seconds", false},
+		{"one slow pod", []float64{2.5, 0.4, 0.39}, "seconds", true},
+		{"tiny absolute gap", []float64{0.004, 0.001}, "seconds", false},
+		{"fraction within noise", []float64{0.12, 0.09}, "fraction", false},
+		{"fraction apart", []float64{0.95, 0.3}, "fraction", true},
+		{"rates apart", []float64{7.6, 0.6, 0.6}, "req/s", true},
+		{"idle others", []float64{3, 0, 0}, "requests", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ts := make([]Target, len(tt.vals))
+			for i, v := range tt.vals {
+				ts[i] = Target{Value: v}
+			}
+			if got := imbalanced(ts, tt.unit); got != tt.want {
+				t.Errorf("imbalanced(%v, %s) = %v, want %v", tt.vals, tt.unit, got, tt.want)
 			}
 		})
 	}

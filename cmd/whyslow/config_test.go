@@ -5,11 +5,14 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/whyslow/whyslow/internal/daemon"
 )
 
 func envMap(m map[string]string) func(string) (string, bool) {
@@ -33,8 +36,62 @@ func TestExampleConfigPassesCheck(t *testing.T) {
 	if len(cfg.Receivers) != 2 || string(cfg.Receivers[0].Webhook.URL) != "https://hooks.example.com/T0/B0/secret" {
 		t.Errorf("receivers = %+v", cfg.Receivers)
 	}
-	if cfg.ScrapeInterval != 5*time.Second || cfg.Detect.LongWindow != 3*time.Minute || len(cfg.Detect.Triggers) != 4 {
+	if cfg.ScrapeInterval != 5*time.Second || cfg.Detect.LongWindow != 2*time.Minute || len(cfg.Detect.Triggers) != 4 {
 		t.Errorf("config = %+v", cfg)
+	}
+	// The example shows the defaults.
+	def := daemon.Config{}.WithDefaults()
+	got := cfg.WithDefaults()
+	if !reflect.DeepEqual(got.Detect, def.Detect) {
+		t.Errorf("example detect section differs from the defaults:\n%+v\n%+v", got.Detect, def.Detect)
+	}
+	if !reflect.DeepEqual(got.Incidents, def.Incidents) || !reflect.DeepEqual(got.OTLP, def.OTLP) || got.Triage != def.Triage {
+		t.Errorf("example incidents/otlp/triage differ from the defaults")
+	}
+	if !got.GPU.On() {
+		t.Error("example disables the GPU collector")
+	}
+}
+
+func TestParseConfigSlackGPUOTLP(t *testing.T) {
+	env := map[string]string{"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "sig", "POD_NAME": "vllm-0"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	src := `receivers:
+  - name: oncall
+    slack:
+      token: ${SLACK_BOT_TOKEN}
+      channel: "#llm-oncall"
+slack_command:
+  signing_secret: ${SLACK_SIGNING_SECRET}
+gpu:
+  enabled: false
+  labels: {pod: "${POD_NAME}"}
+otlp:
+  http: ""
+  grpc: 127.0.0.1:4317
+`
+	cfg, err := parseConfig("w.yml", []byte(src), lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Receivers[0].Slack == nil || string(cfg.Receivers[0].Slack.Token) != "xoxb-1" || cfg.SlackCommand == nil {
+		t.Errorf("slack = %+v %+v", cfg.Receivers[0].Slack, cfg.SlackCommand)
+	}
+	if cfg.GPU.On() || cfg.GPU.Labels["pod"] != "vllm-0" {
+		t.Errorf("gpu = %+v", cfg.GPU)
+	}
+	if *cfg.OTLP.HTTP != "" || *cfg.OTLP.GRPC != "127.0.0.1:4317" {
+		t.Errorf("otlp = %q %q", *cfg.OTLP.HTTP, *cfg.OTLP.GRPC)
+	}
+	_, err = parseConfig("w.yml", []byte("gpu:\n  visible: 0\notlp:\n  htp: x\n"), lookup)
+	for _, want := range []string{`w.yml:2:3: unknown key "visible" in gpu`, `w.yml:4:3: unknown key "htp" in otlp`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v lacks %q", err, want)
+		}
+	}
+	_, err = parseConfig("w.yml", []byte("gpu:\n  labels: {\"bad-name\": x}\n"), lookup)
+	if err == nil || !strings.Contains(err.Error(), "w.yml:2:3: gpu.labels") {
+		t.Errorf("bad label name: %v", err)
 	}
 }
 

@@ -33,6 +33,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return exitFailed
 	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "whyslow demo: unexpected argument %q\n", fs.Arg(0))
+		return exitFailed
+	}
 	if *live {
 		// The full loop: the daemon watches the engine model on simulated time,
 		// opens the incident with its verdict and prints the resolve.

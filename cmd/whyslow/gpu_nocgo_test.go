@@ -1,14 +1,20 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestNoCgoBinary builds whyslow with CGO_ENABLED=0 and checks that each
@@ -54,6 +60,19 @@ func TestNoCgoBinary(t *testing.T) {
 				`"reason": "NVML not available in this build (CGO_ENABLED=0)"`,
 			},
 		},
+		{
+			// The bundle carries its own GPU series: nothing is missing.
+			name:     "why bundle",
+			args:     []string{"why", "--bundle", "../../testdata/incidents/healthy"},
+			wantCode: exitOK,
+			wantOut:  []string{"HEALTHY: no anomaly against the baseline", "GPU clocks are throttled [gpu_throttling]"},
+		},
+		{
+			name:     "why bundle json",
+			args:     []string{"why", "--bundle", "../../testdata/incidents/healthy", "--output", "json"},
+			wantCode: exitOK,
+			wantOut:  []string{`"status": "healthy"`},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
@@ -78,6 +97,95 @@ func TestNoCgoBinary(t *testing.T) {
 				}
 			}
 		})
+	}
+
+	t.Run("serve", func(t *testing.T) { noCgoServe(t, bin) })
+}
+
+// noCgoServe starts the daemon from the CGO_ENABLED=0 binary on a free
+// port, checks /healthz and that the missing NVML is logged (not fatal),
+// and stops it with SIGTERM.
+func noCgoServe(t *testing.T, bin string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "serve", "--listen", "127.0.0.1:0", "--otlp-http", "", "--otlp-grpc", "",
+		"--engine-url", "http://127.0.0.1:1/metrics")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout = io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu   sync.Mutex
+		logs strings.Builder
+	)
+	addrc := make(chan string, 1)
+	scanned := make(chan struct{})
+	go func() {
+		defer close(scanned)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			mu.Lock()
+			logs.WriteString(line + "\n")
+			mu.Unlock()
+			if strings.Contains(line, "msg=Serving") {
+				for _, f := range strings.Fields(line) {
+					if a, ok := strings.CutPrefix(f, "listen="); ok {
+						addrc <- a
+					}
+				}
+			}
+		}
+	}()
+	stop := func() int {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		<-scanned
+		err := cmd.Wait()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		}
+		return 0
+	}
+	var addr string
+	select {
+	case addr = <-addrc:
+	case <-time.After(20 * time.Second):
+		stop()
+		t.Fatalf("serve did not report its address:\n%s", logs.String())
+	}
+	client := &http.Client{Timeout: 2 * time.Second}
+	var status int
+	for i := 0; i < 20 && status != http.StatusOK; i++ {
+		resp, err := client.Get("http://" + addr + "/healthz")
+		if err == nil {
+			status = resp.StatusCode
+			resp.Body.Close()
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Give the first detection cycle time to run (and log the GPU state).
+	time.Sleep(time.Second)
+	code := stop()
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	if status != http.StatusOK {
+		t.Errorf("/healthz: status %d\n%s", status, out)
+	}
+	if code != exitOK {
+		t.Errorf("exit %d after SIGTERM\n%s", code, out)
+	}
+	if !strings.Contains(out, "NVML not available in this build (CGO_ENABLED=0)") {
+		t.Errorf("log does not say NVML is unavailable:\n%s", out)
+	}
+	if strings.Contains(out, "level=ERROR") || strings.Contains(out, "panic") {
+		t.Errorf("errors in the log:\n%s", out)
 	}
 }
 

@@ -36,6 +36,9 @@ type serveFlags struct {
 	listen         string
 	dataDir        string
 	scrapeInterval time.Duration
+	otlpHTTP       string
+	otlpGRPC       string
+	gpu            bool
 	logLevel       string
 	set            map[string]bool
 }
@@ -49,6 +52,9 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	fs.StringVar(&f.listen, "listen", "", "HTTP API address (default "+daemon.DefaultListen+")")
 	fs.StringVar(&f.dataDir, "data-dir", "", "directory for the TSDB, incident state and outbox (default: in memory)")
 	fs.DurationVar(&f.scrapeInterval, "scrape-interval", 0, "scrape and detection interval (default 5s)")
+	fs.StringVar(&f.otlpHTTP, "otlp-http", daemon.DefaultOTLPHTTP, "OTLP/HTTP trace receiver address; empty disables")
+	fs.StringVar(&f.otlpGRPC, "otlp-grpc", daemon.DefaultOTLPGRPC, "OTLP/gRPC trace receiver address; empty disables")
+	fs.BoolVar(&f.gpu, "gpu", true, "read GPU counters through NVML (without a driver: logged once, reported as a data gap)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -78,6 +84,18 @@ func (f *serveFlags) load() (daemon.Config, error) {
 	}
 	if f.set["data-dir"] {
 		cfg.DataDir = f.dataDir
+	}
+	if f.set["otlp-http"] {
+		v := f.otlpHTTP
+		cfg.OTLP.HTTP = &v
+	}
+	if f.set["otlp-grpc"] {
+		v := f.otlpGRPC
+		cfg.OTLP.GRPC = &v
+	}
+	if f.set["gpu"] {
+		v := f.gpu
+		cfg.GPU.Enabled = &v
 	}
 	if f.set["scrape-interval"] {
 		cfg.ScrapeInterval = f.scrapeInterval
@@ -121,13 +139,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		_ = stack.Close(context.Background())
 		return exitFailed
 	}
-	srv := &http.Server{Handler: stack.Daemon.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: 2 * time.Minute}
+	srv := &http.Server{Handler: stack.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: 2 * time.Minute}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("HTTP server failed", "err", err)
 		}
 	}()
 	logger.Info("Serving", "listen", ln.Addr().String(), "engines", strings.Join(cfg.EngineURLs, ","), "data_dir", cfg.DataDir)
+	if stack.OTLP != nil {
+		logger.Info("Receiving traces", "otlp_http", stack.OTLP.HTTPAddr(), "otlp_grpc", stack.OTLP.GRPCAddr())
+	}
 
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -157,8 +178,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 }
 
 // reload re-reads the config and applies it all-or-nothing. Settings bound
-// at start (listen, data_dir, retention, receivers) need a restart: a change
-// to them rejects the whole reload.
+// at start (listen, data_dir, retention, receivers, slack_command, gpu, otlp)
+// need a restart: a change to them rejects the whole reload.
 func reload(f *serveFlags, stack *daemon.Stack) error {
 	cfg, err := f.load()
 	if err != nil {
@@ -178,12 +199,28 @@ func reload(f *serveFlags, stack *daemon.Stack) error {
 	if !reflect.DeepEqual(cfg.Receivers, cur.Receivers) {
 		fixed = append(fixed, "receivers")
 	}
+	if !reflect.DeepEqual(cfg.SlackCommand, cur.SlackCommand) {
+		fixed = append(fixed, "slack_command")
+	}
+	if !reflect.DeepEqual(cfg.GPU, cur.GPU) {
+		fixed = append(fixed, "gpu")
+	}
+	if !reflect.DeepEqual(cfg.OTLP, cur.OTLP) {
+		fixed = append(fixed, "otlp")
+	}
 	if len(fixed) > 0 {
 		return fmt.Errorf("reload: %s cannot change without a restart", strings.Join(fixed, ", "))
 	}
+	if err := stack.Daemon.CheckReload(cfg); err != nil {
+		return err
+	}
 	var scraper daemon.Scraper
 	if !reflect.DeepEqual(cfg.EngineURLs, cur.EngineURLs) || cfg.ScrapeTimeout != cur.ScrapeTimeout {
-		scraper = &daemon.HTTPScraper{Targets: cfg.EngineURLs, Timeout: cfg.ScrapeTimeout, Store: stack.Store}
+		es, err := stack.ReplaceScraper(cfg, nil)
+		if err != nil {
+			return err
+		}
+		scraper = es
 	}
 	return stack.Daemon.Reload(cfg, scraper, nil)
 }

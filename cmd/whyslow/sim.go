@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/internal/sim"
+	"github.com/whyslow/whyslow/internal/simtrace"
 )
 
 func init() {
@@ -24,6 +25,7 @@ const simUsage = `usage:
   whyslow sim list
   whyslow sim record --scenario NAME --seed N --out DIR [--names v0] [--gpu-series whyslow|dcgm|both|none]
                      [--replicas N] [--policy vllm|sglang|trtllm] [--trim] [--gzip]
+                     [--traces] [--traces-per-window N]
   whyslow sim serve --scenario NAME --seed N [--listen 127.0.0.1:8000] [--speed 60] [--replicas N]
                     [--names v0] [--gpu-series ...]
 serve exposes replica 0 on /metrics and replica N on /replica/N/metrics.
@@ -127,7 +129,9 @@ func simRecord(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	sf.register(fs)
 	out := fs.String("out", "", "bundle directory to write")
 	trim := fs.Bool("trim", false, "keep only the incident and baseline windows plus a rate() look-back margin")
-	gz := fs.Bool("gzip", false, "write metrics.om.gz instead of metrics.om")
+	gz := fs.Bool("gzip", false, "write metrics.om.gz (and traces.jsonl.gz) instead of metrics.om")
+	traces := fs.Bool("traces", false, "also write traces.jsonl: llm_request and llm-d gateway spans of the requests in the incident and baseline windows")
+	perWindow := fs.Int("traces-per-window", 1500, "with --traces: at most this many requests per window (a stable sample; 0: all)")
 	if !parseSimFlags(fs, args, stderr) {
 		return exitFailed
 	}
@@ -140,6 +144,10 @@ func simRecord(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitFailed
 	}
 	opt.Trim = *trim
+	var recs simtrace.Records
+	if *traces {
+		opt.OnRequest = recs.Add
+	}
 	start := time.Now()
 	b, err := sim.Record(ctx, opt)
 	if err != nil {
@@ -149,6 +157,12 @@ func simRecord(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err := b.WriteDir(*out, *gz); err != nil {
 		fmt.Fprintf(stderr, "whyslow sim record: %v\n", err)
 		return exitFailed
+	}
+	if *traces {
+		if err := writeSimTraces(*out, b, recs.List, opt.Seed, *perWindow, *gz, stdout); err != nil {
+			fmt.Fprintf(stderr, "whyslow sim record: %v\n", err)
+			return exitFailed
+		}
 	}
 	causes := strings.Join(b.Truth.Causes, ",")
 	if causes == "" {
@@ -226,4 +240,24 @@ func simMux(live *sim.Live) http.Handler {
 		live.Handler(n).ServeHTTP(w, r)
 	})
 	return mux
+}
+
+// writeSimTraces writes the bundle's traces: the requests of its incident
+// and baseline windows (sampled to perWindow each), as an llm-d gateway in
+// front of vLLM would trace them.
+func writeSimTraces(dir string, b *sim.Bundle, recs []sim.RequestRecord, seed int64, perWindow int, gz bool, stdout io.Writer) error {
+	if perWindow < 0 {
+		return fmt.Errorf("--traces-per-window %d: want 0 or more", perWindow)
+	}
+	kept := simtrace.Sample(recs, simtrace.BundleWindows(b.Incident), perWindow)
+	batch := simtrace.New(simtrace.Options{Seed: seed, Gateway: true})
+	for _, r := range kept {
+		batch.Add(r)
+	}
+	path, err := batch.WriteBundleFile(dir, gz)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s: %d of %d requests traced\n", path, len(kept), len(recs))
+	return nil
 }

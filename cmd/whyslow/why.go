@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/whyslow/whyslow/collectors/bundle"
@@ -42,6 +44,7 @@ type whyFlags struct {
 	basicPass  string
 	color      bool
 	chart      string
+	traces     traceFlags // why_traces.go
 }
 
 func (f *whyFlags) register(fs *flag.FlagSet) {
@@ -65,6 +68,7 @@ func (f *whyFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.basicPass, "basic-password", "", "basic-auth password for --prometheus (or env WHYSLOW_BASIC_PASSWORD)")
 	fs.BoolVar(&f.color, "color", false, "colour text output")
 	fs.StringVar(&f.chart, "chart", "", "also write a PNG chart of TTFT/ITL p95, KV-cache usage and queue depth to `FILE`")
+	f.traces.register(fs)
 }
 
 func runWhy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -78,6 +82,9 @@ func runWhy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "whyslow why: unexpected argument %q\n", fs.Arg(0))
 		return exitFailed
+	}
+	if f.traces.oneRequest() {
+		return runWhyRequest(ctx, &f, stdout, stderr)
 	}
 	format, err := render.ParseFormat(f.output)
 	if err != nil {
@@ -138,9 +145,17 @@ func whyVerdict(ctx context.Context, f *whyFlags, stderr io.Writer) (*triage.Ver
 		}
 		opts.At = at
 	}
+	if err := checkChartPath(f.chart); err != nil {
+		return nil, err
+	}
 	if err := loadRulesets(&opts, f.rulesets); err != nil {
 		return nil, err
 	}
+	tr, err := openTraces(f)
+	if err != nil {
+		return nil, err
+	}
+	opts.Traces = tr
 
 	switch {
 	case f.bundle != "":
@@ -169,6 +184,19 @@ func loadRulesets(opts *triage.Options, files []string) error {
 		return fmt.Errorf("shipped rulesets: %w", err)
 	}
 	opts.Rulesets = all
+	return nil
+}
+
+// checkChartPath fails early, before any query, when --chart names a file
+// in a directory that does not exist.
+func checkChartPath(path string) error {
+	if path == "" {
+		return nil
+	}
+	dir := filepath.Dir(path)
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("--chart %s: directory %s does not exist", path, dir)
+	}
 	return nil
 }
 

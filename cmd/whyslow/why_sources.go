@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/whyslow/whyslow/collectors/remote"
@@ -23,6 +25,9 @@ const sampleInterval = time.Second
 // whyScrape samples bare engine endpoints and compares the sample window
 // with the engines' lifetime averages from their cumulative counters.
 func whyScrape(ctx context.Context, f *whyFlags, opts triage.Options) (*triage.Verdict, error) {
+	if !opts.At.IsZero() || opts.Window != 0 || opts.Baseline != 0 {
+		return nil, errors.New("--at, --window and --baseline do not apply to --scrape: the window is the --sample taken now, the baseline the engine's lifetime")
+	}
 	if f.sample < 3*sampleInterval {
 		return nil, fmt.Errorf("--sample %s is too short: rate() needs at least 3 scrapes (%s apart)", f.sample, sampleInterval)
 	}
@@ -36,8 +41,21 @@ func whyScrape(ctx context.Context, f *whyFlags, opts triage.Options) (*triage.V
 		return nil, err
 	}
 	targets := splitList(f.scrape)
+	if len(targets) == 0 {
+		return nil, fmt.Errorf("--scrape %q: no URL", f.scrape)
+	}
+	// The first round fails fast on a target that does not answer, rather
+	// than after the whole sample; its samples are the sample's first.
+	if err := scrapeAll(ctx, sc, targets, time.Now()); err != nil {
+		return nil, err
+	}
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(sampleInterval):
+	}
 	loop := &scrape.Loop{Scraper: sc, Targets: targets, Interval: sampleInterval}
-	if _, err := loop.Sample(ctx, f.sample); err != nil {
+	if _, err := loop.Sample(ctx, f.sample-sampleInterval); err != nil {
 		return nil, err
 	}
 	stats := st.Stats()
@@ -58,11 +76,55 @@ func whyScrape(ctx context.Context, f *whyFlags, opts triage.Options) (*triage.V
 	if err != nil {
 		return nil, err
 	}
+	v.DataGaps = foldGaugeGaps(v.DataGaps)
 	if !lb.StartKnown {
 		v.DataGaps = append(v.DataGaps, triage.DataGap{Signal: "engine_start_time", Window: "baseline",
 			Reason: fmt.Sprintf("no process_start_time_seconds or *_created: lifetime rates assume the engine ran %s; ratios, quantiles and means are exact", scrape.AssumedLifetime)})
 	}
 	return v, nil
+}
+
+// scrapeAll scrapes every target once, concurrently, stamped at, and
+// returns the errors of those that failed.
+func scrapeAll(ctx context.Context, sc *scrape.Scraper, targets []string, at time.Time) error {
+	errs := make([]error, len(targets))
+	var wg sync.WaitGroup
+	for i, t := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = sc.Scrape(ctx, t, at)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// foldGaugeGaps replaces the baseline gaps of signals that have a value in
+// the sample window (gauges: a bare engine exposes only their current value,
+// so the lifetime baseline has none) by one gap that says so, instead of one
+// misleading "no series matched" per signal.
+func foldGaugeGaps(gaps []triage.DataGap) []triage.DataGap {
+	missingNow := map[string]bool{}
+	for _, g := range gaps {
+		if g.Window == "incident" {
+			missingNow[g.Signal] = true
+		}
+	}
+	var out []triage.DataGap
+	var gauges []string
+	for _, g := range gaps {
+		if g.Window == "baseline" && g.Reason == "no series matched" && !missingNow[g.Signal] {
+			gauges = append(gauges, g.Signal)
+			continue
+		}
+		out = append(out, g)
+	}
+	if len(gauges) > 0 {
+		out = append(out, triage.DataGap{Signal: strings.Join(gauges, ", "), Window: "baseline",
+			Reason: "gauges have no lifetime baseline: a bare engine exposes only their current value, so rules comparing them with the baseline are skipped"})
+	}
+	return out
 }
 
 // whyServer asks a running whyslow daemon to triage (POST /api/v1/triage).

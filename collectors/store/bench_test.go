@@ -71,3 +71,71 @@ func BenchmarkQueryRange(b *testing.B) {
 		}
 	}
 }
+
+// liveScrape appends one scrape of a vLLM-sized exposition (600 series: 40
+// histograms of 13 buckets plus gauges and counters) at time at, in one
+// transaction, as the daemon's scraper does every interval.
+func liveScrape(b *testing.B, s *Store, series []labels.Labels, at time.Time, i int) {
+	app := s.Appender(context.Background())
+	for j, ls := range series {
+		if _, err := app.Append(0, ls, at.UnixMilli(), float64(i*(j%13+1))); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := app.Commit(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func liveSeries() []labels.Labels {
+	les := []string{"0.001", "0.005", "0.01", "0.02", "0.04", "0.06", "0.08", "0.1", "0.25", "0.5", "1.0", "2.5", "+Inf"}
+	var out []labels.Labels
+	for h := 0; h < 40; h++ {
+		for _, le := range les {
+			out = append(out, labels.FromStrings("__name__", fmt.Sprintf("vllm:hist_%d_bucket", h), "le", le,
+				"job", "engine", "instance", "127.0.0.1:8000", "model_name", "m"))
+		}
+	}
+	for g := 0; g < 80; g++ {
+		out = append(out, labels.FromStrings("__name__", fmt.Sprintf("vllm:gauge_%d", g), "job", "engine", "instance", "127.0.0.1:8000", "model_name", "m"))
+	}
+	return out
+}
+
+// BenchmarkLiveHour appends an hour of 5 s scrapes of one vLLM-sized
+// target and runs a detector-like query after each, in the three modes
+// (bundle-oriented in-memory, live in-memory, on disk). One op is the whole
+// hour.
+func BenchmarkLiveHour(b *testing.B) {
+	for _, mode := range []string{"memory", "live", "disk"} {
+		b.Run(mode, func(b *testing.B) {
+			series := liveSeries()
+			const expr = `histogram_quantile(0.95, sum by (le, model_name) (rate(vllm:hist_0_bucket[1m])))`
+			ctx := context.Background()
+			for b.Loop() {
+				o := Options{}
+				switch mode {
+				case "disk":
+					o.Dir = b.TempDir()
+				case "live":
+					o.Live = true
+				}
+				s, err := Open(o)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for i := 0; i < liveTicks; i++ {
+					at := t0.Add(time.Duration(i) * 5 * time.Second)
+					liveScrape(b, s, series, at, i)
+					if _, _, err := s.Query(ctx, expr, at); err != nil {
+						b.Fatal(err)
+					}
+				}
+				s.Close()
+			}
+		})
+	}
+}
+
+// liveTicks is the scrapes in one BenchmarkLiveHour op: an hour at 5 s.
+var liveTicks = 720

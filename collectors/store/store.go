@@ -14,6 +14,14 @@
 //     anywhere in a very wide window (InMemoryWindow), in any order across
 //     series and out of order within a series, so an incident bundle written
 //     series by series over hours loads without sorting.
+//   - Live in memory (Options.Dir empty, Options.Live set): for a daemon
+//     that scrapes in time order. Like the in-memory mode (temporary
+//     directory, no WAL) but with 2h blocks, compaction and
+//     Options.Retention, so memory stays bounded however long it runs, and
+//     out-of-order samples accepted only within LiveOutOfOrderWindow. A
+//     store that is never compacted keeps every chunk of every series in
+//     the head: memory grows without bound and each query walks longer
+//     chunk lists.
 //   - On disk (Options.Dir set): a normal TSDB with a WAL, 2h blocks and
 //     Options.Retention (default 6h). Out-of-order samples are accepted
 //     within the retention, so a bundle can also be loaded into it.
@@ -52,6 +60,14 @@ const (
 	// InMemoryWindow is how far behind the newest sample an in-memory store
 	// still accepts samples (its head block range is twice this).
 	InMemoryWindow = 90 * 24 * time.Hour
+	// LiveOutOfOrderWindow is how far behind the newest sample a live
+	// in-memory store accepts samples (expositions with their own, slightly
+	// older timestamps).
+	LiveOutOfOrderWindow = 10 * time.Minute
+	// SmallStripeSize is the series hash-map stripe count of live and
+	// on-disk stores: a sidecar holds thousands of series, not millions,
+	// and TSDB's default of 16384 stripes costs megabytes up front.
+	SmallStripeSize = 1024
 	// maxWarnings caps the PromQL warnings returned with one result.
 	maxWarnings = 10
 )
@@ -61,9 +77,12 @@ type Options struct {
 	// Dir is the TSDB directory. Empty means in memory (a temporary
 	// directory removed on Close).
 	Dir string
-	// Retention is how long an on-disk store keeps samples (default 6h).
-	// Ignored in memory.
+	// Retention is how long an on-disk or live store keeps samples
+	// (default 6h). Ignored by the plain in-memory mode.
 	Retention time.Duration
+	// Live makes an in-memory store bounded by Retention, for samples that
+	// arrive in time order (live scrapes); see the package comment.
+	Live bool
 	// MaxSamples bounds the samples one query may load (default 50M).
 	MaxSamples int
 	// Timeout bounds one query (default 2m).
@@ -112,16 +131,23 @@ func Open(opts Options) (*Store, error) {
 			return nil, fmt.Errorf("open store: %w", err)
 		}
 		dir, tempDir = d, d
-		window := InMemoryWindow.Milliseconds()
 		topts.WALSegmentSize = -1 // no WAL: nothing survives Close anyway
-		topts.MinBlockDuration = 2 * window
-		topts.MaxBlockDuration = 2 * window
-		topts.RetentionDuration = 0
-		topts.OutOfOrderTimeWindow = window
 		topts.NoLockfile = true
+		if opts.Live {
+			topts.RetentionDuration = opts.Retention.Milliseconds()
+			topts.OutOfOrderTimeWindow = LiveOutOfOrderWindow.Milliseconds()
+			topts.StripeSize = SmallStripeSize
+		} else {
+			window := InMemoryWindow.Milliseconds()
+			topts.MinBlockDuration = 2 * window
+			topts.MaxBlockDuration = 2 * window
+			topts.RetentionDuration = 0
+			topts.OutOfOrderTimeWindow = window
+		}
 	} else {
 		topts.RetentionDuration = opts.Retention.Milliseconds()
 		topts.OutOfOrderTimeWindow = opts.Retention.Milliseconds()
+		topts.StripeSize = SmallStripeSize
 	}
 
 	db, err := tsdb.Open(dir, logger.With("component", "tsdb"), opts.Registerer, topts, nil)
@@ -131,7 +157,7 @@ func Open(opts Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
-	if tempDir != "" {
+	if tempDir != "" && !opts.Live {
 		// Everything stays in the head: compacting a temporary store to
 		// blocks would only cost time.
 		db.DisableCompactions()

@@ -247,3 +247,52 @@ func TestCloseRemovesTempDir(t *testing.T) {
 		t.Errorf("temp dir %s still there: %v", dir, err)
 	}
 }
+
+// TestLiveRetention checks that a live in-memory store compacts and drops
+// what is older than its retention, so a long-running daemon without a data
+// dir stays bounded, while recent data keeps answering queries.
+func TestLiveRetention(t *testing.T) {
+	s, err := Open(Options{Live: true, Retention: 3 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ls := labels.FromStrings("__name__", "requests_total", "job", "engine")
+	const step = time.Minute
+	end := t0.Add(10 * time.Hour)
+	ctx := context.Background()
+	for at, i := t0, 0; !at.After(end); at, i = at.Add(step), i+1 {
+		app := s.Appender(ctx)
+		if _, err := app.Append(0, ls, at.UnixMilli(), float64(i)); err != nil {
+			t.Fatal(err)
+		}
+		if err := app.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.DB().Compact(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	// TSDB keeps the blocks within the retention of the newest block, plus
+	// the head (up to 1.5 block ranges): at most retention + 3h + a block.
+	if got := end.Sub(st.MinTime); got > 3*time.Hour+5*time.Hour {
+		t.Errorf("store still holds %s of history (min %s), want at most retention + 5h", got, st.MinTime)
+	}
+	if !st.MinTime.After(t0.Add(time.Hour)) {
+		t.Errorf("nothing was dropped: min time %s", st.MinTime)
+	}
+	if len(s.DB().Blocks()) == 0 {
+		t.Error("no block was cut")
+	}
+	v, _, err := s.Query(ctx, "increase(requests_total[30m])", end)
+	if err != nil || len(v) != 1 || math.Abs(float64(v[0].Value)-30) > 0.5 {
+		t.Errorf("recent data: %v %v", v, err)
+	}
+	// Samples far behind the newest one are refused in live mode.
+	app := s.Appender(ctx)
+	if _, err := app.Append(0, ls, t0.Add(time.Hour).UnixMilli(), 1); err == nil {
+		t.Error("append 9h in the past: want an out-of-order error")
+	}
+	_ = app.Rollback()
+}

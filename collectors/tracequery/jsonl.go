@@ -3,12 +3,15 @@ package tracequery
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/whyslow/whyslow/collectors/otlp"
 	"github.com/whyslow/whyslow/collectors/spanstore"
@@ -32,14 +35,45 @@ const (
 	fileMaxBytes = 2 << 30
 )
 
-// OpenJSONL loads a traces.jsonl file.
+// OpenJSONL loads a traces.jsonl file, or its gzip (a name ending in .gz,
+// e.g. traces.jsonl.gz, as bundles keep it small).
 func OpenJSONL(path string) (*File, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	return ReadJSONL(f, path)
+	if !strings.HasSuffix(path, ".gz") {
+		return ReadJSONL(f, path)
+	}
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	defer zr.Close()
+	return ReadJSONL(io.LimitReader(zr, fileMaxBytes), path)
+}
+
+// BundleTraces returns the traces file of a bundle directory:
+// traces.jsonl, or traces.jsonl.gz, or "" when it has neither. Both present
+// is an error.
+func BundleTraces(dir string) (string, error) {
+	plain, gz := filepath.Join(dir, "traces.jsonl"), filepath.Join(dir, "traces.jsonl.gz")
+	hasPlain, hasGz := isFile(plain), isFile(gz)
+	switch {
+	case hasPlain && hasGz:
+		return "", fmt.Errorf("bundle %s: both traces.jsonl and traces.jsonl.gz present; keep one", dir)
+	case hasPlain:
+		return plain, nil
+	case hasGz:
+		return gz, nil
+	}
+	return "", nil
+}
+
+func isFile(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular()
 }
 
 var offsetRe = regexp.MustCompile(`at offset (\d+)`)

@@ -16,11 +16,13 @@ import (
 )
 
 var (
-	seedFlag    = flag.Int64("accuracy.seed", 0, "seed for drawing instance seeds (0: time-based)")
-	perScenario = flag.Int("accuracy.per", 0, "instances per scenario (default 6, 2 with -short)")
+	seedFlag    = flag.Int64("accuracy.seed", 11, "seed for drawing instance seeds (0: time-based, a fresh draw)")
+	perScenario = flag.Int("accuracy.per", 0, "instances per scenario (default 5, 1 with -short)")
 	verboseCase = flag.Bool("accuracy.explain", false, "print every verdict's signals for misses")
-	enforce     = flag.Bool("accuracy.enforce", false, "fail when the targets (top-1 ≥ 90%, top-3 ≥ 98%, no false alarm) are missed")
+	enforce     = flag.Bool("accuracy.enforce", true, "fail when the targets (top-1 ≥ 90%, top-3 ≥ 98%, no false alarm) are missed")
+	allFlag     = flag.Bool("accuracy.all", false, "print every instance's verdict, not only misses")
 	onlyFlag    = flag.String("accuracy.only", "", "draw only the scenarios whose name contains this string")
+	parallel    = flag.Int("accuracy.parallel", 2, "instances recorded and triaged at once")
 )
 
 // cases draws the instances: every scenario, both metric-name generations,
@@ -34,7 +36,7 @@ func cases(t *testing.T) []Case {
 	r := rand.New(rand.NewPCG(uint64(seed), 1))
 	per := *perScenario
 	if per == 0 {
-		per = 6
+		per = 5
 		if testing.Short() {
 			per = 1
 		}
@@ -58,9 +60,15 @@ func cases(t *testing.T) []Case {
 	return cs
 }
 
-// TestAccuracy scores the shipped rulesets on freshly drawn instances and
-// prints the confusion table. Targets: top-1 ≥ 90%, top-3 ≥ 98%, no healthy
-// instance reported as an anomaly.
+// TestAccuracy scores the shipped rulesets on drawn scenario instances and
+// prints the confusion table, overall and split by whether the instance had
+// GPU counter series. Targets, enforced by default: top-1 ≥ 90%, top-3 ≥ 98%,
+// no healthy instance reported as an anomaly.
+//
+// The default run (CI) draws 65 instances (5 per scenario) from seed 11 with
+// parallelism 2, about 15–40 s on a 2-core machine. A larger, fresh draw:
+//
+//	go test ./internal/accuracy -run '^TestAccuracy$' -v -accuracy.per=8 -accuracy.seed=0
 func TestAccuracy(t *testing.T) {
 	rss, err := rulesets.All()
 	if err != nil {
@@ -71,7 +79,7 @@ func TestAccuracy(t *testing.T) {
 	results := make([]*Result, len(cs))
 	errs := make([]error, len(cs))
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, 2)
+	sem := make(chan struct{}, max(1, *parallel))
 	for i, c := range cs {
 		wg.Add(1)
 		sem <- struct{}{}
@@ -87,52 +95,83 @@ func TestAccuracy(t *testing.T) {
 		}
 	}
 
-	var top1, top3, scored, falseAlarms, healthy int
-	confusion := map[string]map[string]int{}
+	all, withGPU, noGPU := &score{}, &score{}, &score{}
 	for _, r := range results {
-		truth := "healthy"
-		if len(r.Truth) > 0 {
-			truth = strings.Join(r.Truth, "+")
+		if *allFlag {
+			t.Logf("CASE %s truth=%v: %s", r.Case, r.Truth, summary(r))
 		}
-		if confusion[truth] == nil {
-			confusion[truth] = map[string]int{}
-		}
-		confusion[truth][r.Top()]++
-		if len(r.Truth) == 0 {
-			healthy++
-			if r.Verdict.Status == "anomaly" {
-				falseAlarms++
-				t.Logf("FALSE ALARM %s: %s", r.Case, summary(r))
-			}
-			continue
-		}
-		scored++
-		if r.Correct(1) {
-			top1++
-		} else {
+		switch {
+		case len(r.Truth) == 0 && r.Verdict.Status == "anomaly":
+			t.Logf("FALSE ALARM %s: %s", r.Case, summary(r))
+		case len(r.Truth) > 0 && !r.Correct(1):
 			t.Logf("MISS %s truth=%v: %s", r.Case, r.Truth, summary(r))
 		}
-		if r.Correct(3) {
-			top3++
+		all.add(r)
+		if r.Case.GPUSeries == "none" {
+			noGPU.add(r)
+		} else {
+			withGPU.add(r)
 		}
 	}
-	t.Logf("\n%s", table(confusion))
-	p1, p3 := pct(top1, scored), pct(top3, scored)
-	t.Logf("instances %d (anomalous %d, healthy %d): top-1 %.1f%%, top-3 %.1f%%, false alarms %d/%d",
-		len(results), scored, healthy, p1, p3, falseAlarms, healthy)
+	t.Logf("\n%s", table(all.confusion))
+	t.Logf("all instances:       %s", all)
+	t.Logf("with GPU series:     %s", withGPU)
+	t.Logf("without GPU series:  %s", noGPU)
 	if !*enforce {
-		t.Log("targets reported, not enforced (run with -accuracy.enforce to fail on a miss)")
+		t.Log("targets reported, not enforced (-accuracy.enforce=false)")
 		return
 	}
+	p1, p3 := pct(all.top1, all.scored), pct(all.top3, all.scored)
 	if p1 < 90 {
 		t.Errorf("top-1 accuracy %.1f%% < 90%%", p1)
 	}
 	if p3 < 98 {
 		t.Errorf("top-3 accuracy %.1f%% < 98%%", p3)
 	}
-	if falseAlarms > 0 {
-		t.Errorf("%d healthy instances reported as anomaly", falseAlarms)
+	if all.falseAlarms > 0 {
+		t.Errorf("%d healthy instances reported as anomaly", all.falseAlarms)
 	}
+}
+
+// score accumulates top-1, top-3 and false alarms over results.
+type score struct {
+	n, scored, top1, top3, healthy, falseAlarms int
+	confusion                                   map[string]map[string]int
+}
+
+func (s *score) add(r *Result) {
+	s.n++
+	truth := "healthy"
+	if len(r.Truth) > 0 {
+		truth = strings.Join(r.Truth, "+")
+	}
+	if s.confusion == nil {
+		s.confusion = map[string]map[string]int{}
+	}
+	if s.confusion[truth] == nil {
+		s.confusion[truth] = map[string]int{}
+	}
+	s.confusion[truth][r.Top()]++
+	if len(r.Truth) == 0 {
+		s.healthy++
+		if r.Verdict.Status == "anomaly" {
+			s.falseAlarms++
+		}
+		return
+	}
+	s.scored++
+	if r.Correct(1) {
+		s.top1++
+	}
+	if r.Correct(3) {
+		s.top3++
+	}
+}
+
+// String summarises the score in one line.
+func (s *score) String() string {
+	return fmt.Sprintf("instances %d (anomalous %d, healthy %d): top-1 %.1f%%, top-3 %.1f%%, false alarms %d/%d",
+		s.n, s.scored, s.healthy, pct(s.top1, s.scored), pct(s.top3, s.scored), s.falseAlarms, s.healthy)
 }
 
 func pct(a, b int) float64 {

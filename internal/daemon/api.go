@@ -10,10 +10,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/pprof"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/model"
 
@@ -34,13 +36,31 @@ func (d *Daemon) Handler() http.Handler {
 		}
 		_, _ = io.WriteString(w, "ready\n")
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(d.stats.reg, promhttp.HandlerOpts{}))
+	gs := prometheus.Gatherers{d.stats.reg}
+	gs = append(gs, d.opts.Gatherers...)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(gs, promhttp.HandlerOpts{}))
+	for pattern, h := range d.opts.Routes {
+		mux.Handle(pattern, h)
+	}
 	api := http.NewServeMux()
 	api.HandleFunc("GET /api/v1/incidents", d.handleIncidents)
 	api.HandleFunc("GET /api/v1/verdict", d.handleVerdict)
 	api.HandleFunc("POST /api/v1/triage", d.handleTriage)
 	api.HandleFunc("POST /api/v1/alerts", d.handleAlerts)
 	mux.Handle("/api/", d.authorize(api))
+	prof := http.NewServeMux()
+	prof.HandleFunc("/debug/pprof/", pprof.Index)
+	prof.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	prof.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	prof.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	prof.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.Handle("/debug/pprof/", d.authorize(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !d.Config().API.Pprof {
+			http.NotFound(w, r)
+			return
+		}
+		prof.ServeHTTP(w, r)
+	})))
 	return mux
 }
 
@@ -288,4 +308,21 @@ func (d *Daemon) IngestAlerts(ctx context.Context, p *AlertmanagerPayload, at ti
 	d.persist()
 	d.publish()
 	return res
+}
+
+// TriageNow runs an ad-hoc triage of scope (PromQL matchers; "" for the
+// detector's selector) over the last window, now. The baseline offset is the
+// configured one, or the window when that is longer (so the windows never
+// overlap). The slash command uses it; source labels the metrics.
+func (d *Daemon) TriageNow(ctx context.Context, source, scope string, window time.Duration) (*triage.Verdict, error) {
+	cfg := d.Config()
+	if scope == "" {
+		scope = cfg.Detect.Selector
+	}
+	if window <= 0 {
+		window = cfg.Triage.Window
+	}
+	return d.runTriage(ctx, source, TriageRequest{
+		Selector: scope, At: d.opts.Now(), Window: window, Baseline: max(cfg.Triage.Baseline, window), Engine: cfg.Engine,
+	})
 }

@@ -8,7 +8,9 @@ import (
 
 	"github.com/prometheus/common/model"
 
+	"github.com/whyslow/whyslow/collectors/spanstore"
 	"github.com/whyslow/whyslow/notifiers/logsink"
+	"github.com/whyslow/whyslow/notifiers/slack"
 	"github.com/whyslow/whyslow/notifiers/webhook"
 	"github.com/whyslow/whyslow/triage"
 )
@@ -20,10 +22,15 @@ const (
 	DefaultRetention      = 6 * time.Hour
 	DefaultListen         = ":9109"
 	DefaultMaxBodyBytes   = 1 << 20
-	DefaultTriageWindow   = 2 * time.Minute
+	DefaultTriageWindow   = 5 * time.Minute
 	DefaultTriageBaseline = time.Hour
 	DefaultShutdownFlush  = 10 * time.Second
 	DefaultEngine         = "vllm"
+	DefaultOTLPHTTP       = ":4318"
+	DefaultOTLPGRPC       = ":4317"
+	// DefaultSpanBytes bounds the span store of a sidecar (the spanstore
+	// package's own default, 256 MiB, suits a fleet daemon).
+	DefaultSpanBytes = 64 << 20
 )
 
 // DefaultScopeLabels maps Alertmanager alert labels to scope labels when
@@ -61,6 +68,12 @@ type Config struct {
 	Alerts AlertsConfig `yaml:"alerts,omitempty" json:"alerts,omitempty"`
 	// Receivers are where notifications go.
 	Receivers []ReceiverConfig `yaml:"receivers,omitempty" json:"receivers,omitempty"`
+	// SlackCommand enables the /whyslow slash command at POST /slack/commands.
+	SlackCommand *slack.CommandConfig `yaml:"slack_command,omitempty" json:"slack_command,omitempty"`
+	// GPU configures the NVML collector.
+	GPU GPUConfig `yaml:"gpu,omitempty" json:"gpu,omitempty"`
+	// OTLP configures the trace receivers and the span store.
+	OTLP OTLPConfig `yaml:"otlp,omitempty" json:"otlp,omitempty"`
 	// ShutdownFlush bounds the outbox flush on SIGTERM (default 10s).
 	ShutdownFlush time.Duration `yaml:"shutdown_flush,omitempty" json:"shutdown_flush,omitempty"`
 }
@@ -74,11 +87,17 @@ type APIConfig struct {
 	// ExternalURL is how people reach this daemon; notifications link to
 	// ExternalURL/api/v1/verdict?scope=… when set.
 	ExternalURL string `yaml:"external_url,omitempty" json:"external_url,omitempty"`
+	// Pprof serves Go's profiles at /debug/pprof/ (behind the token when
+	// one is set), to see where the daemon's memory and CPU go.
+	Pprof bool `yaml:"pprof,omitempty" json:"pprof,omitempty"`
 }
 
 // TriageConfig sets the windows of daemon-run triage.
 type TriageConfig struct {
-	// Window is the incident window ending at the triage time (default 2m).
+	// Window is the incident window ending at the triage time (default 5m)
+	// of ad-hoc and alert triages. An incident the detector opened is
+	// triaged over the detector's short window plus its age so far, up to
+	// this.
 	Window time.Duration `yaml:"window,omitempty" json:"window,omitempty"`
 	// Baseline is the offset of the baseline window (default 1h).
 	Baseline time.Duration `yaml:"baseline,omitempty" json:"baseline,omitempty"`
@@ -92,13 +111,58 @@ type AlertsConfig struct {
 	ScopeLabels map[string]string `yaml:"scope_labels,omitempty" json:"scope_labels,omitempty"`
 }
 
-// ReceiverConfig is one notification receiver. Exactly one of Webhook and
-// Log is set; their fields are the receivers' own configuration.
+// ReceiverConfig is one notification receiver. Exactly one of Webhook,
+// Slack and Log is set; their fields are the receivers' own configuration.
 type ReceiverConfig struct {
 	Name    string          `yaml:"name" json:"name"`
 	Webhook *webhook.Config `yaml:"webhook,omitempty" json:"webhook,omitempty"`
+	Slack   *slack.Config   `yaml:"slack,omitempty" json:"slack,omitempty"`
 	Log     *logsink.Config `yaml:"log,omitempty" json:"log,omitempty"`
 }
+
+// GPUConfig configures the NVML collector. Without an NVIDIA driver it logs
+// once, and verdicts list "no GPU counters" as a data gap.
+type GPUConfig struct {
+	// Enabled turns the collector on (default true).
+	Enabled *bool `yaml:"enabled,omitempty" json:"enabled,omitempty"`
+	// VisibleDevices narrows the GPUs read, in CUDA_VISIBLE_DEVICES style
+	// (indices, UUIDs or UUID prefixes, comma-separated); empty reads all.
+	VisibleDevices string `yaml:"visible_devices,omitempty" json:"visible_devices,omitempty"`
+	// Labels are added to every whyslow_gpu_* series, e.g. pod: ${POD_NAME}.
+	// A daemon watching exactly one engine already labels them with that
+	// engine's instance and pod (as the rulesets' pod join needs); Labels
+	// win over those.
+	Labels map[string]string `yaml:"labels,omitempty" json:"labels,omitempty"`
+}
+
+// On reports whether the GPU collector runs.
+func (g GPUConfig) On() bool { return g.Enabled == nil || *g.Enabled }
+
+// OTLPConfig configures the OTLP trace receivers and the span store they
+// fill (which triage reads for its per-request step).
+type OTLPConfig struct {
+	// HTTP is the OTLP/HTTP listen address (default :4318; "" disables).
+	HTTP *string `yaml:"http,omitempty" json:"http,omitempty"`
+	// GRPC is the OTLP/gRPC listen address (default :4317; "" disables).
+	GRPC *string `yaml:"grpc,omitempty" json:"grpc,omitempty"`
+	// MaxSpans bounds the spans held (default 1,000,000).
+	MaxSpans int `yaml:"max_spans,omitempty" json:"max_spans,omitempty"`
+	// MaxBytes bounds the estimated bytes the spans hold (default 64 MiB).
+	MaxBytes int64 `yaml:"max_bytes,omitempty" json:"max_bytes,omitempty"`
+}
+
+// OTLPDisabled returns an OTLPConfig with both receivers off.
+func OTLPDisabled() OTLPConfig {
+	off := ""
+	return OTLPConfig{HTTP: &off, GRPC: &off}
+}
+
+// Enabled reports whether any receiver listens.
+func (o OTLPConfig) Enabled() bool {
+	return (o.HTTP != nil && *o.HTTP != "") || (o.GRPC != nil && *o.GRPC != "")
+}
+
+func strPtr(s string) *string { return &s }
 
 // WithDefaults returns c with zero values replaced by defaults.
 func (c Config) WithDefaults() Config {
@@ -134,6 +198,18 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.ShutdownFlush == 0 {
 		c.ShutdownFlush = DefaultShutdownFlush
+	}
+	if c.OTLP.HTTP == nil {
+		c.OTLP.HTTP = strPtr(DefaultOTLPHTTP)
+	}
+	if c.OTLP.GRPC == nil {
+		c.OTLP.GRPC = strPtr(DefaultOTLPGRPC)
+	}
+	if c.OTLP.MaxSpans == 0 {
+		c.OTLP.MaxSpans = spanstore.DefaultMaxSpans
+	}
+	if c.OTLP.MaxBytes == 0 {
+		c.OTLP.MaxBytes = DefaultSpanBytes
 	}
 	c.Detect = c.Detect.WithDefaults()
 	c.Incidents = c.Incidents.WithDefaults()
@@ -199,6 +275,19 @@ func (c Config) Validate() error {
 			add("alerts.scope_labels", "invalid label name in %q: %q", from, to)
 		}
 	}
+	if c.SlackCommand != nil {
+		if err := c.SlackCommand.Validate(); err != nil {
+			errs = append(errs, err) // its messages start with "slack_command: "
+		}
+	}
+	for name := range c.GPU.Labels {
+		if !model.LabelName(name).IsValidLegacy() || name == "__name__" {
+			add("gpu.labels", "invalid label name %q", name)
+		}
+	}
+	if c.OTLP.MaxSpans < 0 || c.OTLP.MaxBytes < 0 {
+		add("otlp", "max_spans and max_bytes must not be negative")
+	}
 	names := map[string]bool{}
 	for i, r := range c.Receivers {
 		key := fmt.Sprintf("receivers[%d]", i)
@@ -208,11 +297,21 @@ func (c Config) Validate() error {
 			add(key+".name", "duplicate receiver %q", r.Name)
 		}
 		names[r.Name] = true
+		kinds := 0
+		for _, set := range []bool{r.Webhook != nil, r.Slack != nil, r.Log != nil} {
+			if set {
+				kinds++
+			}
+		}
 		switch {
-		case r.Webhook == nil && r.Log == nil:
-			add(key, "set one of webhook or log")
-		case r.Webhook != nil && r.Log != nil:
-			add(key, "webhook and log are exclusive")
+		case kinds == 0:
+			add(key, "set one of webhook, slack or log")
+		case kinds > 1:
+			add(key, "webhook, slack and log are exclusive")
+		case r.Slack != nil:
+			if err := r.Slack.Validate(); err != nil {
+				wrap(key+".slack", err)
+			}
 		case r.Webhook != nil:
 			if err := r.Webhook.WithDefaults().Validate(); err != nil {
 				wrap(key+".webhook", err)

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -70,6 +71,13 @@ type Options struct {
 	Outbox  Outbox
 	// Receivers are the receiver names a notification fans out to.
 	Receivers []string
+	// Sources run every tick after the scrape (the GPU collector).
+	Sources []Source
+	// Gatherers add series to /metrics (the sources' last cycle).
+	Gatherers []prometheus.Gatherer
+	// Routes are extra HTTP handlers by ServeMux pattern, outside /api/ and
+	// its bearer token (POST /slack/commands verifies Slack's signature).
+	Routes map[string]http.Handler
 	// Flush delivers what the outbox holds until ctx ends (the dispatcher's
 	// Shutdown); called by Shutdown. Optional.
 	Flush func(ctx context.Context) error
@@ -102,6 +110,13 @@ type Daemon struct {
 	viewMu   sync.RWMutex
 	verdicts map[string]*triage.Verdict // last verdict per scope key
 	view     []triage.Incident
+	gaps     []triage.DataGap // from the sources' last cycle
+}
+
+// TargetLabeler is implemented by scrapers that can name the single engine
+// target's labels (EngineScraper); sources label their series with them.
+type TargetLabeler interface {
+	TargetLabels() map[string]string
 }
 
 const stateFile = "incidents.json"
@@ -172,6 +187,7 @@ func (d *Daemon) Tick(ctx context.Context, at time.Time) error {
 	}
 	cfg := d.Config()
 	allUp := d.scrape(ctx, at)
+	d.collectSources(ctx, at)
 
 	dets, err := d.detector.Evaluate(ctx, d.opts.Metrics, at)
 	if err != nil {
@@ -198,7 +214,7 @@ func (d *Daemon) Tick(ctx context.Context, at time.Time) error {
 	for _, key := range d.tracker.OpenKeys() {
 		in, _ := d.tracker.Get(key)
 		v, err := d.runTriage(ctx, "detector", TriageRequest{
-			Selector: in.Scope.Selector, At: at, Window: cfg.Triage.Window, Baseline: cfg.Triage.Baseline, Engine: cfg.Engine,
+			Selector: in.Scope.Selector, At: at, Window: incidentWindow(cfg, at.Sub(in.OpenedAt)), Baseline: cfg.Triage.Baseline, Engine: cfg.Engine,
 		})
 		if err != nil {
 			continue
@@ -209,6 +225,16 @@ func (d *Daemon) Tick(ctx context.Context, at time.Time) error {
 	d.persist()
 	d.publish()
 	return nil
+}
+
+// incidentWindow is the triage window of an incident open for age: the
+// detector's short window (what detected it) plus the incident so far, at
+// most Triage.Window. Early triages then look at the degradation itself
+// rather than at a window still mostly made of the time before it; later
+// ones average over more of it, so their ranking is steadier.
+func incidentWindow(cfg Config, age time.Duration) time.Duration {
+	w := cfg.Detect.ShortWindow + max(age, 0)
+	return min(w, cfg.Triage.Window)
 }
 
 // scrape runs the scraper and reports whether every target answered.
@@ -234,6 +260,24 @@ func (d *Daemon) scrape(ctx context.Context, at time.Time) bool {
 		d.ready.Store(true)
 	}
 	return allUp
+}
+
+// collectSources runs the sources and keeps their data gaps.
+func (d *Daemon) collectSources(ctx context.Context, at time.Time) {
+	if len(d.opts.Sources) == 0 {
+		return
+	}
+	var target map[string]string
+	if tl, ok := d.opts.Scraper.(TargetLabeler); ok {
+		target = tl.TargetLabels()
+	}
+	var gaps []triage.DataGap
+	for _, src := range d.opts.Sources {
+		gaps = append(gaps, src.Collect(ctx, at, target)...)
+	}
+	d.viewMu.Lock()
+	d.gaps = gaps
+	d.viewMu.Unlock()
 }
 
 // runTriage runs one triage, records its metrics, and adds a data gap for
@@ -264,6 +308,7 @@ func (d *Daemon) runTriage(ctx context.Context, source string, req TriageRequest
 			Reason: fmt.Sprintf("engine target %s down since %s", target, d.down[target].UTC().Format(time.RFC3339)),
 		})
 	}
+	v.DataGaps = append(v.DataGaps, d.gaps...)
 	if source != "api" {
 		d.verdicts[req.Selector] = v
 	}
@@ -368,10 +413,25 @@ func (d *Daemon) Verdict(scope string) (*triage.Verdict, bool) {
 	return nil, false
 }
 
+// CheckReload reports whether Reload would accept cfg, changing nothing.
+func (d *Daemon) CheckReload(cfg Config) error {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("reload: %w", err)
+	}
+	if _, err := triage.NewDetector(cfg.Detect); err != nil {
+		return fmt.Errorf("reload: %w", err)
+	}
+	return nil
+}
+
 // Reload applies a new configuration all-or-nothing: everything is validated
 // before anything changes. Engine targets and receivers are rebuilt by the
 // caller and passed in (nil keeps the current ones).
 func (d *Daemon) Reload(cfg Config, scraper Scraper, receivers []string) error {
+	if err := d.CheckReload(cfg); err != nil {
+		return err
+	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("reload: %w", err)
@@ -466,8 +526,6 @@ func notificationFor(ev triage.Event, receiver, externalURL string, at time.Time
 		CreatedAt:   at,
 		Verdict:     v,
 	}
-	if externalURL != "" {
-		n.VerdictURL = externalURL + "/api/v1/verdict?scope=" + urlQueryEscape(ev.Incident.Scope.Selector)
-	}
+	n.VerdictURL = verdictURL(externalURL, ev.Incident.Scope.Selector)
 	return n
 }

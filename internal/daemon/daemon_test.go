@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -62,6 +63,10 @@ func (e *synthEngine) Scrape(ctx context.Context, at time.Time) []ScrapeResult {
 	add("0.25", e.n)
 	add("1", e.n+e.s)
 	add("+Inf", e.n+e.s)
+	cnt := labels.FromStrings("__name__", "vllm:time_to_first_token_seconds_count", "model_name", "m", "pod", "p0")
+	if _, err := app.Append(0, cnt, ts, e.n+e.s); err != nil {
+		panic(err)
+	}
 	ls := labels.FromStrings("__name__", "vllm:request_success_total", "model_name", "m", "finished_reason", "stop", "pod", "p0")
 	if _, err := app.Append(0, ls, ts, e.n+e.s); err != nil {
 		panic(err)
@@ -235,7 +240,7 @@ func TestDaemonEngineDownIsReported(t *testing.T) {
 	h.get(t, "/readyz", "", http.StatusServiceUnavailable)
 	h.get(t, "/healthz", "", http.StatusOK)
 	body := h.get(t, "/metrics", "", http.StatusOK)
-	if !strings.Contains(body, `whyslow_scrape_up{target="synth"} 0`) {
+	if !strings.Contains(body, `whyslow_scrapes_total{result="failure",target="synth"} 3`) {
 		t.Errorf("down target not reported:\n%s", body)
 	}
 	h.eng.setDown(false)
@@ -338,7 +343,7 @@ func TestAPIAlertmanagerIntake(t *testing.T) {
 		t.Fatalf("notifications: %s", got)
 	}
 	// GET verdict, any matcher order.
-	vb := h.get(t, `/api/v1/verdict?scope=`+urlQueryEscape(`pod="p0",model_name="m"`), "tok", http.StatusOK)
+	vb := h.get(t, `/api/v1/verdict?scope=`+url.QueryEscape(`pod="p0",model_name="m"`), "tok", http.StatusOK)
 	if !strings.Contains(vb, `"queue_saturation"`) {
 		t.Errorf("verdict %s", vb)
 	}
@@ -382,7 +387,7 @@ func TestAPIBadInput(t *testing.T) {
 		{"triage bad selector", "POST", "/api/v1/triage", "tok", `{"selector":"model_name=="}`, 400, "selector:"},
 		{"triage bad window", "POST", "/api/v1/triage", "tok", `{"window":"soon","at":"yesterday"}`, 400, "window:"},
 		{"verdict no scope", "GET", "/api/v1/verdict", "tok", "", 400, "scope"},
-		{"verdict unknown scope", "GET", "/api/v1/verdict?scope=" + urlQueryEscape(`model_name="zz"`), "tok", "", 404, "no verdict"},
+		{"verdict unknown scope", "GET", "/api/v1/verdict?scope=" + url.QueryEscape(`model_name="zz"`), "tok", "", 404, "no verdict"},
 		{"incidents bad status", "GET", "/api/v1/incidents?status=x", "tok", "", 400, "status"},
 		{"wrong method", "GET", "/api/v1/alerts", "tok", "", 405, ""},
 	}

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"net/url"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,9 +12,6 @@ import (
 type stats struct {
 	reg            *prometheus.Registry
 	scrapes        *prometheus.CounterVec
-	scrapeUp       *prometheus.GaugeVec
-	scrapeDuration *prometheus.GaugeVec
-	scrapeSamples  *prometheus.GaugeVec
 	lastScrape     *prometheus.GaugeVec
 	triageRuns     *prometheus.CounterVec
 	triageDuration *prometheus.HistogramVec
@@ -37,15 +33,6 @@ func newStats(d *Daemon, reg *prometheus.Registry) *stats {
 		scrapes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "whyslow_scrapes_total", Help: "Engine scrapes by target and result (success, failure).",
 		}, []string{"target", "result"}),
-		scrapeUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "whyslow_scrape_up", Help: "Whether the last scrape of an engine target succeeded.",
-		}, []string{"target"}),
-		scrapeDuration: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "whyslow_scrape_duration_seconds", Help: "Duration of the last scrape of an engine target.",
-		}, []string{"target"}),
-		scrapeSamples: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "whyslow_scrape_samples", Help: "Samples appended by the last scrape of an engine target.",
-		}, []string{"target"}),
 		lastScrape: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "whyslow_scrape_last_success_timestamp_seconds", Help: "When an engine target was last scraped successfully.",
 		}, []string{"target"}),
@@ -86,22 +73,20 @@ func newStats(d *Daemon, reg *prometheus.Registry) *stats {
 		}
 		return 0
 	})
-	s.reg.MustRegister(s.scrapes, s.scrapeUp, s.scrapeDuration, s.scrapeSamples, s.lastScrape,
+	s.reg.MustRegister(s.scrapes, s.lastScrape,
 		s.triageRuns, s.triageDuration, s.detectErrors, s.persistErrors, s.incidentsOpen,
 		s.topCause, s.notifications, s.alerts, s.reloads, ready)
 	return s
 }
 
+// observeScrape counts a scrape. The per-target duration, success and
+// sample gauges (whyslow_scrape_*) come from collectors/scrape.
 func (s *stats) observeScrape(r ScrapeResult, at time.Time) {
-	s.scrapeDuration.WithLabelValues(r.Target).Set(r.Duration.Seconds())
 	if r.Err != nil {
 		s.scrapes.WithLabelValues(r.Target, "failure").Inc()
-		s.scrapeUp.WithLabelValues(r.Target).Set(0)
 		return
 	}
 	s.scrapes.WithLabelValues(r.Target, "success").Inc()
-	s.scrapeUp.WithLabelValues(r.Target).Set(1)
-	s.scrapeSamples.WithLabelValues(r.Target).Set(float64(r.Samples))
 	s.lastScrape.WithLabelValues(r.Target).Set(float64(at.UnixNano()) / 1e9)
 }
 
@@ -122,5 +107,3 @@ func (s *stats) publish(incs []triage.Incident) {
 	}
 	s.incidentsOpen.Set(float64(open))
 }
-
-func urlQueryEscape(s string) string { return url.QueryEscape(s) }

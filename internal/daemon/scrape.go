@@ -4,154 +4,202 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/prometheus/model/labels"
-	"github.com/prometheus/prometheus/model/textparse"
 	"github.com/prometheus/prometheus/storage"
+
+	"github.com/whyslow/whyslow/collectors/scrape"
 )
 
-// Appendable gives appenders into the store (*store.Store implements it).
-type Appendable interface {
-	Appender(ctx context.Context) storage.Appender
+// EngineScraper scrapes the engine targets with collectors/scrape: job and
+// instance target labels, up, scrape_duration_seconds and
+// scrape_samples_scraped in the store, whyslow_scrape_* per target on
+// /metrics. Targets are scraped concurrently; one failing target never stops
+// the others.
+type EngineScraper struct {
+	scraper *scrape.Scraper
+	targets []string
+	watch   *targetWatch
 }
 
-// maxScrapeBytes bounds one scrape body (a vLLM /metrics is ~100 KiB).
-const maxScrapeBytes = 32 << 20
-
-// HTTPScraper scrapes Prometheus/OpenMetrics text endpoints into a store.
-// Each sample gets the target labels job and instance (unless the engine set
-// them), and every scrape appends up{job, instance} = 1 or 0, as Prometheus
-// does, so a down engine shows in the data as well as in the daemon's own
-// metrics.
-type HTTPScraper struct {
+// ScraperOptions configure NewEngineScraper.
+type ScraperOptions struct {
 	Targets []string
-	Job     string
 	Timeout time.Duration
 	Client  *http.Client
-	Store   Appendable
+	// Registerer receives whyslow_scrape_*; nil registers nothing.
+	Registerer prometheus.Registerer
 }
 
-// Scrape fetches every target concurrently and appends its samples at time at.
-func (s *HTTPScraper) Scrape(ctx context.Context, at time.Time) []ScrapeResult {
-	out := make([]ScrapeResult, len(s.Targets))
+// NewEngineScraper returns a scraper appending into app.
+func NewEngineScraper(app storage.Appendable, o ScraperOptions) (*EngineScraper, error) {
+	w := &targetWatch{app: app, pods: map[string]string{}}
+	s, err := scrape.New(w, scrape.Options{Client: o.Client, Timeout: o.Timeout, Registerer: o.Registerer})
+	if err != nil {
+		return nil, err
+	}
+	return &EngineScraper{scraper: s, targets: append([]string(nil), o.Targets...), watch: w}, nil
+}
+
+// Scrape scrapes every target once at time at.
+func (e *EngineScraper) Scrape(ctx context.Context, at time.Time) []ScrapeResult {
+	out := make([]ScrapeResult, len(e.targets))
 	var wg sync.WaitGroup
-	for i, target := range s.Targets {
+	for i, target := range e.targets {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			start := time.Now()
-			n, err := s.scrapeOne(ctx, target, at)
-			out[i] = ScrapeResult{Target: target, Duration: time.Since(start), Samples: n, Err: err}
+			n, err := e.scraper.Scrape(ctx, target, at)
+			out[i] = ScrapeResult{Target: redactURL(target), Duration: time.Since(start), Samples: n, Err: err}
 		}()
 	}
 	wg.Wait()
 	return out
 }
 
-func (s *HTTPScraper) scrapeOne(ctx context.Context, target string, at time.Time) (int, error) {
-	job := s.Job
-	if job == "" {
-		job = "engine"
+// TargetLabels returns, for a daemon watching exactly one engine target,
+// the labels that identify it in the store: instance (host:port, as the
+// scraper sets it) and pod when the engine's series carry one. With several
+// targets nothing can be attributed and it returns nil.
+func (e *EngineScraper) TargetLabels() map[string]string {
+	if len(e.targets) != 1 {
+		return nil
 	}
-	instance := target
-	if u, err := url.Parse(target); err == nil && u.Host != "" {
-		instance = u.Host
+	u, err := url.Parse(e.targets[0])
+	if err != nil || u.Host == "" {
+		return nil
 	}
-	body, ctype, ferr := s.fetch(ctx, target)
-	app := s.Store.Appender(ctx)
-	up := 1.0
-	n := 0
-	var err error
-	if ferr != nil {
-		up, err = 0, ferr
-	} else if n, err = appendExposition(app, body, ctype, job, instance, at); err != nil {
-		up = 0
+	inst := u.Host
+	if u.Port() == "" {
+		inst = u.Host + ":80"
+		if u.Scheme == "https" {
+			inst = u.Host + ":443"
+		}
 	}
-	if _, aerr := app.Append(0, labels.FromStrings("__name__", "up", "job", job, "instance", instance), at.UnixMilli(), up); aerr != nil {
-		err = errors.Join(err, aerr)
+	out := map[string]string{"instance": inst}
+	if pod := e.watch.pod(inst); pod != "" {
+		out["pod"] = pod
 	}
-	if cerr := app.Commit(); cerr != nil {
-		return n, fmt.Errorf("scrape %s: commit: %w", target, cerr)
-	}
-	if err != nil {
-		return n, fmt.Errorf("scrape %s: %w", target, err)
-	}
-	return n, nil
+	return out
 }
 
-func (s *HTTPScraper) fetch(ctx context.Context, target string) ([]byte, string, error) {
-	if s.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.Timeout)
-		defer cancel()
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
-	if err != nil {
-		return nil, "", err
-	}
-	req.Header.Set("Accept", "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.1")
-	client := s.Client
-	if client == nil {
-		client = http.DefaultClient
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, "", err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-		return nil, "", fmt.Errorf("status %d", resp.StatusCode)
-	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxScrapeBytes+1))
-	if err != nil {
-		return nil, "", err
-	}
-	if len(b) > maxScrapeBytes {
-		return nil, "", fmt.Errorf("body larger than %d bytes", maxScrapeBytes)
-	}
-	return b, resp.Header.Get("Content-Type"), nil
+// targetWatch passes appends through to the store and remembers the pod
+// label each instance's series carry, so that GPU series can be labelled
+// like the engine they belong to.
+type targetWatch struct {
+	app  storage.Appendable
+	mu   sync.Mutex
+	pods map[string]string // instance → pod
 }
 
-// appendExposition parses an exposition and appends its float samples at
-// time at (sample timestamps in the body are ignored, as a scrape does).
-func appendExposition(app storage.Appender, body []byte, contentType, job, instance string, at time.Time) (int, error) {
-	p, err := textparse.New(body, contentType, labels.NewSymbolTable(), textparse.ParserOptions{FallbackContentType: "text/plain", IgnoreNativeHistograms: true})
-	if p == nil {
-		return 0, fmt.Errorf("parse: %w", err)
+func (w *targetWatch) Appender(ctx context.Context) storage.Appender {
+	return &watchAppender{Appender: w.app.Appender(ctx), w: w}
+}
+
+func (w *targetWatch) pod(instance string) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.pods[instance]
+}
+
+type watchAppender struct {
+	storage.Appender
+	w        *targetWatch
+	instance string
+	pod      string
+}
+
+func (a *watchAppender) Append(ref storage.SeriesRef, ls labels.Labels, t int64, v float64) (storage.SeriesRef, error) {
+	if a.pod == "" {
+		if p := ls.Get("pod"); p != "" {
+			a.pod, a.instance = p, ls.Get("instance")
+		}
 	}
-	ts := at.UnixMilli()
-	n := 0
-	var lset labels.Labels
-	b := labels.NewBuilder(labels.EmptyLabels())
-	for {
-		e, err := p.Next()
-		if errors.Is(err, io.EOF) {
-			return n, nil
-		}
-		if err != nil {
-			return n, fmt.Errorf("parse: %w", err)
-		}
-		if e != textparse.EntrySeries {
-			continue
-		}
-		_, _, v := p.Series()
-		p.Labels(&lset)
-		b.Reset(lset)
-		if b.Get("job") == "" {
-			b.Set("job", job)
-		}
-		if b.Get("instance") == "" {
-			b.Set("instance", instance)
-		}
-		if _, err := app.Append(0, b.Labels(), ts, v); err != nil {
-			return n, fmt.Errorf("append: %w", err)
-		}
-		n++
+	return a.Appender.Append(ref, ls, t, v)
+}
+
+func (a *watchAppender) Commit() error {
+	if a.pod != "" && a.instance != "" {
+		a.w.mu.Lock()
+		a.w.pods[a.instance] = a.pod
+		a.w.mu.Unlock()
 	}
+	return a.Appender.Commit()
+}
+
+// swapRegisterer registers collectors on a registry and remembers them, so
+// that a reload can replace the scraper (whose metrics have fixed names)
+// without a duplicate-registration error.
+type swapRegisterer struct {
+	reg *prometheus.Registry
+	cs  []prometheus.Collector
+}
+
+func (s *swapRegisterer) Register(c prometheus.Collector) error {
+	if err := s.reg.Register(c); err != nil {
+		return err
+	}
+	s.cs = append(s.cs, c)
+	return nil
+}
+
+func (s *swapRegisterer) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := s.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+func (s *swapRegisterer) Unregister(c prometheus.Collector) bool { return s.reg.Unregister(c) }
+
+// unregisterAll takes every remembered collector off the registry (they
+// stay remembered for reregister).
+func (s *swapRegisterer) unregisterAll() {
+	for _, c := range s.cs {
+		s.reg.Unregister(c)
+	}
+}
+
+func (s *swapRegisterer) reregister() error {
+	var errs []error
+	for _, c := range s.cs {
+		if err := s.reg.Register(c); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// redactURL hides a password in a URL for logs and metrics.
+func redactURL(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return u.Redacted()
+	}
+	return "<unparseable URL>"
+}
+
+// ReplaceScraper builds a scraper for new targets (reload). Its metrics
+// replace the current scraper's on the stack's registry; on failure the
+// current ones stay.
+func (s *Stack) ReplaceScraper(cfg Config, client *http.Client) (*EngineScraper, error) {
+	cfg = cfg.WithDefaults()
+	old := s.scrapeReg
+	old.unregisterAll()
+	next := &swapRegisterer{reg: s.Registry}
+	es, err := NewEngineScraper(s.Store, ScraperOptions{Targets: cfg.EngineURLs, Timeout: cfg.ScrapeTimeout, Client: client, Registerer: next})
+	if err != nil {
+		next.unregisterAll()
+		_ = old.reregister()
+		return nil, fmt.Errorf("replace scraper: %w", err)
+	}
+	s.scrapeReg = next
+	s.scraper = es
+	return es, nil
 }

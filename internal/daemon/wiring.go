@@ -7,17 +7,25 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	wcollectors "github.com/whyslow/whyslow/collectors"
+	"github.com/whyslow/whyslow/collectors/gpu"
+	"github.com/whyslow/whyslow/collectors/otlp"
+	"github.com/whyslow/whyslow/collectors/spanstore"
 	"github.com/whyslow/whyslow/collectors/store"
 	"github.com/whyslow/whyslow/notifiers"
+	"github.com/whyslow/whyslow/notifiers/chart"
 	"github.com/whyslow/whyslow/notifiers/logsink"
 	"github.com/whyslow/whyslow/notifiers/outbox"
+	"github.com/whyslow/whyslow/notifiers/slack"
 	"github.com/whyslow/whyslow/notifiers/webhook"
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/rulesets"
@@ -25,8 +33,8 @@ import (
 )
 
 // TriageWith returns a TriageFunc running the real walk (triage.Run) over m
-// with the shipped rulesets.
-func TriageWith(m triage.Metrics) (TriageFunc, error) {
+// with the shipped rulesets; traces, when not nil, adds the per-request step.
+func TriageWith(m triage.Metrics, traces triage.Traces) (TriageFunc, error) {
 	var all []*rules.Ruleset
 	var errs []error
 	for _, e := range rulesets.Engines {
@@ -43,7 +51,7 @@ func TriageWith(m triage.Metrics) (TriageFunc, error) {
 	return func(ctx context.Context, req TriageRequest) (*triage.Verdict, error) {
 		return triage.Run(ctx, triage.Options{
 			Metrics: m, Rulesets: all, At: req.At, Window: req.Window, Baseline: req.Baseline,
-			Selector: req.Selector, Engine: req.Engine, Scheduler: rules.Scheduler{},
+			Selector: req.Selector, Engine: req.Engine, Scheduler: rules.Scheduler{}, Traces: traces,
 		})
 	}, nil
 }
@@ -56,29 +64,49 @@ type StackOptions struct {
 	Clock notifiers.Clock
 	// LogWriter receives the log receivers' rendered notifications (default stdout).
 	LogWriter io.Writer
-	// HTTPClient scrapes and posts webhooks (default: http.DefaultClient for
-	// scrapes, the webhook's own client for posts).
+	// HTTPClient scrapes and posts webhooks and Slack calls (default: each
+	// component's own client).
 	HTTPClient *http.Client
-	// Scraper replaces the HTTP scraper (tests).
+	// Scraper replaces the engine scraper (tests).
 	Scraper Scraper
+	// GPULib replaces NVML (tests; default gpu.NewNVML()).
+	GPULib gpu.Lib
+	// SlackResponseURL decides which slash-command response_url may be
+	// posted to (tests; default https on slack.com).
+	SlackResponseURL func(u *url.URL) bool
 	// Retry overrides the retry stage's options (Clock, Metrics and Logger are set here).
 	Retry  notifiers.RetryOptions
 	Logger *slog.Logger
 }
 
-// Stack is a daemon wired to the embedded store, the HTTP scraper, the real
-// triage, and the durable outbox with its dispatcher and receivers.
+// Stack is a daemon wired to the embedded store, the engine scraper, the GPU
+// collector, the OTLP receivers and span store, the real triage, and the
+// durable outbox with its dispatcher and receivers (webhook, Slack, log),
+// plus the Slack slash command.
 type Stack struct {
 	Daemon     *Daemon
 	Store      *store.Store
 	Outbox     *outbox.Outbox
 	Dispatcher *outbox.Dispatcher
 	Registry   *prometheus.Registry
-	tmpOutbox  string
+	// Spans holds the spans the OTLP receivers got (nil when both are off).
+	Spans *spanstore.Store
+	// OTLP is the trace receiver (nil when both addresses are empty).
+	OTLP *otlp.Receiver
+	// GPU is the NVML collector (nil when disabled).
+	GPU *gpu.Collector
+
+	scraper   *EngineScraper
+	scrapeReg *swapRegisterer
+	command   *slack.CommandHandler
+	cancel    context.CancelFunc
+	otlpDone  chan error
+	tmpOutbox string
 }
 
-// NewStack builds everything Config describes. With no receivers configured
-// a log receiver is used, so a verdict is never silently dropped.
+// NewStack builds everything Config describes and binds the OTLP listeners
+// (so a taken port fails here). With no receivers configured a log receiver
+// is used, so a verdict is never silently dropped.
 func NewStack(o StackOptions) (*Stack, error) {
 	cfg := o.Config.WithDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -97,7 +125,9 @@ func NewStack(o StackOptions) (*Stack, error) {
 		s.Close(context.Background())
 		return nil, err
 	}
-	stOpts := store.Options{Retention: cfg.Retention, Logger: o.Logger.With("component", "store")}
+	// Without a data dir the store is a live in-memory one: bounded by the
+	// retention like the on-disk mode, without a WAL.
+	stOpts := store.Options{Retention: cfg.Retention, Live: true, Logger: o.Logger.With("component", "store")}
 	obDir := ""
 	if cfg.DataDir != "" {
 		stOpts.Dir = filepath.Join(cfg.DataDir, "tsdb")
@@ -119,7 +149,7 @@ func NewStack(o StackOptions) (*Stack, error) {
 	if err != nil {
 		return fail(err)
 	}
-	receivers, names, err := BuildReceivers(cfg.Receivers, o)
+	receivers, names, err := BuildReceivers(cfg.Receivers, o, st)
 	if err != nil {
 		return fail(err)
 	}
@@ -135,28 +165,105 @@ func NewStack(o StackOptions) (*Stack, error) {
 	if err != nil {
 		return fail(err)
 	}
-	tri, err := TriageWith(st)
+
+	var traces triage.Traces
+	if cfg.OTLP.Enabled() {
+		s.Spans, err = spanstore.New(spanstore.Options{MaxSpans: cfg.OTLP.MaxSpans, MaxBytes: cfg.OTLP.MaxBytes, Registerer: reg})
+		if err != nil {
+			return fail(fmt.Errorf("span store: %w", err))
+		}
+		traces = s.Spans
+		s.OTLP, err = otlp.New(otlp.Options{HTTPAddr: *cfg.OTLP.HTTP, GRPCAddr: *cfg.OTLP.GRPC, Sink: s.Spans, Registerer: reg, Logger: o.Logger})
+		if err != nil {
+			return fail(err)
+		}
+		if err := s.OTLP.Listen(); err != nil {
+			s.OTLP = nil
+			return fail(fmt.Errorf("%w (set otlp.http / otlp.grpc, or --otlp-http= --otlp-grpc=, to another address or empty to disable)", err))
+		}
+	}
+	tri, err := TriageWith(st, traces)
 	if err != nil {
 		return fail(err)
 	}
+
 	scraper := o.Scraper
 	if scraper == nil {
-		scraper = &HTTPScraper{Targets: cfg.EngineURLs, Timeout: cfg.ScrapeTimeout, Client: o.HTTPClient, Store: st}
+		s.scrapeReg = &swapRegisterer{reg: reg}
+		s.scraper, err = NewEngineScraper(st, ScraperOptions{Targets: cfg.EngineURLs, Timeout: cfg.ScrapeTimeout, Client: o.HTTPClient, Registerer: s.scrapeReg})
+		if err != nil {
+			return fail(err)
+		}
+		scraper = s.scraper
 	}
+
+	var sources []Source
+	var gatherers []prometheus.Gatherer
+	if cfg.GPU.On() {
+		s.GPU, err = gpu.New(gpu.Options{Lib: o.GPULib, Visible: cfg.GPU.VisibleDevices, Logger: o.Logger})
+		if err != nil {
+			return fail(fmt.Errorf("gpu: %w", err))
+		}
+		creg := wcollectors.NewRegistry(wcollectors.RegistryOptions{Timeout: cfg.ScrapeTimeout, Logger: o.Logger})
+		if err := creg.Register("gpu", s.GPU); err != nil {
+			return fail(err)
+		}
+		src := NewCollectorSource(creg, st, SourceOptions{Labels: cfg.GPU.Labels, Logger: o.Logger})
+		sources = append(sources, src)
+		gatherers = append(gatherers, src)
+	}
+
+	routes := map[string]http.Handler{}
+	if cfg.SlackCommand != nil {
+		s.command, err = slack.NewCommandHandler(*cfg.SlackCommand, slack.CommandOptions{
+			Triager: slack.TriagerFunc(func(ctx context.Context, scope string, window time.Duration) (*triage.Verdict, error) {
+				return s.Daemon.TriageNow(ctx, "slack", scope, window)
+			}),
+			Logger: o.Logger, HTTPClient: o.HTTPClient, Now: o.Clock.Now, AllowResponseURL: o.SlackResponseURL,
+			VerdictURL: func(v *triage.Verdict) string {
+				return verdictURL(s.Daemon.Config().API.ExternalURL, v.Scope.Selector)
+			},
+		})
+		if err != nil {
+			return fail(err)
+		}
+		routes["POST "+SlackCommandPath] = s.command
+	}
+
 	s.Daemon, err = New(Options{
 		Config: cfg, Metrics: st, Scraper: scraper, Triage: tri, Outbox: s.Outbox, Receivers: names,
+		Sources: sources, Gatherers: gatherers, Routes: routes,
 		Flush: s.Dispatcher.Shutdown, Registry: reg, Now: o.Clock.Now, Logger: o.Logger,
 	})
 	if err != nil {
 		return fail(err)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	if s.OTLP != nil {
+		s.otlpDone = make(chan error, 1)
+		go func() { s.otlpDone <- s.OTLP.Run(ctx) }()
+	}
 	s.Dispatcher.Start()
 	return s, nil
 }
 
+// SlackCommandPath is where the Slack slash command is served.
+const SlackCommandPath = "/slack/commands"
+
+// verdictURL links a scope's verdict in the daemon's API, or "" without an
+// external URL.
+func verdictURL(external, selector string) string {
+	if external == "" {
+		return ""
+	}
+	return strings.TrimSuffix(external, "/") + "/api/v1/verdict?scope=" + url.QueryEscape(selector)
+}
+
 // BuildReceivers constructs the configured receivers (a log receiver when
 // none is configured) and returns them with their names in config order.
-func BuildReceivers(rcs []ReceiverConfig, o StackOptions) (map[string]notifiers.Notifier, []string, error) {
+// metrics feeds the Slack receivers' charts (nil: no chart).
+func BuildReceivers(rcs []ReceiverConfig, o StackOptions, metrics triage.Metrics) (map[string]notifiers.Notifier, []string, error) {
 	if len(rcs) == 0 {
 		lc := logsink.DefaultConfig()
 		rcs = []ReceiverConfig{{Name: "log", Log: &lc}}
@@ -169,6 +276,12 @@ func BuildReceivers(rcs []ReceiverConfig, o StackOptions) (map[string]notifiers.
 		switch {
 		case rc.Webhook != nil:
 			n, err = webhook.New(*rc.Webhook, webhook.Options{Client: o.HTTPClient, Clock: o.Clock, Logger: o.Logger})
+		case rc.Slack != nil:
+			so := slack.Options{Name: rc.Name, Logger: o.Logger, HTTPClient: o.HTTPClient}
+			if metrics != nil {
+				so.Chart = chart.PNGFunc(metrics, chart.Options{Engine: o.Config.WithDefaults().Engine})
+			}
+			n, err = slack.New(*rc.Slack, so)
 		case rc.Log != nil:
 			lc := *rc.Log
 			if lc.Format == "" {
@@ -191,6 +304,20 @@ func BuildReceivers(rcs []ReceiverConfig, o StackOptions) (map[string]notifiers.
 // outbox until ctx ends), then closes the outbox and the store.
 func (s *Stack) Close(ctx context.Context) error {
 	var errs []error
+	if s.command != nil {
+		s.command.Close()
+	}
+	if s.cancel != nil {
+		s.cancel()
+	}
+	if s.otlpDone != nil {
+		errs = append(errs, <-s.otlpDone)
+	} else if s.OTLP != nil {
+		// Bound but never served: Run with a done context releases the ports.
+		dctx, dcancel := context.WithCancel(context.Background())
+		dcancel()
+		errs = append(errs, s.OTLP.Run(dctx))
+	}
 	if s.Daemon != nil {
 		errs = append(errs, s.Daemon.Shutdown(ctx))
 	} else if s.Dispatcher != nil {
@@ -198,6 +325,9 @@ func (s *Stack) Close(ctx context.Context) error {
 	}
 	if s.Outbox != nil {
 		errs = append(errs, s.Outbox.Close())
+	}
+	if s.GPU != nil {
+		errs = append(errs, s.GPU.Close())
 	}
 	if s.Store != nil {
 		errs = append(errs, s.Store.Close())
@@ -207,6 +337,9 @@ func (s *Stack) Close(ctx context.Context) error {
 	}
 	return errors.Join(errs...)
 }
+
+// Handler is the daemon's HTTP API (with the Slack command when configured).
+func (s *Stack) Handler() http.Handler { return s.Daemon.Handler() }
 
 // ShutdownTimeout is Config.ShutdownFlush with defaults.
 func (s *Stack) ShutdownTimeout() time.Duration { return s.Daemon.Config().ShutdownFlush }

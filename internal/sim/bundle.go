@@ -133,11 +133,13 @@ const (
 func (w *world) bundle() (*Bundle, error) {
 	p := w.plan
 	at := sinceStart(w.opt.Start, p.at)
-	inc := Incident{At: at, Window: defaultWindow, Baseline: defaultBaseline, Engine: "vllm",
+	inc := Incident{At: at, Window: defaultWindow, Baseline: defaultBaseline, Engine: w.tele.String(),
 		Selector: fmt.Sprintf("model_name=%q", p.cfg.model.name), GPU: p.cfg.gpu.class, Scheduler: p.cfg.sched,
 		Notes: p.notes}
-	if p.cfg.policy != PolicyVLLM {
-		inc.Notes += fmt.Sprintf("; scheduler policy %s (telemetry uses vLLM names)", p.cfg.policy)
+	if p.cfg.policy != w.tele {
+		inc.Notes += fmt.Sprintf("; scheduler policy %s (telemetry uses %s names)", p.cfg.policy, w.tele)
+	} else if w.tele != PolicyVLLM {
+		inc.Notes += fmt.Sprintf("; %s scheduler and telemetry", w.tele)
 	}
 	var causes []string
 	if p.def.Cause != "" {
@@ -150,6 +152,7 @@ func (w *world) bundle() (*Bundle, error) {
 	params["names"] = w.opt.Names
 	params["gpu_series"] = w.opt.GPUSeries
 	params["policy"] = p.cfg.policy.String()
+	params["telemetry"] = w.tele.String()
 	truth := Truth{Scenario: p.def.Name, Seed: p.seed, Causes: causes, Onset: sinceStart(w.opt.Start, p.onset),
 		Params: params}
 	var keep func(ms int64) bool

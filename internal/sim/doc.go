@@ -40,14 +40,22 @@
 // Model (Llama-3.1 8B/70B), GPU (H100/A100/H200), replica count and
 // magnitudes are drawn from the seed; each scenario constrains its draws so
 // that its cause is unambiguous, and the truth label is what was injected.
+// Magnitudes come from the engine model, never from the rules' thresholds:
+// kv_pressure sizes the block pool from the mean KV demand (running
+// sequences × tokens held, Little's law on the mean-value model) so the
+// incident's demand exceeds it while the baseline's stays under 35% (checked
+// with a pilot run of the baseline: peak under 75%); healthy_burst places `at`
+// after the burst's queue has drained and its requests finished, with the
+// last two minutes of the window clear; long_prompt_burst keeps long prompts
+// arriving up to `at` and small enough not to fill the KV cache.
 //
 //	healthy            -                         noisy but fine: diurnal drift, short bursts within capacity
 //	healthy_busy       -                         hard negative: busy (load ≈0.7) but stable
-//	healthy_burst      -                         hard negative: a 15–30 s burst inside the window that drains
+//	healthy_burst      -                         hard negative: a 15–30 s burst past capacity early in the window, drained before its last 2 minutes
 //	arrival_surge      queue_saturation          arrival rate 1.1–1.3× capacity; the waiting queue grows
-//	long_prompt_burst  prefill_contention        a few 32k–100k prompts hold the token budget
+//	long_prompt_burst  prefill_contention        32k–100k prompts (≥5 per replica every 2 minutes, ≤12% of the KV pool) hold the token budget
 //	prompt_shift       chunked_prefill_mismatch  mean prompt ×4, from below to above the chunk budget
-//	kv_pressure        kv_cache_pressure         outputs ×2.5–4 on a small cache; pool fills, preemptions
+//	kv_pressure        kv_cache_pressure         outputs ×2.5–4 on a pool sized to 1/1.2–1/1.5 of the incident's KV demand; preemptions
 //	bandwidth_bound    memory_bandwidth_saturation  long shared contexts, big decode batches; HBM-bound steps
 //	gpu_throttle       gpu_throttling            clock factor 0.45–0.65 with a throttle reason
 //	prefix_cache_loss  prefix_cache_regression   shared prefixes stop matching; hit rate falls

@@ -242,6 +242,8 @@ func (e *engine) preempt(r *request, now float64) {
 	r.running = false
 	r.preempts++
 	e.tel.preemptions++
+	e.tel.retractedIn += float64(r.prompt)
+	e.tel.retractedOut += float64(r.gen)
 	e.waiting.pushFront(r)
 	e.nWait++
 }
@@ -397,6 +399,7 @@ func (e *engine) complete(w *world) {
 	t := e.tel
 	t.addStep(&e.cost, e.clock)
 	t.iterationTokens.observe(float64(e.cost.tokens), 1)
+	t.observeBatch(e.batch)
 	itlBatch := 0.0
 	for _, it := range e.batch {
 		r := it.r

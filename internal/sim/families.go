@@ -12,7 +12,7 @@ type target struct {
 
 func (w *world) target(i int) target {
 	return target{
-		pod:   fmt.Sprintf("vllm-%s-%d", w.plan.cfg.model.short, i),
+		pod:   fmt.Sprintf("%s-%s-%d", w.tele, w.plan.cfg.model.short, i),
 		podIP: fmt.Sprintf("10.42.%d.%d", i/200, 10+i%200),
 		node:  fmt.Sprintf("gpu-node-%d", i),
 	}
@@ -21,6 +21,12 @@ func (w *world) target(i int) target {
 // buildRegistry declares every family the options ask for, with one series
 // set per replica.
 func (w *world) buildRegistry() *registry {
+	switch w.tele {
+	case PolicySGLang:
+		return w.buildSGLangRegistry()
+	case PolicyTRTLLM:
+		return w.buildTRTLLMRegistry()
+	}
 	reg := &registry{}
 	v0 := w.opt.Names == "v0"
 	model := w.plan.cfg.model.name
@@ -159,6 +165,12 @@ func (w *world) buildRegistry() *registry {
 			d.fill(d.fam, i, e, e.tel, own, tgt)
 		}
 	}
+	w.addGPUFamilies(reg)
+	return reg
+}
+
+// addGPUFamilies declares the GPU counter series the options ask for.
+func (w *world) addGPUFamilies(reg *registry) {
 	switch w.opt.GPUSeries {
 	case "whyslow":
 		w.gpuFamilies(reg)
@@ -168,7 +180,6 @@ func (w *world) buildRegistry() *registry {
 		w.gpuFamilies(reg)
 		w.dcgmFamilies(reg)
 	}
-	return reg
 }
 
 func gpuUUID(seed int64, replica, gpu int) string {
@@ -267,7 +278,7 @@ func (w *world) dcgmFamilies(reg *registry) {
 			for gi := 0; gi < e.cfg.tp; gi++ {
 				own := labelSet{"gpu": strconv.Itoa(gi), "UUID": gpuUUID(w.plan.seed, i, gi), "device": fmt.Sprintf("nvidia%d", gi),
 					"modelName": spec.product, "Hostname": tg.node, "pci_bus_id": fmt.Sprintf("00000000:%02X:00.0", 0x18+gi*0x10),
-					"DCGM_FI_DRIVER_VERSION": "570.124.06", "pod": tg.pod, "namespace": "llm", "container": "vllm"}
+					"DCGM_FI_DRIVER_VERSION": "570.124.06", "pod": tg.pod, "namespace": "llm", "container": w.tele.String()}
 				gs := &e.tel.gpu
 				get := d.get
 				fam.add(i, own, tgt, func() float64 { return get(gs) })

@@ -24,8 +24,13 @@ type Options struct {
 	// a look-back margin for rate(), for small testdata.
 	Trim bool
 	// Policy is the scheduler policy: "vllm" (default), "sglang" or
-	// "trtllm". Telemetry keeps vLLM names whatever the policy.
+	// "trtllm".
 	Policy string
+	// Telemetry is whose metric names the replicas expose: "" (the
+	// policy's engine), "vllm", "sglang" (engines.md §5) or "trtllm"
+	// (trtllm-serve, engines.md §6.2). Names "v0" applies to vllm (the
+	// pre-0.11 names) and sglang (the old sglang:time_per_output_token_seconds).
+	Telemetry string
 	// OnRequest is called for every finished or aborted request.
 	OnRequest func(RequestRecord)
 }
@@ -76,8 +81,19 @@ func (o *Options) normalise() error {
 	if o.Start.IsZero() {
 		o.Start = DefaultStart
 	}
-	if _, err := ParsePolicy(o.Policy); err != nil {
+	pol, err := ParsePolicy(o.Policy)
+	if err != nil {
 		return err
+	}
+	if o.Telemetry == "" {
+		o.Telemetry = pol.String()
+	}
+	tel, err := ParsePolicy(o.Telemetry)
+	if err != nil {
+		return fmt.Errorf("telemetry: %w", err)
+	}
+	if tel == PolicyTRTLLM && o.Names == "v0" {
+		return fmt.Errorf("names v0: trtllm telemetry has one generation of names (want v1)")
 	}
 	return nil
 }
@@ -118,6 +134,7 @@ func (h *eventHeap) Pop() any {
 type world struct {
 	plan    *plan
 	opt     Options
+	tele    Policy     // whose metric names the replicas expose
 	rng     *rand.Rand // arrivals and request shapes
 	telRng  *rand.Rand // counter noise
 	engines []*engine
@@ -175,8 +192,9 @@ func newWorldFromPlan(p *plan, opt Options) *world {
 		telRng:   rand.New(rand.NewPCG(uint64(p.seed), 0x7e1e)),
 		interval: opt.ScrapeInterval.Seconds(),
 	}
+	w.tele, _ = ParsePolicy(opt.Telemetry)
 	for i := 0; i < p.replicas; i++ {
-		w.engines = append(w.engines, newEngine(i, p.cfg, newTelemetry(opt.Names, p.cfg.maxModelLen)))
+		w.engines = append(w.engines, newEngine(i, p.cfg, newEngineTelemetry(w.tele, opt.Names, p.cfg.maxModelLen)))
 	}
 	w.maxRate = p.maxRate()
 	w.nextArr = w.drawArrival(0)
@@ -313,6 +331,7 @@ func (w *world) finish(e *engine, r *request, now float64, reason string) {
 	t.paramsMaxTokens.observe(float64(r.maxTokens), 1)
 	t.paramsN.observe(1, 1)
 	t.numPreemptions.observe(float64(r.preempts), 1)
+	t.finishExtra(r)
 	if reason != "abort" {
 		t.queue.observe(r.sched-r.queued, 1)
 		t.prefill.observe(r.firstToken-r.sched, 1)

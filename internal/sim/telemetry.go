@@ -76,6 +76,8 @@ type telemetry struct {
 	accClock                                               float64
 
 	gpu gpuState
+
+	engineExtra // SGLang / TRT-LLM only (telemetry_engines.go)
 }
 
 // gpuState is the GPU counters of one replica as of the last tick.
@@ -181,4 +183,5 @@ func (t *telemetry) tick(cfg *engineConfig, interval, clock float64, reason stri
 	g.fbTotal = cfg.gpu.memBytes
 	g.fbUsed = math.Min(cfg.gpu.memBytes*cfg.gpuMemUtil+0.6e9, cfg.gpu.memBytes)
 	t.accBytes, t.accFlops, t.accBusy, t.accSM, t.accNVLink, t.accClock, t.accTime = 0, 0, 0, 0, 0, 0, 0
+	t.tickExtra(interval)
 }

@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -41,8 +40,8 @@ type Env struct {
 	Stack  *daemon.Stack
 	Step   time.Duration
 	live   atomic.Pointer[sim.Live]
-	srv    *http.Server
-	ln     net.Listener
+	srvs   []*http.Server
+	urls   []string
 	onset  time.Time
 	ticks  int
 	closed bool
@@ -57,31 +56,34 @@ func NewEnv(o EnvOptions) (*Env, error) {
 	}
 	e := &Env{Clock: daemon.NewSimClock(live.Now()), Step: o.Config.WithDefaults().ScrapeInterval, onset: live.Onset()}
 	e.live.Store(live)
-	e.ln, err = net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("demo engine: %w", err)
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /replica/{i}/metrics", func(w http.ResponseWriter, r *http.Request) {
-		i, err := strconv.Atoi(r.PathValue("i"))
-		if err != nil {
-			http.Error(w, "bad replica", http.StatusBadRequest)
-			return
-		}
-		e.live.Load().Handler(i).ServeHTTP(w, r)
-	})
-	e.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = e.srv.Serve(e.ln) }()
-	cfg := o.Config
-	cfg.EngineURLs = nil
+	// One listener per replica, as each engine pod has its own address:
+	// the scraper tells targets apart by instance (host:port).
 	for i := 0; i < live.Replicas(); i++ {
-		cfg.EngineURLs = append(cfg.EngineURLs, fmt.Sprintf("http://%s/replica/%d/metrics", e.ln.Addr(), i))
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			e.closeServers()
+			return nil, fmt.Errorf("demo engine: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+			e.live.Load().Handler(i).ServeHTTP(w, r)
+		})
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		e.srvs = append(e.srvs, srv)
+		e.urls = append(e.urls, fmt.Sprintf("http://%s/metrics", ln.Addr()))
+		go func() { _ = srv.Serve(ln) }()
 	}
+	cfg := o.Config
+	if cfg.OTLP.HTTP == nil && cfg.OTLP.GRPC == nil {
+		// Tests and the demo run several daemons: no fixed trace ports.
+		cfg.OTLP = daemon.OTLPDisabled()
+	}
+	cfg.EngineURLs = append([]string(nil), e.urls...)
 	so := o.Extra
 	so.Config, so.Clock, so.LogWriter, so.Logger = cfg, e.Clock, o.LogWriter, o.Logger
 	e.Stack, err = daemon.NewStack(so)
 	if err != nil {
-		_ = e.srv.Close()
+		e.closeServers()
 		return nil, err
 	}
 	return e, nil
@@ -124,5 +126,16 @@ func (e *Env) Close(ctx context.Context) error {
 	}
 	e.closed = true
 	err := e.Stack.Close(ctx)
-	return errors.Join(err, e.srv.Close())
+	return errors.Join(err, e.closeServers())
+}
+
+// EngineURLs are the replicas' /metrics URLs.
+func (e *Env) EngineURLs() []string { return append([]string(nil), e.urls...) }
+
+func (e *Env) closeServers() error {
+	var errs []error
+	for _, srv := range e.srvs {
+		errs = append(errs, srv.Close())
+	}
+	return errors.Join(errs...)
 }

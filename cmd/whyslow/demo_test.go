@@ -1,0 +1,118 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/whyslow/whyslow/triage"
+)
+
+func TestDemo(t *testing.T) {
+	for _, tc := range []struct {
+		scenario, cause string
+	}{
+		{"kv_pressure", "kv_cache_pressure"},
+		{"gpu_throttle", "gpu_throttling"},
+	} {
+		t.Run(tc.scenario, func(t *testing.T) {
+			r := runCLI(t, "demo", "--scenario", tc.scenario)
+			if r.code != exitOK {
+				t.Fatalf("exit %d: %s", r.code, r.stderr)
+			}
+			for _, w := range []string{
+				`Engine model: scenario "` + tc.scenario + `"`,
+				"ANOMALY",
+				"Causes, most likely first\n 1. ",
+				"[" + tc.cause + "]",
+				"Ground truth: injected " + tc.cause,
+				"whyslow ranked it #1",
+			} {
+				if !strings.Contains(r.stdout, w) {
+					t.Errorf("output lacks %q:\n%s", w, r.stdout)
+				}
+			}
+		})
+	}
+}
+
+// TestDemoDefault runs the README's command as is.
+func TestDemoDefault(t *testing.T) {
+	r := runCLI(t, "demo")
+	if r.code != exitOK {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stdout, "whyslow ranked it #1") {
+		t.Errorf("default demo does not rank its injected cause first:\n%s", r.stdout)
+	}
+}
+
+func TestDemoJSON(t *testing.T) {
+	r := runCLI(t, "demo", "--scenario", "abort_storm", "--output", "json")
+	if r.code != exitOK {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	if !json.Valid([]byte(r.stdout)) {
+		t.Fatalf("not JSON:\n%s", r.stdout)
+	}
+	var v triage.Verdict
+	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Status != triage.StatusAnomaly || len(v.Causes) == 0 || v.Causes[0].ID != "request_errors" {
+		t.Errorf("status %s, causes %+v; want anomaly with request_errors first", v.Status, v.Causes)
+	}
+}
+
+// TestDemoKeep checks that --keep leaves a bundle that why --bundle replays
+// to the same verdict.
+func TestDemoKeep(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "bundle")
+	r := runCLI(t, "demo", "--scenario", "prefix_cache_loss", "--keep", dir, "--output", "json")
+	if r.code != exitOK {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	for _, f := range []string{"metrics.om", "incident.yaml", "truth.yaml"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	var demo, why triage.Verdict
+	if err := json.Unmarshal([]byte(r.stdout), &demo); err != nil {
+		t.Fatal(err)
+	}
+	r = runCLI(t, "why", "--bundle", dir, "--output", "json")
+	if r.code != exitCause {
+		t.Fatalf("why --bundle: exit %d: %s", r.code, r.stderr)
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &why); err != nil {
+		t.Fatal(err)
+	}
+	if len(demo.Causes) == 0 || len(why.Causes) == 0 || demo.Causes[0].ID != why.Causes[0].ID || demo.Status != why.Status {
+		t.Errorf("demo %s %+v, why --bundle %s %+v", demo.Status, demo.Causes, why.Status, why.Causes)
+	}
+}
+
+func TestDemoBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown scenario", []string{"demo", "--scenario", "nope"}, `"nope"`},
+		{"bad output", []string{"demo", "--output", "yaml"}, `"yaml"`},
+		{"stray argument", []string{"demo", "now"}, `unexpected argument "now"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runCLI(t, tc.args...)
+			if r.code != exitFailed {
+				t.Errorf("exit %d, want %d", r.code, exitFailed)
+			}
+			if !strings.Contains(r.stderr, tc.want) || strings.Count(strings.TrimRight(r.stderr, "\n"), "\n") != 0 {
+				t.Errorf("stderr lacks %q or is not one line:\n%s", tc.want, r.stderr)
+			}
+		})
+	}
+}

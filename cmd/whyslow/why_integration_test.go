@@ -1,0 +1,268 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/whyslow/whyslow/collectors/scrape"
+	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/internal/sim"
+	"github.com/whyslow/whyslow/triage"
+)
+
+// prometheusBin is the Debian package's server (2.42), which CI installs.
+const prometheusBin = "/usr/bin/prometheus"
+
+// TestWhyPrometheusMatchesEmbedded runs the engine model live (sped up),
+// has a real Prometheus and whyslow's embedded scraper scrape the same
+// replicas every second, and checks that `why --prometheus` and the
+// embedded store give the same verdict for the same windows.
+//
+// Time: the model runs at speed simulated seconds per real second, and both
+// Prometheus and the embedded scraper stamp samples with the wall clock, so
+// one real second of samples holds speed seconds of the model. The windows
+// are given in wall-clock time: a 5 s window covers 2.5 simulated minutes.
+// Rates come out speed times larger than the model's; both paths see the
+// same scaling, and ratios, quantiles and means are unaffected.
+func TestWhyPrometheusMatchesEmbedded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Prometheus and runs for about 20 s; skipped with -short")
+	}
+	if _, err := os.Stat(prometheusBin); err != nil {
+		t.Skipf("%s not installed (Debian package prometheus): %v", prometheusBin, err)
+	}
+	const (
+		scenario = "gpu_throttle"
+		cause    = "gpu_throttling"
+		speed    = 30.0            // simulated seconds per real second
+		lead     = 4 * time.Minute // simulated time between the clock start and the onset
+		window   = 5 * time.Second // wall clock: 150 simulated seconds
+		baseline = 8 * time.Second // wall clock: the baseline window ends 4 simulated minutes before at
+		after    = 6 * time.Second // wall clock from the onset to at: 3 simulated minutes
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	live, err := sim.NewLive(sim.Options{Scenario: scenario, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Warm up to shortly before the onset, instantly.
+	live.Advance(live.Onset().Sub(live.Now()) - lead)
+
+	var targets, urls []string
+	for i := range live.Replicas() {
+		srv := httptest.NewServer(live.Handler(i))
+		t.Cleanup(srv.Close)
+		targets = append(targets, strings.TrimPrefix(srv.URL, "http://"))
+		urls = append(urls, srv.URL+"/metrics")
+	}
+
+	promURL := startPrometheus(ctx, t, targets)
+	// Prometheus applies its scrape config a few seconds after it is ready:
+	// wait for its first scrape of every target before starting the clock.
+	waitScraped(ctx, t, promURL, len(targets))
+
+	// The embedded path: the same targets, the same interval, the same job.
+	st, err := store.Open(store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	sc, err := scrape.New(st, scrape.Options{Job: "engine", Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stopRun := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { stopRun(); wg.Wait() }()
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		(&scrape.Loop{Scraper: sc, Targets: urls, Interval: time.Second}).Run(runCtx)
+	}()
+
+	// Start the model's clock: the onset comes lead/speed from now.
+	t0 := time.Now()
+	go func() {
+		defer wg.Done()
+		advanceReal(runCtx, live, speed, 45*time.Second)
+	}()
+	onset := t0.Add(time.Duration(float64(lead) / speed))
+	at := onset.Add(after).Truncate(time.Second)
+	// Let both scrapers store the samples up to at, then a little more.
+	select {
+	case <-time.After(time.Until(at.Add(2 * time.Second))):
+	case <-ctx.Done():
+		t.Fatal("timed out waiting for the incident")
+	}
+	t.Logf("model at %s (onset %s); triaging at %s, window %s, baseline offset %s (wall clock)",
+		live.Now().Format(time.TimeOnly), live.Onset().Format(time.TimeOnly), at.Format(time.TimeOnly), window, baseline)
+
+	// The Prometheus path, through the CLI.
+	r := runCLI(t, "why", "--prometheus", promURL, "--engine", "vllm", "--output", "json", "--timeout", "10s",
+		"--at", at.Format(time.RFC3339), "--window", window.String(), "--baseline", baseline.String())
+	if r.code == exitFailed {
+		t.Fatalf("why --prometheus: exit 2: %s", r.stderr)
+	}
+	var promV triage.Verdict
+	if err := json.Unmarshal([]byte(r.stdout), &promV); err != nil {
+		t.Fatalf("why --prometheus: %v\n%s", err, r.stdout)
+	}
+
+	// The embedded path, with the same options.
+	opts := triage.Options{Metrics: st, Engine: "vllm", At: at, Window: window, Baseline: baseline}
+	if err := loadRulesets(&opts, nil); err != nil {
+		t.Fatal(err)
+	}
+	embV, err := triage.Run(ctx, opts)
+	if err != nil {
+		t.Fatalf("embedded triage: %v", err)
+	}
+
+	top := func(v *triage.Verdict) string {
+		if len(v.Causes) == 0 {
+			return "none"
+		}
+		return v.Causes[0].ID
+	}
+	t.Logf("prometheus: %s, top %s, causes %v, gaps %v", promV.Status, top(&promV), causeIDs(&promV), promV.DataGaps)
+	t.Logf("embedded:   %s, top %s, causes %v, gaps %v", embV.Status, top(embV), causeIDs(embV), embV.DataGaps)
+	if promV.Status != embV.Status || top(&promV) != top(embV) {
+		t.Errorf("prometheus says %s/%s, embedded says %s/%s", promV.Status, top(&promV), embV.Status, top(embV))
+	}
+	if top(&promV) != cause {
+		t.Errorf("prometheus path: top cause %s, want the injected %s", top(&promV), cause)
+	}
+	if r.code != exitCause {
+		t.Errorf("why --prometheus: exit %d, want %d", r.code, exitCause)
+	}
+}
+
+func causeIDs(v *triage.Verdict) []string {
+	var ids []string
+	for _, c := range v.Causes {
+		ids = append(ids, fmt.Sprintf("%s(%.1f)", c.ID, c.Score))
+	}
+	return ids
+}
+
+// startPrometheus runs the real Prometheus on a free loopback port, scraping
+// targets (host:port) every second, and returns its base URL once ready.
+func startPrometheus(ctx context.Context, t *testing.T, targets []string) string {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := fmt.Sprintf(`global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+  evaluation_interval: 1m
+scrape_configs:
+  - job_name: engine
+    static_configs:
+      - targets: ['%s']
+`, strings.Join(targets, "', '"))
+	cfgPath := filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeLoopbackAddr(t)
+	var logs bytes.Buffer
+	cmd := exec.Command(prometheusBin,
+		"--config.file="+cfgPath,
+		"--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+addr,
+		"--log.level=warn",
+	)
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start prometheus: %v", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+		if t.Failed() {
+			t.Logf("prometheus log:\n%s", logs.String())
+		}
+	})
+	base := "http://" + addr
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("prometheus exited: %v\n%s", err, logs.String())
+		case <-ctx.Done():
+			t.Fatal("timed out starting prometheus")
+		case <-time.After(100 * time.Millisecond):
+		}
+		resp, err := client.Get(base + "/-/ready")
+		if err != nil {
+			continue
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			return base
+		}
+	}
+	t.Fatalf("prometheus not ready after 20 s:\n%s", logs.String())
+	return ""
+}
+
+// waitScraped waits (at most 15 s) until Prometheus reports every target up.
+func waitScraped(ctx context.Context, t *testing.T, base string, n int) {
+	t.Helper()
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			t.Fatal("timed out waiting for prometheus to scrape")
+		case <-time.After(200 * time.Millisecond):
+		}
+		resp, err := client.Get(base + "/api/v1/query?query=count(up%3D%3D1)")
+		if err != nil {
+			continue
+		}
+		var body struct {
+			Data struct {
+				Result []struct {
+					Value [2]any `json:"value"`
+				} `json:"result"`
+			} `json:"data"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if err == nil && len(body.Data.Result) == 1 && body.Data.Result[0].Value[1] == fmt.Sprint(n) {
+			return
+		}
+	}
+	t.Fatalf("prometheus did not scrape all %d targets within 15 s", n)
+}
+
+// freeLoopbackAddr returns a loopback address with a port that was free a
+// moment ago.
+func freeLoopbackAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}

@@ -1,0 +1,338 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/whyslow/whyslow/collectors/bundle"
+	"github.com/whyslow/whyslow/collectors/remote"
+	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/collectors/tracequery"
+	"github.com/whyslow/whyslow/notifiers/render"
+	"github.com/whyslow/whyslow/triage"
+)
+
+// traceFlags are the trace options of `whyslow why`.
+type traceFlags struct {
+	source    string
+	service   string
+	traceID   string
+	requestID string
+}
+
+func (f *traceFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.source, "traces", "", "trace `SOURCE` for step 4 (correlate): a traces.jsonl[.gz] file, tempo:URL, jaeger:URL, "+
+		"whyslow:URL (a whyslow daemon's trace API) or none; default: the bundle's traces.jsonl when it has one")
+	fs.StringVar(&f.service, "trace-service", "", "with --traces jaeger:URL: the service to search (e.g. vllm)")
+	fs.StringVar(&f.traceID, "trace-id", "", "explain one request by its trace `ID`: where its time went and its pod's state when it started")
+	fs.StringVar(&f.requestID, "request-id", "", "explain one request by its gen_ai.request.id `ID` (e.g. chatcmpl-...)")
+}
+
+// oneRequest reports whether a single request is to be explained.
+func (f *traceFlags) oneRequest() bool { return f.traceID != "" || f.requestID != "" }
+
+// bearerTransport adds a bearer token to every request (for whyslow:URL).
+type bearerTransport struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (t bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+t.token)
+	return t.next.RoundTrip(r)
+}
+
+// openTraces returns the trace source the flags name, or nil for none.
+func openTraces(f *whyFlags) (triage.Traces, error) {
+	src := f.traces.source
+	if src == "none" {
+		return nil, nil
+	}
+	if f.server != "" {
+		if src != "" {
+			return nil, errors.New("--traces does not apply to --server: the daemon correlates the traces it receives")
+		}
+		return nil, nil
+	}
+	if src == "" {
+		if f.bundle == "" {
+			return nil, nil
+		}
+		p, err := tracequery.BundleTraces(f.bundle)
+		if err != nil || p == "" {
+			return nil, err
+		}
+		src = p
+	}
+	kind, rest, _ := strings.Cut(src, ":")
+	client := &http.Client{Timeout: f.timeout}
+	switch kind {
+	case "tempo":
+		return &tracequery.Tempo{BaseURL: rest, Client: client}, nil
+	case "whyslow":
+		if tok := bearerToken(f); tok != "" {
+			client.Transport = bearerTransport{token: tok, next: http.DefaultTransport}
+		}
+		return &tracequery.Tempo{BaseURL: rest, Client: client}, nil
+	case "jaeger":
+		return &tracequery.Jaeger{BaseURL: rest, Service: f.traces.service, Client: client}, nil
+	case "http", "https":
+		return nil, fmt.Errorf("--traces %q: say which API it is: tempo:%s, jaeger:%s or whyslow:%s", src, src, src, src)
+	}
+	file, err := tracequery.OpenJSONL(src)
+	if err != nil {
+		return nil, fmt.Errorf("--traces: %w", err)
+	}
+	if file.Rejected > 0 {
+		fmt.Fprintf(os.Stderr, "whyslow why: %s: %d invalid spans skipped (first: %s)\n", src, file.Rejected, file.Reason)
+	}
+	return file, nil
+}
+
+// runWhyRequest explains one request: its breakdown and, when a metrics
+// source is given, its pod's metrics when the engine queued it.
+func runWhyRequest(ctx context.Context, f *whyFlags, stdout, stderr io.Writer) int {
+	reqs, err := whyRequest(ctx, f)
+	if err != nil {
+		fmt.Fprintf(stderr, "whyslow why: %v\n", err)
+		return exitFailed
+	}
+	if f.output == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(map[string]any{"requests": reqs}); err != nil {
+			fmt.Fprintf(stderr, "whyslow why: %v\n", err)
+			return exitFailed
+		}
+		return exitOK
+	}
+	for i, r := range reqs {
+		if i > 0 {
+			fmt.Fprintln(stdout)
+		}
+		writeRequest(stdout, r)
+	}
+	return exitOK
+}
+
+func whyRequest(ctx context.Context, f *whyFlags) ([]triage.Request, error) {
+	if f.traces.traceID != "" && f.traces.requestID != "" {
+		return nil, errors.New("give --trace-id or --request-id, not both")
+	}
+	if _, err := render.ParseFormat(f.output); err != nil {
+		return nil, err
+	}
+	tr, err := openTraces(f)
+	if err != nil {
+		return nil, err
+	}
+	if tr == nil {
+		return nil, errors.New("--trace-id and --request-id need traces: --traces SOURCE, or a --bundle with traces.jsonl")
+	}
+	var spans []triage.Span
+	what := ""
+	if f.traces.traceID != "" {
+		id, err := triage.ParseTraceID(strings.ToLower(f.traces.traceID))
+		if err != nil {
+			return nil, fmt.Errorf("--trace-id: %w", err)
+		}
+		what = "trace " + id.String()
+		spans, err = tr.Trace(ctx, id)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+	} else {
+		what = "request " + f.traces.requestID
+		byReq, err := tr.ByRequestID(ctx, f.traces.requestID)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		if len(byReq) == 0 {
+			return nil, fmt.Errorf("%s: no span carries %s=%q", what, triage.AttrRequestID, f.traces.requestID)
+		}
+		// The whole traces of the request's spans: gateway and client too.
+		seen := map[triage.TraceID]bool{}
+		for _, s := range byReq {
+			if seen[s.TraceID] {
+				continue
+			}
+			seen[s.TraceID] = true
+			all, err := tr.Trace(ctx, s.TraceID)
+			if err != nil {
+				return nil, fmt.Errorf("%s: trace %s: %w", what, s.TraceID, err)
+			}
+			spans = append(spans, all...)
+		}
+	}
+	built := triage.BuildRequests(spans)
+	if f.traces.requestID != "" {
+		built = slices.DeleteFunc(built, func(b triage.RequestBreakdown) bool { return b.RequestID != f.traces.requestID })
+	}
+	if len(built) == 0 {
+		return nil, fmt.Errorf("%s: no llm_request span (the engine's span) found", what)
+	}
+	samples, err := requestContext(ctx, f, built)
+	if err != nil {
+		return nil, err
+	}
+	return triage.ExplainRequests(built, samples, 0), nil
+}
+
+// requestContext reads the pods' metrics around the requests from the
+// metrics source, when one is given (--bundle or --prometheus).
+func requestContext(ctx context.Context, f *whyFlags, reqs []triage.RequestBreakdown) ([]triage.PodSample, error) {
+	if f.bundle == "" && f.prometheus == "" {
+		return nil, nil
+	}
+	lo, hi := reqs[0].EngineStart, reqs[0].EngineStart
+	var pods []string
+	for _, r := range reqs {
+		lo, hi = minTime(lo, r.EngineStart), maxTime(hi, r.EngineStart)
+		if r.Pod != "" && !slices.Contains(pods, r.Pod) {
+			pods = append(pods, r.Pod)
+		}
+	}
+	q := triage.PodContextQuery{Selector: f.selector, Pods: pods, Start: lo.Add(-time.Minute), End: hi}
+	var m triage.Metrics
+	if f.bundle != "" {
+		b, err := bundle.Load(f.bundle)
+		if err != nil {
+			return nil, err
+		}
+		st, err := store.Open(store.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("embedded store: %w", err)
+		}
+		defer st.Close()
+		if _, err := b.LoadMetrics(ctx, st); err != nil {
+			return nil, err
+		}
+		if q.Selector == "" && b.Incident != nil {
+			q.Selector = b.Incident.Selector
+		}
+		m = st
+	} else {
+		ro := remote.Options{URL: f.prometheus, Timeout: f.timeout, BearerToken: bearerToken(f)}
+		if f.basicUser != "" {
+			pass := f.basicPass
+			if pass == "" {
+				pass = os.Getenv("WHYSLOW_BASIC_PASSWORD")
+			}
+			ro.BasicAuthUser, ro.BasicAuthPassword = f.basicUser, pass
+		}
+		c, err := remote.New(ro)
+		if err != nil {
+			return nil, err
+		}
+		m = c
+	}
+	samples, _, err := triage.PodContext(ctx, m, q)
+	if err != nil {
+		// The breakdown stands without the context.
+		fmt.Fprintf(os.Stderr, "whyslow why: pod context: %v\n", err)
+		return nil, nil
+	}
+	return samples, nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// requestPartOrder lists a request's parts in time order.
+var requestPartOrder = []string{"before_engine", "queue", "prefill", "decode", "engine_other", "after_engine"}
+
+// writeRequest prints one request's breakdown as text.
+func writeRequest(w io.Writer, r triage.Request) {
+	name := r.TraceID
+	if r.RequestID != "" {
+		name = r.RequestID + " (trace " + r.TraceID + ")"
+	}
+	fmt.Fprintf(w, "Request %s\n", name)
+	fmt.Fprintf(w, "  started %s on %s: e2e %s", r.Start.Format(time.RFC3339Nano), orDash(r.Pod), render.FormatSeconds(r.E2E))
+	if r.TTFT > 0 {
+		fmt.Fprintf(w, ", TTFT %s", render.FormatSeconds(r.TTFT))
+	}
+	if r.Tokens != nil {
+		fmt.Fprintf(w, ", %d prompt / %d completion tokens", r.Tokens["prompt"], r.Tokens["completion"])
+	}
+	fmt.Fprintf(w, "\n  where the time went (mostly %s):\n", r.Dominant)
+	for _, p := range requestPartOrder {
+		v, ok := r.Parts[p]
+		if !ok {
+			continue
+		}
+		share := 0.0
+		if r.E2E > 0 {
+			share = 100 * v / r.E2E
+		}
+		fmt.Fprintf(w, "    %-14s %10s  %5.1f%%\n", p, render.FormatSeconds(v), share)
+		if p == "before_engine" {
+			for _, k := range sortedParts(r.Parts, "before_engine.") {
+				fmt.Fprintf(w, "      %-12s %10s\n", strings.TrimPrefix(k, "before_engine."), render.FormatSeconds(r.Parts[k]))
+			}
+		}
+	}
+	if len(r.Scores) > 0 {
+		fmt.Fprintf(w, "  router scores:")
+		for _, k := range sortedParts(r.Scores, "") {
+			fmt.Fprintf(w, " %s=%g", k, r.Scores[k])
+		}
+		fmt.Fprintln(w)
+	}
+	if len(r.Context) > 0 {
+		fmt.Fprintf(w, "  %s when the engine queued it:", orDash(r.Pod))
+		for _, k := range sortedParts(r.Context, "") {
+			fmt.Fprintf(w, " %s=%s", k, contextValue(k, r.Context[k]))
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+func contextValue(k string, v float64) string {
+	switch {
+	case k == "kv_cache_usage" || strings.HasSuffix(k, "_utilization") || strings.HasSuffix(k, "_active"):
+		return fmt.Sprintf("%.0f%%", 100*v)
+	case strings.HasSuffix(k, "_mhz"):
+		return fmt.Sprintf("%.0fMHz", v)
+	}
+	return fmt.Sprintf("%g", v)
+}
+
+func sortedParts(m map[string]float64, prefix string) []string {
+	var ks []string
+	for k := range m {
+		if prefix == "" || strings.HasPrefix(k, prefix) {
+			ks = append(ks, k)
+		}
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
