@@ -192,7 +192,7 @@ func TestKubernetesExampleConfig(t *testing.T) {
 			continue
 		}
 		found = true
-		env := envMap(map[string]string{"WHYSLOW_API_TOKEN": "t", "WHYSLOW_WEBHOOK_URL": "https://hooks.example.com/x"})
+		env := envMap(map[string]string{"WHYSLOW_API_TOKEN": "t", "WHYSLOW_WEBHOOK_URL": "https://hooks.example.com/x", "POD_NAME": "llama-0"})
 		if _, err := parseConfig("configmap whyslow.yml", []byte(cm.Data["whyslow.yml"]), env); err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package otlp
+package otlp_test
 
 import (
 	"net/http"
@@ -8,6 +8,7 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/whyslow/whyslow/collectors/otlp"
 	"github.com/whyslow/whyslow/collectors/spanstore"
 )
 
@@ -19,7 +20,7 @@ func BenchmarkIngestVsDecode(b *testing.B) {
 	const payloads, resources, spansPer = 8, 4, 128
 	bodies := make([][]byte, payloads)
 	for i := range bodies {
-		req := testRequest(resources, spansPer)
+		req := otlp.TestRequest(resources, spansPer)
 		// Distinct trace ids per payload so the store indexes new traces.
 		for _, rs := range req.ResourceSpans {
 			for _, sp := range rs.ScopeSpans[0].Spans {
@@ -33,7 +34,7 @@ func BenchmarkIngestVsDecode(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	r, err := New(Options{Sink: store})
+	r, err := otlp.New(otlp.Options{Sink: store})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -44,7 +45,7 @@ func BenchmarkIngestVsDecode(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		body := bodies[i%payloads]
 		t0 := time.Now()
-		if w := post(b, h, contentProtobuf, "", body); w.Code != http.StatusOK {
+		if w := otlp.Post(b, h, otlp.ContentProtobuf, "", body); w.Code != http.StatusOK {
 			b.Fatalf("status %d", w.Code)
 		}
 		t1 := time.Now()
@@ -67,11 +68,11 @@ func BenchmarkIngestVsDecode(b *testing.B) {
 // BenchmarkDecodeJSON measures the OTLP/JSON decoder (hex ids) on a
 // 512-span payload.
 func BenchmarkDecodeJSON(b *testing.B) {
-	body, _ := EncodeJSON(testRequest(4, 128))
+	body, _ := otlp.EncodeJSON(otlp.TestRequest(4, 128))
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		if _, err := DecodeJSON(body, IDHex); err != nil {
+		if _, err := otlp.DecodeJSON(body, otlp.IDHex); err != nil {
 			b.Fatal(err)
 		}
 	}
