@@ -491,3 +491,29 @@ func TestStackSlashCommand(t *testing.T) {
 		t.Errorf("response %s", got.Body)
 	}
 }
+
+// TestStackReplaceScraper: a reload that changes the engine targets swaps
+// the scraper and its per-target metrics without a duplicate registration.
+func TestStackReplaceScraper(t *testing.T) {
+	a, b := newFakeEngine(t, ""), newFakeEngine(t, "")
+	clock := NewSimClock(t0)
+	cfg := stackConfig(a.url())
+	s := newTestStack(t, StackOptions{Config: cfg, Clock: clock, GPULib: noNVML{t}})
+	tickStack(t, s, clock, 1)
+	cfg.EngineURLs = []string{b.url()}
+	es, err := s.ReplaceScraper(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Daemon.Reload(cfg, es, nil); err != nil {
+		t.Fatal(err)
+	}
+	tickStack(t, s, clock, 1)
+	body := getBody(t, s.Handler(), "/metrics")
+	if !strings.Contains(body, fmt.Sprintf(`whyslow_scrape_success{target=%q} 1`, b.url())) {
+		t.Errorf("/metrics lacks the new target:\n%s", body)
+	}
+	if strings.Contains(body, fmt.Sprintf(`whyslow_scrape_success{target=%q}`, a.url())) {
+		t.Error("/metrics still shows the old target")
+	}
+}

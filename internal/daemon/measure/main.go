@@ -323,4 +323,3 @@ func save(url, path string) error {
 	}
 	return f.Close()
 }
-
