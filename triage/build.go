@@ -8,7 +8,7 @@ import (
 )
 
 // buildVerdict fills the verdict from the walk's outcome.
-func buildVerdict(v *Verdict, rs *rules.Ruleset, out *rules.Outcome, opts *Options, qs []*query) {
+func buildVerdict(v *Verdict, rs *rules.Ruleset, out *rules.Outcome, opts *Options, qs []*query, gpu gpuInference) {
 	now, base := map[string]float64{}, map[string]float64{}
 	for _, q := range qs {
 		if q.err != nil {
@@ -61,6 +61,9 @@ func buildVerdict(v *Verdict, rs *rules.Ruleset, out *rules.Outcome, opts *Optio
 			e := Evidence{Step: f.Step.Name, Rule: f.Rule.Name, Signal: f.Rule.Signal, Weight: f.Rule.Weight, Text: f.Text}
 			if f.Rule.Signal != "" {
 				e.Now, e.Baseline = valuePtr(now, f.Rule.Signal), valuePtr(base, f.Rule.Signal)
+				if s := rs.Signal(f.Rule.Signal); s != nil {
+					e.Unit = s.Unit
+				}
 			}
 			c.Evidence = append(c.Evidence, e)
 		}
@@ -92,7 +95,7 @@ func buildVerdict(v *Verdict, rs *rules.Ruleset, out *rules.Outcome, opts *Optio
 		v.Warnings = appendWarnings(v.Warnings, "ruleset: "+e)
 	}
 	if out.Scheduler.Source == "unknown" {
-		v.DataGaps = append(v.DataGaps, DataGap{Signal: "scheduler", Reason: "scheduler settings unknown (no incident settings, GPU class unknown): token-budget rules skipped"})
+		v.DataGaps = append(v.DataGaps, DataGap{Signal: "scheduler", Reason: gpuGapReason(gpu)})
 	}
 }
 

@@ -275,6 +275,10 @@ func (c *correlation) fill(v *Verdict) {
 			}
 			if src, ok := c.evidence[v.Causes[i].ID+"/"+e.Rule]; ok {
 				e.Now, e.Baseline = src.Now, src.Baseline
+				if e.Now != nil || e.Baseline != nil {
+					// Every request-level finding compares durations.
+					e.Unit = "seconds"
+				}
 			}
 		}
 	}

@@ -40,8 +40,14 @@ type Options struct {
 	// Scheduler holds the incident's scheduler settings; when not Known the
 	// ruleset's engine defaults for the GPU apply.
 	Scheduler rules.Scheduler
-	// GPU is the GPU class (e.g. "H100"), empty when unknown.
+	// GPU is the GPU class (e.g. "H100"), empty when unknown. When empty,
+	// Run infers it from the model label of the scope's GPU counters
+	// (whyslow_gpu_* or dcgm-exporter's DCGM_FI_*) and says so in
+	// Verdict.GPU.
 	GPU string
+	// GPUSource says where GPU came from (e.g. "--gpu", "incident.yaml"),
+	// for Verdict.GPU's detail; optional.
+	GPUSource string
 	// Explain fills Verdict.Signals and every rule outcome.
 	Explain bool
 	// TargetLabels identify a target inside the scope (default ["pod"]).
@@ -57,6 +63,15 @@ type Options struct {
 
 // ErrNoData means no metrics source answered any query.
 var ErrNoData = errors.New("no query succeeded")
+
+// noDataError is ErrNoData carrying the first query's failure, so that
+// callers can both test errors.Is(err, ErrNoData) and reach the source's
+// own error (e.g. an unreachable server) with errors.As.
+type noDataError struct{ err error }
+
+func (e noDataError) Error() string        { return ErrNoData.Error() + ": " + e.err.Error() }
+func (e noDataError) Is(target error) bool { return target == ErrNoData }
+func (e noDataError) Unwrap() error        { return e.err }
 
 func (o *Options) defaults() error {
 	if o.Metrics == nil {
@@ -227,10 +242,25 @@ func Run(ctx context.Context, opts Options) (*Verdict, error) {
 			qs = append(qs, &query{signal: s, expr: texpr, at: opts.At, window: "targets"})
 		}
 	}
+	// The GPU class, when not given, comes from the GPU counters: one more
+	// query, run alongside the signals.
+	var gpu gpuInference
+	gpuDone := make(chan struct{})
+	if opts.GPU == "" {
+		go func() {
+			defer close(gpuDone)
+			gpu = inferGPU(ctx, opts.Metrics, opts.Selector, opts.TargetLabels[0], win, opts.At)
+		}()
+	} else {
+		close(gpuDone)
+		gpu.class = &GPUClass{Class: opts.GPU, Source: GPUSourceGiven, Detail: opts.GPUSource}
+	}
 	runQueries(ctx, opts.Metrics, qs, opts.Concurrency)
+	<-gpuDone
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("triage: %w", err)
 	}
+	v.GPU = gpu.class
 
 	now, base := map[string]float64{}, map[string]float64{}
 	exprs := map[string]string{}
@@ -261,7 +291,7 @@ func Run(ctx context.Context, opts Options) (*Verdict, error) {
 				base[q.signal.Name] = f
 			}
 		case "targets":
-			ts := worstTargets(q.signal.Name, q.result, opts.TargetLabels)
+			ts := worstTargets(q.signal.Name, q.signal.Unit, q.result, opts.TargetLabels)
 			for _, t := range ts {
 				targetSets[labelsKey(t.Labels)] = true
 			}
@@ -274,21 +304,25 @@ func Run(ctx context.Context, opts Options) (*Verdict, error) {
 		}
 	}
 	if ok == 0 && failed > 0 {
-		return nil, fmt.Errorf("triage: %w: %v", ErrNoData, firstErr)
+		return nil, fmt.Errorf("triage: %w", noDataError{firstErr})
 	}
+	v.Warnings = appendWarnings(v.Warnings, gpu.warnings...)
 
 	facts := rules.Facts{
 		Now: now, Base: base, Engine: rs.Engine, Scheduler: opts.Scheduler,
-		GPU:     rules.GPU{Class: opts.GPU, MemoryGiB: GPUMemoryGiB(opts.GPU)},
 		Targets: len(targetSets),
+	}
+	if v.GPU != nil {
+		facts.GPU = rules.GPU{Class: v.GPU.Class, MemoryGiB: GPUMemoryGiB(v.GPU.Class)}
 	}
 	out := rs.Walk(facts)
 	corr := correlate(ctx, &opts, rs, facts, out, v)
-	buildVerdict(v, rs, out, &opts, qs)
+	buildVerdict(v, rs, out, &opts, qs, gpu)
 	corr.fill(v)
 	if opts.Explain {
 		for _, s := range rs.Signals {
-			v.Signals = append(v.Signals, SignalValue{Name: s.Name, Expr: exprs[s.Name], Now: valuePtr(now, s.Name), Baseline: valuePtr(base, s.Name)})
+			v.Signals = append(v.Signals, SignalValue{Name: s.Name, Expr: exprs[s.Name], Now: valuePtr(now, s.Name),
+				Baseline: valuePtr(base, s.Name), Unit: s.Unit})
 		}
 	}
 	return v, nil
@@ -349,12 +383,12 @@ func pickRuleset(ctx context.Context, opts *Options, win string) (*rules.Ruleset
 		}
 	}
 	if failed == len(qs) {
-		return nil, warns, fmt.Errorf("triage: detect engine: %w: %v", ErrNoData, firstErr)
+		return nil, warns, fmt.Errorf("triage: detect engine: %w", noDataError{firstErr})
 	}
 	return best, warns, nil
 }
 
-func worstTargets(signal string, vec model.Vector, targetLabels []string) []Target {
+func worstTargets(signal, unit string, vec model.Vector, targetLabels []string) []Target {
 	ts := make([]Target, 0, len(vec))
 	for _, s := range vec {
 		f := float64(s.Value)
@@ -370,7 +404,7 @@ func worstTargets(signal string, vec model.Vector, targetLabels []string) []Targ
 		if len(lbls) == 0 {
 			continue
 		}
-		ts = append(ts, Target{Labels: lbls, Signal: signal, Value: f})
+		ts = append(ts, Target{Labels: lbls, Signal: signal, Value: f, Unit: unit})
 	}
 	sort.SliceStable(ts, func(i, j int) bool {
 		if ts[i].Value != ts[j].Value {

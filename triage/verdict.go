@@ -41,15 +41,18 @@ const (
 // Verdict is the result of one triage: the JSON contract shared by the CLI,
 // the HTTP API and every notifier.
 type Verdict struct {
-	SchemaVersion int       `json:"schema_version"`
-	Status        Status    `json:"status"`
-	Severity      Severity  `json:"severity"`
-	Phase         Phase     `json:"phase"`
-	Engine        string    `json:"engine"`
-	Scope         Scope     `json:"scope"`
-	At            time.Time `json:"at"`
-	Incident      Window    `json:"incident_window"`
-	Baseline      Window    `json:"baseline_window"`
+	SchemaVersion int      `json:"schema_version"`
+	Status        Status   `json:"status"`
+	Severity      Severity `json:"severity"`
+	Phase         Phase    `json:"phase"`
+	Engine        string   `json:"engine"`
+	// GPU is the GPU class the triage assumed (for the engine's scheduler
+	// defaults) and where it came from; nil when unknown.
+	GPU      *GPUClass `json:"gpu,omitempty"`
+	Scope    Scope     `json:"scope"`
+	At       time.Time `json:"at"`
+	Incident Window    `json:"incident_window"`
+	Baseline Window    `json:"baseline_window"`
 	// Headline holds the TTFT/TPOT split and the other top-line numbers.
 	Headline []Comparison `json:"headline"`
 	Causes   []Cause      `json:"causes"`
@@ -65,6 +68,25 @@ type Verdict struct {
 	// Signals holds every evaluated signal value; filled only when explaining.
 	Signals []SignalValue `json:"signals,omitempty"`
 }
+
+// GPUClass is the GPU class a triage assumed and where it came from.
+type GPUClass struct {
+	// Class is the normalised class, e.g. "H100", "A100-40GB", "H200".
+	Class string `json:"class"`
+	// Source is "given" (by the caller: --gpu or the bundle's
+	// incident.yaml) or "metrics" (inferred from the GPU counters' model
+	// label).
+	Source string `json:"source"`
+	// Detail says more about the source, e.g. which label and value the
+	// class was read from.
+	Detail string `json:"detail,omitempty"`
+}
+
+// GPU class sources.
+const (
+	GPUSourceGiven   = "given"
+	GPUSourceMetrics = "metrics"
+)
 
 // Scope names what was triaged.
 type Scope struct {
@@ -107,8 +129,11 @@ type Evidence struct {
 	Signal   string   `json:"signal,omitempty"`
 	Now      *float64 `json:"now,omitempty"`
 	Baseline *float64 `json:"baseline,omitempty"`
-	Weight   float64  `json:"weight"`
-	Text     string   `json:"text"`
+	// Unit is the unit of Now and Baseline (the signal's unit in the
+	// ruleset, see Comparison.Unit); empty when unknown.
+	Unit   string  `json:"unit,omitempty"`
+	Weight float64 `json:"weight"`
+	Text   string  `json:"text"`
 }
 
 // RuledOut is a cause a rule excluded, with the reason.
@@ -140,6 +165,8 @@ type Target struct {
 	Labels map[string]string `json:"labels"`
 	Signal string            `json:"signal"`
 	Value  float64           `json:"value"`
+	// Unit is the unit of Value (the signal's unit); empty when unknown.
+	Unit string `json:"unit,omitempty"`
 }
 
 // DataGap is something triage wanted and could not get.
@@ -155,6 +182,9 @@ type SignalValue struct {
 	Expr     string   `json:"expr"`
 	Now      *float64 `json:"now"`
 	Baseline *float64 `json:"baseline"`
+	// Unit is the unit of Now and Baseline (the signal's unit); empty when
+	// unknown.
+	Unit string `json:"unit,omitempty"`
 }
 
 // Request is one slow request's time breakdown, from traces.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -25,18 +26,33 @@ func writeChart(ctx context.Context, m triage.Metrics, v *triage.Verdict, path s
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".chart-*.png")
 	if err != nil {
-		return fmt.Errorf("write chart: %w", err)
+		return fmt.Errorf("write chart %s: %w", path, osCause(err))
 	}
 	defer os.Remove(tmp.Name())
 	if _, err := tmp.Write(png); err != nil {
 		tmp.Close()
-		return fmt.Errorf("write chart %s: %w", path, err)
+		return fmt.Errorf("write chart %s: %w", path, osCause(err))
 	}
 	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write chart %s: %w", path, err)
+		return fmt.Errorf("write chart %s: %w", path, osCause(err))
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write chart %s: %w", path, err)
+		return fmt.Errorf("write chart %s: %w", path, osCause(err))
 	}
 	return nil
+}
+
+// osCause drops the file name from an os error (*os.PathError,
+// *os.LinkError): the chart is written through a temporary file whose name
+// means nothing to the user, so errors name the requested path instead.
+func osCause(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) {
+		return le.Err
+	}
+	return err
 }

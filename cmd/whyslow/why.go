@@ -138,6 +138,9 @@ func whyVerdict(ctx context.Context, f *whyFlags, stderr io.Writer) (*triage.Ver
 		GPU:      f.gpu,
 		Explain:  f.explain,
 	}
+	if f.gpu != "" {
+		opts.GPUSource = "--gpu"
+	}
 	if f.at != "" {
 		at, err := time.Parse(time.RFC3339, f.at)
 		if err != nil {
@@ -267,8 +270,8 @@ func applyIncident(opts *triage.Options, in *bundle.Incident) {
 	if (opts.Engine == "" || opts.Engine == "auto") && in.Engine != "" {
 		opts.Engine = in.Engine
 	}
-	if opts.GPU == "" {
-		opts.GPU = in.GPU
+	if opts.GPU == "" && in.GPU != "" {
+		opts.GPU, opts.GPUSource = in.GPU, "incident.yaml"
 	}
 	opts.Scheduler = schedulerOf(in.Scheduler)
 }

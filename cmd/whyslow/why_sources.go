@@ -214,5 +214,23 @@ func whyPrometheus(ctx context.Context, f *whyFlags, opts triage.Options) (*tria
 		opts.At = time.Now()
 	}
 	opts.Metrics = c
-	return triageThen(ctx, opts, f.finish)
+	v, err := triageThen(ctx, opts, f.finish)
+	if err != nil {
+		return nil, unreachableCause(err)
+	}
+	return v, nil
+}
+
+// unreachableCause returns the remote client's own error when err says the
+// server could not be reached ("prometheus URL unreachable: dial tcp …"):
+// one clear reason instead of the chain of what failed because of it.
+// Other errors are returned unchanged.
+func unreachableCause(err error) error {
+	if !remote.Unreachable(err) {
+		return err
+	}
+	for u := errors.Unwrap(err); u != nil && remote.Unreachable(u); u = errors.Unwrap(u) {
+		err = u
+	}
+	return err
 }

@@ -203,6 +203,8 @@ func TestWhyBadInput(t *testing.T) {
 		name string
 		args []string
 		want []string
+		// notWant must not appear on stderr.
+		notWant []string
 		// lines is the number of stderr lines (0: one).
 		lines int
 	}{
@@ -238,14 +240,16 @@ func TestWhyBadInput(t *testing.T) {
 			want: []string{"testdata/bad/nope.yaml"},
 		},
 		{
-			name: "unreachable prometheus",
-			args: []string{"why", "--prometheus", "http://127.0.0.1:1", "--timeout", "5s", "--at", "2026-01-01T01:23:00Z"},
-			want: []string{"http://127.0.0.1:1", "unreachable"},
+			name:    "unreachable prometheus",
+			args:    []string{"why", "--prometheus", "http://127.0.0.1:1", "--timeout", "5s", "--at", "2026-01-01T01:23:00Z"},
+			want:    []string{"whyslow why: prometheus http://127.0.0.1:1 unreachable: "},
+			notWant: []string{"triage:", "detect engine", "no query succeeded"},
 		},
 		{
-			name: "unreachable prometheus, engine named",
-			args: []string{"why", "--prometheus", "http://127.0.0.1:1", "--timeout", "5s", "--engine", "vllm"},
-			want: []string{"http://127.0.0.1:1", "unreachable"},
+			name:    "unreachable prometheus, engine named",
+			args:    []string{"why", "--prometheus", "http://127.0.0.1:1", "--timeout", "5s", "--engine", "vllm"},
+			want:    []string{"whyslow why: prometheus http://127.0.0.1:1 unreachable: "},
+			notWant: []string{"triage:", "no query succeeded"},
 		},
 		{
 			name: "prometheus URL without scheme",
@@ -336,6 +340,11 @@ func TestWhyBadInput(t *testing.T) {
 					t.Errorf("stderr lacks %q:\n%s", w, r.stderr)
 				}
 			}
+			for _, w := range tc.notWant {
+				if strings.Contains(r.stderr, w) {
+					t.Errorf("stderr has %q:\n%s", w, r.stderr)
+				}
+			}
 			lines := tc.lines
 			if lines == 0 {
 				lines = 1
@@ -347,6 +356,20 @@ func TestWhyBadInput(t *testing.T) {
 				t.Errorf("stderr shows a panic:\n%s", r.stderr)
 			}
 		})
+	}
+}
+
+// TestWriteChartErrorNamesPath checks that a chart that cannot be written
+// is reported under the path the user asked for, not the temporary file's.
+func TestWriteChartErrorNamesPath(t *testing.T) {
+	t0 := time.Unix(1700000000, 0)
+	v := &triage.Verdict{Status: triage.StatusAnomaly, Engine: "vllm",
+		Incident: triage.Window{Start: t0.Add(-5 * time.Minute), End: t0},
+		Baseline: triage.Window{Start: t0.Add(-65 * time.Minute), End: t0.Add(-time.Hour)}}
+	path := filepath.Join(t.TempDir(), "missing", "c.png")
+	err := writeChart(context.Background(), rampMetrics{}, v, path)
+	if err == nil || !strings.Contains(err.Error(), "write chart "+path+": ") || strings.Contains(err.Error(), ".chart-") {
+		t.Errorf("err = %v, want it to name %s", err, path)
 	}
 }
 

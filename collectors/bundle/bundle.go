@@ -1,6 +1,6 @@
 // Package bundle reads incident bundles: a directory holding metrics.om (or
-// metrics.om.gz), an optional traces.jsonl and an optional incident.yaml (see
-// DESIGN.md). Files it does not know are ignored.
+// metrics.om.gz), an optional traces.jsonl (or traces.jsonl.gz) and an
+// optional incident.yaml (see DESIGN.md). Files it does not know are ignored.
 //
 // metrics.om is parsed with Prometheus's own model/textparse. The format is
 // detected from the content (DetectFormat): OpenMetrics when the text ends
@@ -27,6 +27,7 @@ const (
 	MetricsFile   = "metrics.om"
 	MetricsGzFile = "metrics.om.gz"
 	TracesFile    = "traces.jsonl"
+	TracesGzFile  = "traces.jsonl.gz"
 	IncidentFile  = "incident.yaml"
 )
 
@@ -39,7 +40,8 @@ type Bundle struct {
 	Dir string
 	// MetricsPath is the metrics file (metrics.om or metrics.om.gz).
 	MetricsPath string
-	// TracesPath is traces.jsonl, or empty when the bundle has none.
+	// TracesPath is traces.jsonl or traces.jsonl.gz, or empty when the
+	// bundle has neither.
 	TracesPath string
 	// Incident is the parsed incident.yaml, or nil when the bundle has none.
 	Incident *Incident
@@ -70,8 +72,15 @@ func Load(dir string) (*Bundle, error) {
 		return nil, fmt.Errorf("bundle %s: no %s (or %s)", dir, MetricsFile, MetricsGzFile)
 	}
 
-	if p := filepath.Join(dir, TracesFile); isFile(p) {
-		b.TracesPath = p
+	plain, gz = filepath.Join(dir, TracesFile), filepath.Join(dir, TracesGzFile)
+	hasPlain, hasGz = isFile(plain), isFile(gz)
+	switch {
+	case hasPlain && hasGz:
+		return nil, fmt.Errorf("bundle %s: both %s and %s present; keep one", dir, TracesFile, TracesGzFile)
+	case hasPlain:
+		b.TracesPath = plain
+	case hasGz:
+		b.TracesPath = gz
 	}
 
 	p := filepath.Join(dir, IncidentFile)

@@ -115,6 +115,22 @@ func TestLoadGzip(t *testing.T) {
 	}
 }
 
+func TestLoadTracesGzip(t *testing.T) {
+	dir := t.TempDir()
+	for name, content := range map[string]string{MetricsFile: "a 1 1\n# EOF\n", TracesGzFile: "gzip"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.TracesPath != filepath.Join(dir, TracesGzFile) {
+		t.Errorf("TracesPath = %q, want %s", b.TracesPath, TracesGzFile)
+	}
+}
+
 func TestLoadErrors(t *testing.T) {
 	write := func(t *testing.T, files map[string]string) string {
 		dir := t.TempDir()
@@ -132,6 +148,8 @@ func TestLoadErrors(t *testing.T) {
 	}{
 		{"no metrics", map[string]string{"incident.yaml": "window: 5m\n"}, "no metrics.om"},
 		{"both metrics", map[string]string{"metrics.om": "", "metrics.om.gz": ""}, "both"},
+		{"both traces", map[string]string{"metrics.om": "a 1 1\n# EOF\n", "traces.jsonl": "", "traces.jsonl.gz": ""},
+			"both traces.jsonl and traces.jsonl.gz present"},
 		{"bad incident", map[string]string{"metrics.om": "a 1 1\n# EOF\n", "incident.yaml": "window: 5x\n"}, `incident.yaml:1:9: window: invalid duration "5x"`},
 		{"bad metrics", map[string]string{"metrics.om": "a 1 1\na{ 1 1\n# EOF\n"}, "metrics.om:2:3: "},
 		{"empty metrics", map[string]string{"metrics.om": "# EOF\n"}, "metrics.om: no samples"},

@@ -84,6 +84,31 @@ func (b *Batch) Spans() ([]triage.Span, error) {
 	return spans, nil
 }
 
+// BundlePerWindow is how many requests per window the committed bundles
+// under testdata/incidents keep in their traces (internal/sim/gen).
+const BundlePerWindow = 600
+
+// WriteBundleTraces writes the traces of a recorded bundle into dir: the
+// requests of its incident and baseline windows (Sample, at most perWindow
+// of each; 0: all), as an llm-d gateway in front of the engine traces them,
+// with ids derived from seed. It returns the file written and how many
+// requests it holds.
+func WriteBundleTraces(dir string, b *sim.Bundle, recs []sim.RequestRecord, seed int64, perWindow int, gz bool) (string, int, error) {
+	if perWindow < 0 {
+		return "", 0, fmt.Errorf("write traces: %d requests per window: want 0 or more", perWindow)
+	}
+	kept := Sample(recs, BundleWindows(b.Incident), perWindow)
+	batch := New(Options{Seed: seed, Gateway: true})
+	for _, r := range kept {
+		batch.Add(r)
+	}
+	path, err := batch.WriteBundleFile(dir, gz)
+	if err != nil {
+		return "", 0, err
+	}
+	return path, len(kept), nil
+}
+
 // TracesFile and TracesGzFile are the bundle's trace file names.
 const (
 	TracesFile   = "traces.jsonl"

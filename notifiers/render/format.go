@@ -9,8 +9,11 @@ import (
 	"github.com/whyslow/whyslow/triage"
 )
 
-// Units the renderers understand (the `unit` field of a headline comparison).
-// Anything else is printed after the number as given.
+// Units the renderers understand (the `unit` field of a headline
+// comparison, an evidence, a target or an explained signal). Plain rate
+// units such as "req/s", "tokens/s" or "preemptions/s" (anything ending in
+// "/s") are rates: the number, then the unit ("4.65 req/s"). Anything else
+// is printed after the number as given.
 const (
 	UnitSeconds        = "seconds"          // also "s"
 	UnitFraction       = "fraction"         // 0–1, shown as %; also "percentunit"
@@ -18,11 +21,13 @@ const (
 	UnitRatio          = "ratio"            // a multiple, shown as ×
 	UnitBytes          = "bytes"            // shown as KiB, MiB, GiB
 	UnitBytesPerSecond = "bytes_per_second" // shown as KiB/s, MiB/s, GiB/s
+	UnitPerSecond      = "per_second"       // a rate of events, shown as 4.65/s
 )
 
 // FormatValue renders v in unit u for a human: seconds as ms below 1 s,
-// fractions as %, ratios as ×, bytes in binary units, other numbers with
-// three significant digits followed by the unit.
+// fractions as %, ratios as ×, bytes in binary units, rates as "4.65/s" or
+// "4.65 req/s", other numbers with three significant digits followed by the
+// unit.
 func FormatValue(v float64, u string) string {
 	if math.IsNaN(v) {
 		return "NaN"
@@ -46,6 +51,8 @@ func FormatValue(v float64, u string) string {
 		return bytesHuman(v, "")
 	case "bytes_per_second", "b/s", "bytes/s":
 		return bytesHuman(v, "/s")
+	case "per_second", "/s", "1/s":
+		return num(v) + "/s"
 	case "":
 		return num(v)
 	}
@@ -162,8 +169,9 @@ func GuessUnit(signal string) string {
 	return ""
 }
 
-// units maps signal names to units: the verdict's headline units first, then
-// GuessUnit.
+// units maps signal names to units: the verdict's headline units, for
+// values that carry no unit of their own (verdicts from producers before
+// the unit fields); GuessUnit after that.
 type units map[string]string
 
 func unitsOf(v *triage.Verdict) units {
@@ -176,7 +184,12 @@ func unitsOf(v *triage.Verdict) units {
 	return u
 }
 
-func (u units) of(signal string) string {
+// of returns the unit of a value: its own unit when it has one, else the
+// headline unit of its signal, else GuessUnit.
+func (u units) of(own, signal string) string {
+	if own != "" {
+		return own
+	}
 	if x, ok := u[signal]; ok {
 		return x
 	}

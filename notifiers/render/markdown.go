@@ -32,6 +32,9 @@ func Markdown(w io.Writer, v *triage.Verdict, opts Options) error {
 	if v.Engine != "" {
 		p("- **Engine:** %s\n", mdEscape(v.Engine))
 	}
+	if s := gpuFmt(v.GPU); s != "" {
+		p("- **GPU:** %s\n", mdEscape(s))
+	}
 	if !v.At.IsZero() {
 		p("- **At:** %s\n", timeFmt(v.At))
 	}
@@ -78,13 +81,22 @@ func Markdown(w io.Writer, v *triage.Verdict, opts Options) error {
 	if len(v.Targets) > 0 {
 		p("\n#### Worst targets\n\n")
 		for _, tg := range v.Targets {
-			p("- `%s`: %s = %s\n", mdCode(labelsFmt(tg.Labels)), mdEscape(tg.Signal), FormatValue(tg.Value, u.of(tg.Signal)))
+			p("- `%s`: %s = %s\n", mdCode(labelsFmt(tg.Labels)), mdEscape(tg.Signal), FormatValue(tg.Value, u.of(tg.Unit, tg.Signal)))
 		}
 	}
 	if len(v.Requests) > 0 {
 		p("\n#### Slowest requests (from traces)\n\n")
-		for _, r := range v.Requests {
-			p("- %s\n", mdEscape(requestLine(r)))
+		for _, r := range shownRequests(v) {
+			p("- %s\n", mdEscape(requestHead(r)))
+			if s := requestParts(r); s != "" {
+				p("  - %s\n", mdEscape(s))
+			}
+			if s := requestContext(r); s != "" {
+				p("  - %s\n", mdEscape(s))
+			}
+		}
+		if s := moreRequests(v); s != "" {
+			p("\n%s\n", mdEscape(s))
 		}
 	}
 	if len(v.DataGaps) > 0 {
@@ -112,7 +124,7 @@ func Markdown(w io.Writer, v *triage.Verdict, opts Options) error {
 		if len(v.Signals) > 0 {
 			p("\n#### Signals\n\n| Signal | Now | Baseline | Change | Expression |\n|---|---:|---:|---:|---|\n")
 			for _, s := range v.Signals {
-				un := u.of(s.Name)
+				un := u.of(s.Unit, s.Name)
 				p("| %s | %s | %s | %s | `%s` |\n", mdCell(s.Name), mdCell(optValue(s.Now, un)),
 					mdCell(optValue(s.Baseline, un)), mdCell(strings.TrimSpace(ratioSuffix(s.Now, s.Baseline))),
 					mdCode(strings.ReplaceAll(s.Expr, "|", "\\|")))
@@ -128,7 +140,7 @@ func Markdown(w io.Writer, v *triage.Verdict, opts Options) error {
 // mdEvidence is the evidence text with its numbers, the signal in code.
 func mdEvidence(e triage.Evidence, u units) string {
 	s := mdEscape(titleOr(e.Text, e.Rule))
-	un := u.of(e.Signal)
+	un := u.of(e.Unit, e.Signal)
 	var parts []string
 	if e.Signal != "" && (e.Now != nil || e.Baseline != nil) {
 		n := "`" + mdCode(e.Signal) + "` now " + optValue(e.Now, un)

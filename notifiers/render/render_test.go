@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/whyslow/whyslow/notifiers/notifytest"
@@ -23,6 +25,53 @@ var samples = []struct {
 	{"anomaly", notifytest.Anomaly},
 	{"healthy", notifytest.Healthy},
 	{"insufficient", notifytest.Insufficient},
+	{"traces", tracesVerdict},
+}
+
+func fp(v float64) *float64 { return &v }
+
+// tracesVerdict is the anomaly with what newer producers add: units on
+// evidence, targets and signals, the GPU class and where it came from, and
+// seven slow requests with their full breakdown and pod context (text and
+// Markdown list five).
+func tracesVerdict() *triage.Verdict {
+	v := notifytest.Anomaly()
+	v.GPU = &triage.GPUClass{Class: "H200", Source: triage.GPUSourceMetrics,
+		Detail: `model="NVIDIA H200" on the whyslow_gpu_* series of 8 GPUs serving the scope`}
+	v.Causes[2].Evidence = append(v.Causes[2].Evidence,
+		triage.Evidence{Step: "kv_cache", Rule: "preemptions_rose", Signal: "preemption_rate", Now: fp(5.58), Baseline: fp(0),
+			Unit: "preemptions/s", Weight: 2, Text: "preemptions rose to 5.58/s (baseline 0/s)"},
+		triage.Evidence{Step: "scheduler", Rule: "arrivals_up", Signal: "request_rate", Now: fp(4.65), Baseline: fp(7.44),
+			Unit: "req/s", Weight: 1, Text: "request rate fell"},
+		triage.Evidence{Step: "correlate", Rule: "traces.one_pod_slow", Now: fp(3.2), Baseline: fp(0.4), Unit: "seconds", Weight: 1.2,
+			Text: "one pod holds the slow requests"})
+	for i := range v.Targets {
+		v.Targets[i].Unit = "seconds"
+	}
+	for i := range v.Signals {
+		v.Signals[i].Unit = map[string]string{"ttft_p95": "seconds", "kv_cache_usage": "fraction"}[v.Signals[i].Name]
+	}
+	v.Signals = append(v.Signals, triage.SignalValue{Name: "request_rate", Expr: "sum(rate(vllm:request_success_total[5m]))",
+		Now: fp(4.65), Baseline: fp(7.44), Unit: "req/s"})
+	v.Requests = []triage.Request{
+		{TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", RequestID: "chatcmpl-0000000200008562", Pod: "vllm-70b-7d9f-abcde",
+			Start: notifytest.T0.Add(-time.Minute), E2E: 15.412, TTFT: 3.212, Dominant: "decode",
+			Parts: map[string]float64{"before_engine": 0.112, "before_engine.client": 0.05, "before_engine.admission": 0.002,
+				"before_engine.scoring": 0.001, "before_engine.routing": 0.001, "before_engine.proxy": 0.003,
+				"before_engine.api_server": 0.055, "queue": 2.7, "prefill": 0.4, "decode": 12.2, "after_engine": 0},
+			Tokens:  map[string]int{"prompt": 11800, "completion": 900},
+			Scores:  map[string]float64{"prefix_cache.score_max": 0.5},
+			Context: map[string]float64{"kv_cache_usage": 0.934, "num_requests_waiting": 30, "num_requests_running": 12, "whyslow_gpu_sm_clock_mhz": 1980}},
+		{TraceID: "0af7651916cd43dd8448eb211c80319c", Pod: "vllm-70b-7d9f-abcde", Start: notifytest.T0.Add(-2 * time.Minute),
+			E2E: 9.5, Dominant: "before_engine",
+			Parts: map[string]float64{"before_engine": 6, "before_engine.client": 6, "queue": 0.5, "prefill": 0.3, "decode": 2.7,
+				"engine_other": 0.01, "after_engine": 0.001}},
+	}
+	for i := 0; i < 5; i++ {
+		v.Requests = append(v.Requests, triage.Request{TraceID: fmt.Sprintf("%032x", i+1), E2E: 8 - float64(i), Dominant: "decode",
+			Parts: map[string]float64{"queue": 0.1, "prefill": 0.2, "decode": 7.7 - float64(i)}})
+	}
+	return v
 }
 
 func golden(t *testing.T, name string, got []byte) {
@@ -100,6 +149,15 @@ func TestTextContent(t *testing.T) {
 		}},
 		{"healthy", notifytest.Healthy(), []string{"HEALTHY", "TTFT p95 182 ms vs 175 ms ×1.04", "KV cache usage", "41%"}},
 		{"insufficient", notifytest.Insufficient(), []string{"INSUFFICIENT DATA", "TTFT p95 n/a vs 250 ms", "too few samples"}},
+		{"traces", tracesVerdict(), []string{
+			"gpu:      H200 (from the GPU counters: model=\"NVIDIA H200\"",
+			"preemption_rate: now 5.58 preemptions/s, baseline", "request_rate: now 4.65 req/s, baseline 7.44 req/s",
+			"ttft_p95 = 3.2 s", "4bf92f3577b34da6a3ce929d0e0e4736 request chatcmpl-0000000200008562 on vllm-70b-7d9f-abcde",
+			"before_engine 112 ms [client 50 ms, admission 2 ms, scoring 1 ms, routing 1 ms, proxy 3 ms,",
+			"api_server 55 ms], queue 2.7 s, prefill 400 ms, decode 12.2 s\n",
+			"queue 500 ms, prefill 300 ms, decode 2.7 s, engine_other", "its pod then: KV cache 93.4%, 30 waiting, 12 running",
+			"00000000000000000000000000000003", "… and 2 more in the verdict JSON",
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -211,6 +269,11 @@ func TestFormatValue(t *testing.T) {
 		{3 << 30, "bytes", "3 GiB"},
 		{1.5 * (1 << 20), "bytes_per_second", "1.5 MiB/s"},
 		{256, "requests", "256 requests"},
+		{4.6512, "req/s", "4.65 req/s"},
+		{5.58, "preemptions/s", "5.58 preemptions/s"},
+		{1234.5, "tokens/s", "1234 tokens/s"},
+		{0.25, "per_second", "0.25/s"},
+		{1980, "MHz", "1980 MHz"},
 		{11800.4, "", "11800"},
 		{0.000012, "", "1.2e-05"},
 	}
@@ -233,6 +296,64 @@ func TestGuessUnit(t *testing.T) {
 		if got := GuessUnit(in); got != want {
 			t.Errorf("GuessUnit(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+func TestRequestsListed(t *testing.T) {
+	v := tracesVerdict()
+	for _, f := range []Format{FormatText, FormatMarkdown} {
+		var buf bytes.Buffer
+		if err := Render(&buf, v, f, Options{}); err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(buf.String(), "mostly "); n != MaxRequests {
+			t.Errorf("%v lists %d requests, want %d", f, n, MaxRequests)
+		}
+		if strings.Contains(buf.String(), "00000000000000000000000000000004") {
+			t.Errorf("%v lists a request past the first %d", f, MaxRequests)
+		}
+	}
+	var buf bytes.Buffer
+	if err := JSON(&buf, v, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(buf.String(), `"trace_id"`); n != len(v.Requests) {
+		t.Errorf("JSON carries %d requests, want all %d", n, len(v.Requests))
+	}
+}
+
+func TestRequestParts(t *testing.T) {
+	tests := []struct {
+		name  string
+		parts map[string]float64
+		want  string
+	}{
+		{"engine only", map[string]float64{"decode": 2, "queue": 0.1, "prefill": 0.3, "before_engine": 0, "after_engine": 0},
+			"queue 100 ms, prefill 300 ms, decode 2 s"},
+		{"sub-parts in order, unknown last", map[string]float64{"before_engine.proxy": 0.003, "before_engine.client": 0.01,
+			"before_engine.dns": 0.002, "before_engine": 0.015, "after_engine": 0.001, "decode": 1, "zz_other": 0.5},
+			"before_engine 15 ms [client 10 ms, proxy 3 ms, dns 2 ms], decode 1 s, after_engine 1 ms, zz_other 500 ms"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := requestParts(triage.Request{Parts: tt.parts}); got != tt.want {
+				t.Errorf("requestParts = %q\nwant            %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestOwnUnitWins(t *testing.T) {
+	// A value's own unit beats the headline unit of its signal and the guess.
+	u := units{"kv_usage": UnitFraction}
+	if got := u.of("percent", "kv_usage"); got != "percent" {
+		t.Errorf("own unit: got %q", got)
+	}
+	if got := u.of("", "kv_usage"); got != UnitFraction {
+		t.Errorf("headline unit: got %q", got)
+	}
+	if got := u.of("", "x_seconds"); got != UnitSeconds {
+		t.Errorf("guess: got %q", got)
 	}
 }
 

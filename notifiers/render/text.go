@@ -54,6 +54,27 @@ func (t *textWriter) line(indent, hang int, code, s string) {
 
 func (t *textWriter) blank() { t.w.WriteByte('\n') }
 
+// fieldWidth is the column where the header's values start ("scope:    ").
+const fieldWidth = 10
+
+// field writes a header line "label:    value", continuation lines aligned
+// under the value.
+func (t *textWriter) field(code, label, value string) {
+	pad := max(1, fieldWidth-utf8.RuneCountInString(label))
+	first := label + strings.Repeat(" ", pad)
+	if utf8.RuneCountInString(first+value) <= t.width {
+		t.line(0, 0, code, first+value)
+		return
+	}
+	for i, l := range wrap(value, t.width-fieldWidth, 0) {
+		if i > 0 {
+			first = strings.Repeat(" ", fieldWidth)
+		}
+		t.w.WriteString(t.paint(code, first+l))
+		t.w.WriteByte('\n')
+	}
+}
+
 // wrap splits s into lines of at most width runes, breaking at spaces;
 // continuation lines start with hang spaces. Words longer than a line are cut.
 func wrap(s string, width, hang int) []string {
@@ -111,21 +132,27 @@ func wrap(s string, width, hang int) []string {
 var unitWords = map[string]bool{
 	"µs": true, "ms": true, "s": true, "%": true, "B": true, "KiB": true, "MiB": true, "GiB": true,
 	"TiB": true, "KiB/s": true, "MiB/s": true, "GiB/s": true, "TiB/s": true, "B/s": true,
+	"MHz": true, "°C": true, "W": true,
 }
 
 // glueUnits joins a unit word to the number before it so that wrapping never
-// separates "40" from "ms". Joined words keep their space.
+// separates "40" from "ms" or "4.65" from "req/s". Joined words keep their
+// space.
 func glueUnits(words []string) []string {
 	out := words[:0:0]
 	for _, w := range words {
-		base := strings.TrimRight(w, ",;:.)")
-		if len(out) > 0 && unitWords[base] {
+		base := strings.TrimRight(w, ",;:.)]")
+		if len(out) > 0 && (unitWords[base] || strings.HasSuffix(base, "/s") && endsInDigit(out[len(out)-1])) {
 			out[len(out)-1] += " " + w
 			continue
 		}
 		out = append(out, w)
 	}
 	return out
+}
+
+func endsInDigit(s string) bool {
+	return s != "" && s[len(s)-1] >= '0' && s[len(s)-1] <= '9'
 }
 
 // Text writes v for a terminal: the headline, causes in rank order with their
@@ -157,12 +184,15 @@ func Text(w io.Writer, v *triage.Verdict, opts Options) error {
 	if s := splitSummary(v, " · "); s != "" {
 		t.line(0, 2, ansiBold, s)
 	}
-	t.line(0, 10, "", "scope:    "+scopeFmt(v.Scope))
+	t.field("", "scope:", scopeFmt(v.Scope))
 	if s := engineLine(v); s != "" {
 		t.line(0, 10, "", s)
 	}
+	if s := gpuFmt(v.GPU); s != "" {
+		t.field("", "gpu:", s)
+	}
 	if len(v.Scope.Labels) > 0 {
-		t.line(0, 10, ansiDim, "labels:   "+labelsFmt(v.Scope.Labels))
+		t.field(ansiDim, "labels:", labelsFmt(v.Scope.Labels))
 	}
 	t.line(0, 10, "", "incident: "+windowFmt(v.Incident))
 	t.line(0, 10, "", "baseline: "+windowFmt(v.Baseline))
@@ -219,15 +249,24 @@ func Text(w io.Writer, v *triage.Verdict, opts Options) error {
 		t.blank()
 		t.line(0, 0, ansiBold, "Worst targets")
 		for _, tg := range v.Targets {
-			t.line(2, 4, "", "- "+labelsFmt(tg.Labels)+": "+tg.Signal+" = "+FormatValue(tg.Value, u.of(tg.Signal)))
+			t.line(2, 4, "", "- "+labelsFmt(tg.Labels)+": "+tg.Signal+" = "+FormatValue(tg.Value, u.of(tg.Unit, tg.Signal)))
 		}
 	}
 
 	if len(v.Requests) > 0 {
 		t.blank()
 		t.line(0, 0, ansiBold, "Slowest requests (from traces)")
-		for _, r := range v.Requests {
-			t.line(2, 4, "", "- "+requestLine(r))
+		for _, r := range shownRequests(v) {
+			t.line(2, 4, "", "- "+requestHead(r))
+			if s := requestParts(r); s != "" {
+				t.line(6, 2, "", s)
+			}
+			if s := requestContext(r); s != "" {
+				t.line(6, 2, ansiDim, s)
+			}
+		}
+		if s := moreRequests(v); s != "" {
+			t.line(2, 4, ansiDim, s)
 		}
 	}
 
@@ -262,7 +301,7 @@ func Text(w io.Writer, v *triage.Verdict, opts Options) error {
 			t.blank()
 			t.line(0, 0, ansiBold, "Signals")
 			for _, s := range v.Signals {
-				un := u.of(s.Name)
+				un := u.of(s.Unit, s.Name)
 				t.line(2, 4, "", fmt.Sprintf("- %s: now %s, baseline %s%s", s.Name,
 					optValue(s.Now, un), optValue(s.Baseline, un), ratioSuffix(s.Now, s.Baseline)))
 				if s.Expr != "" {
@@ -424,7 +463,7 @@ func evidenceLine(e triage.Evidence, u units) string {
 
 func evidenceNumbers(e triage.Evidence, u units) string {
 	var parts []string
-	un := u.of(e.Signal)
+	un := u.of(e.Unit, e.Signal)
 	if e.Signal != "" && (e.Now != nil || e.Baseline != nil) {
 		p := e.Signal + ": now " + optValue(e.Now, un)
 		if e.Baseline != nil {
@@ -478,29 +517,6 @@ func ruleCode(r triage.RuleOutcome) string {
 		return ""
 	}
 	return ansiDim
-}
-
-func requestLine(r triage.Request) string {
-	s := r.TraceID
-	if r.Pod != "" {
-		s += " on " + r.Pod
-	}
-	s += ": e2e " + FormatSeconds(r.E2E)
-	if r.TTFT > 0 {
-		s += ", TTFT " + FormatSeconds(r.TTFT)
-	}
-	if r.Dominant != "" {
-		s += ", mostly " + r.Dominant
-	}
-	if len(r.Parts) > 0 {
-		keys := sortedKeys(r.Parts)
-		ps := make([]string, 0, len(keys))
-		for _, k := range keys {
-			ps = append(ps, k+" "+FormatSeconds(r.Parts[k]))
-		}
-		s += " (" + strings.Join(ps, ", ") + ")"
-	}
-	return s
 }
 
 func sortedKeys[V any](m map[string]V) []string {

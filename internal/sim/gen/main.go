@@ -1,9 +1,14 @@
 // Command gen records the committed incident bundles under
-// testdata/incidents: one trimmed, gzipped bundle per scenario, at a seed
-// chosen so the instance shows its cause clearly.
+// testdata/incidents, all of them in one run: one trimmed, gzipped bundle
+// per scenario at a seed chosen so the instance shows its cause clearly,
+// the SGLang and TensorRT-LLM variants of some scenarios, and
+// traces.jsonl.gz for the bundles whose tests read traces.
 //
 //	go generate ./internal/sim
-//	go run ./internal/sim/gen -out testdata/incidents
+//	go run ./internal/sim/gen -out testdata/incidents [-bundle NAME]
+//
+// Each bundle is what `whyslow sim record --scenario S --seed N --policy P
+// --trim --gzip [--traces --traces-per-window N]` writes.
 package main
 
 import (
@@ -14,9 +19,11 @@ import (
 	"path/filepath"
 
 	"github.com/whyslow/whyslow/internal/sim"
+	"github.com/whyslow/whyslow/internal/simtrace"
 )
 
-// seeds is the scenario → seed table of the committed bundles.
+// seeds is the scenario → seed table of the vLLM bundles, one per scenario
+// (the directory is the scenario's name).
 var seeds = map[string]int64{
 	"healthy":           1,
 	"healthy_busy":      3,
@@ -33,29 +40,104 @@ var seeds = map[string]int64{
 	"frontend_delay":    2,
 }
 
-func main() {
-	out := flag.String("out", filepath.Join("testdata", "incidents"), "directory to write the bundles under")
-	only := flag.String("scenario", "", "record only this scenario")
-	flag.Parse()
+// withTraces are the vLLM bundles that also carry traces, with how many
+// requests each window keeps (router_skew keeps fewer: its four replicas'
+// metrics are already the largest bundle).
+var withTraces = map[string]int{
+	"frontend_delay":    simtrace.BundlePerWindow,
+	"long_prompt_burst": simtrace.BundlePerWindow,
+	"router_skew":       150,
+}
+
+// engineBundles are the bundles of the other engines' scheduler policies
+// and metric names: directory <policy>_<scenario>.
+var engineBundles = []spec{
+	{scenario: "kv_pressure", seed: 2, policy: "sglang"},
+	{scenario: "prompt_shift", seed: 2, policy: "sglang"},
+	{scenario: "kv_pressure", seed: 2, policy: "trtllm"},
+	{scenario: "long_prompt_burst", seed: 2, policy: "trtllm"},
+}
+
+// spec is one committed bundle.
+type spec struct {
+	scenario string
+	seed     int64
+	policy   string // "" is vllm
+	// traces is how many requests per window traces.jsonl.gz keeps; 0
+	// writes no traces.
+	traces int
+}
+
+// dir is the bundle's directory name.
+func (s spec) dir() string {
+	if s.policy == "" || s.policy == "vllm" {
+		return s.scenario
+	}
+	return s.policy + "_" + s.scenario
+}
+
+// specs lists every committed bundle, the scenario bundles in the order of
+// sim.Scenarios, then the engine bundles.
+func specs() ([]spec, error) {
+	var out []spec
 	for _, s := range sim.Scenarios() {
-		if *only != "" && s.Name != *only {
-			continue
-		}
 		seed, ok := seeds[s.Name]
 		if !ok {
-			fmt.Fprintf(os.Stderr, "gen: no seed for scenario %s\n", s.Name)
-			os.Exit(2)
+			return nil, fmt.Errorf("no seed for scenario %s", s.Name)
 		}
-		b, err := sim.Record(context.Background(), sim.Options{Scenario: s.Name, Seed: seed, Trim: true})
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "gen: %v\n", err)
-			os.Exit(2)
-		}
-		dir := filepath.Join(*out, s.Name)
-		if err := b.WriteDir(dir, true); err != nil {
-			fmt.Fprintf(os.Stderr, "gen: %v\n", err)
-			os.Exit(2)
-		}
-		fmt.Printf("%s: seed %d, %d bytes of metrics\n", dir, seed, len(b.Metrics))
+		out = append(out, spec{scenario: s.Name, seed: seed, traces: withTraces[s.Name]})
 	}
+	return append(out, engineBundles...), nil
+}
+
+func main() {
+	out := flag.String("out", filepath.Join("testdata", "incidents"), "directory to write the bundles under")
+	only := flag.String("bundle", "", "record only this bundle (directory name, e.g. kv_pressure or sglang_kv_pressure)")
+	flag.Parse()
+	all, err := specs()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gen: %v\n", err)
+		os.Exit(2)
+	}
+	n := 0
+	for _, s := range all {
+		if *only != "" && s.dir() != *only {
+			continue
+		}
+		n++
+		if err := record(context.Background(), s, filepath.Join(*out, s.dir())); err != nil {
+			fmt.Fprintf(os.Stderr, "gen: %s: %v\n", s.dir(), err)
+			os.Exit(2)
+		}
+	}
+	if n == 0 {
+		fmt.Fprintf(os.Stderr, "gen: no bundle named %q\n", *only)
+		os.Exit(2)
+	}
+}
+
+// record writes one bundle (and its traces) into dir.
+func record(ctx context.Context, s spec, dir string) error {
+	var recs simtrace.Records
+	opt := sim.Options{Scenario: s.scenario, Seed: s.seed, Policy: s.policy, Trim: true}
+	if s.traces > 0 {
+		opt.OnRequest = recs.Add
+	}
+	b, err := sim.Record(ctx, opt)
+	if err != nil {
+		return err
+	}
+	if err := b.WriteDir(dir, true); err != nil {
+		return err
+	}
+	msg := fmt.Sprintf("%s: seed %d, %d bytes of metrics", dir, s.seed, len(b.Metrics))
+	if s.traces > 0 {
+		path, kept, err := simtrace.WriteBundleTraces(dir, b, recs.List, s.seed, s.traces, true)
+		if err != nil {
+			return err
+		}
+		msg += fmt.Sprintf(", %d traced requests in %s", kept, filepath.Base(path))
+	}
+	fmt.Println(msg)
+	return nil
 }

@@ -1,8 +1,12 @@
-// Command gen adds traces to committed incident bundles: it re-records each
-// bundle's instance (scenario and seed from its truth.yaml, trimmed as
+// Command gen adds traces to incident bundles: it re-records each bundle's
+// instance (scenario, seed and policy from its truth.yaml, trimmed as
 // internal/sim/gen records it), keeps the requests of the incident and
 // baseline windows (a stable sample) and writes traces.jsonl.gz next to the
 // metrics. The metrics are left alone.
+//
+// The committed bundles under testdata/incidents get their traces from
+// `go generate ./internal/sim` (internal/sim/gen); this command is for
+// adding traces to other bundles.
 //
 //	go run ./internal/simtrace/gen -per-window 600 testdata/incidents/frontend_delay ...
 package main
@@ -21,7 +25,7 @@ import (
 )
 
 func main() {
-	perWindow := flag.Int("per-window", 600, "requests kept per window (0: all)")
+	perWindow := flag.Int("per-window", simtrace.BundlePerWindow, "requests kept per window (0: all)")
 	flag.Parse()
 	if flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "usage: gen [-per-window N] BUNDLE_DIR...")
@@ -44,17 +48,13 @@ func addTraces(dir string, perWindow int) error {
 	if err := yaml.Unmarshal(data, &truth); err != nil {
 		return fmt.Errorf("%s/truth.yaml: %w", dir, err)
 	}
+	policy, _ := truth.Params["policy"].(string)
 	var recs simtrace.Records
-	b, err := sim.Record(context.Background(), sim.Options{Scenario: truth.Scenario, Seed: truth.Seed, Trim: true, OnRequest: recs.Add})
+	b, err := sim.Record(context.Background(), sim.Options{Scenario: truth.Scenario, Seed: truth.Seed, Policy: policy, Trim: true, OnRequest: recs.Add})
 	if err != nil {
 		return fmt.Errorf("%s: %w", dir, err)
 	}
-	kept := simtrace.Sample(recs.List, simtrace.BundleWindows(b.Incident), perWindow)
-	batch := simtrace.New(simtrace.Options{Seed: truth.Seed, Gateway: true})
-	for _, r := range kept {
-		batch.Add(r)
-	}
-	path, err := batch.WriteBundleFile(dir, true)
+	path, kept, err := simtrace.WriteBundleTraces(dir, b, recs.List, truth.Seed, perWindow, true)
 	if err != nil {
 		return err
 	}
@@ -62,6 +62,6 @@ func addTraces(dir string, perWindow int) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("%s: %d of %d requests, %d bytes\n", path, len(kept), len(recs.List), fi.Size())
+	fmt.Printf("%s: %d of %d requests, %d bytes\n", path, kept, len(recs.List), fi.Size())
 	return nil
 }
