@@ -67,6 +67,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if format == render.FormatText {
 		fmt.Fprintf(stdout, "\nGround truth: %s\n", truthLine(truth, v))
+		fmt.Fprintf(stdout, "Watch the daemon detect, notify and resolve it: whyslow demo --live --scenario %s\n", *scenario)
 	}
 	return exitOK
 }

@@ -49,6 +49,29 @@ func TestDemoDefault(t *testing.T) {
 	}
 }
 
+// TestDemoLive plays the default incident to the daemon: it must open with
+// the injected cause and resolve after the engine is fixed.
+func TestDemoLive(t *testing.T) {
+	if testing.Short() {
+		t.Skip("plays 1.5 simulated hours through the daemon")
+	}
+	r := runCLI(t, "demo", "--live")
+	if r.code != exitOK {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	for _, w := range []string{
+		"== whyslow open: incident",
+		"top cause chunked_prefill_mismatch",
+		"the engine is fixed",
+		"incident resolved",
+		"== whyslow resolve: incident",
+	} {
+		if !strings.Contains(r.stdout, w) {
+			t.Errorf("live demo output lacks %q:\n%s", w, r.stdout)
+		}
+	}
+}
+
 func TestDemoJSON(t *testing.T) {
 	r := runCLI(t, "demo", "--scenario", "abort_storm", "--output", "json")
 	if r.code != exitOK {

@@ -1,0 +1,168 @@
+package accuracy
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/whyslow/whyslow/internal/daemon"
+	"github.com/whyslow/whyslow/internal/sim"
+	"github.com/whyslow/whyslow/rules"
+	"github.com/whyslow/whyslow/triage"
+)
+
+// EarlyResult is the daemon's view of one case: when its detector fired and
+// the verdicts of the first triages of the incident it opened.
+type EarlyResult struct {
+	Case  Case
+	Truth []string
+	// Params are the drawn instance's parameters.
+	Params map[string]any
+	// Onset is when the injected cause started; Fired when the detector
+	// fired (zero when it never did before the recording ended).
+	Onset, Fired time.Time
+	// Triggers are the detector triggers firing at Fired.
+	Triggers []string
+	// Verdicts are the triages at Fired + k scrape intervals, k = 0, 1, ….
+	Verdicts []*triage.Verdict
+}
+
+// Intervals is how many scrape intervals after the onset the detector fired
+// (-1 when it never fired).
+func (r *EarlyResult) Intervals(step time.Duration) int {
+	if r.Fired.IsZero() {
+		return -1
+	}
+	return int(r.Fired.Sub(r.Onset) / step)
+}
+
+// AtOpen returns the verdict the daemon notifies when the incident opens:
+// the first one that names a cause (the tracker waits up to OpenWait for
+// one, triage.Tracker.Record), or the last when none does. Its index is
+// returned too; nil when the detector never fired.
+func (r *EarlyResult) AtOpen() (*triage.Verdict, int) {
+	for i, v := range r.Verdicts {
+		if v.Status == triage.StatusAnomaly && len(v.Causes) > 0 {
+			return v, i
+		}
+	}
+	if len(r.Verdicts) == 0 {
+		return nil, -1
+	}
+	return r.Verdicts[len(r.Verdicts)-1], len(r.Verdicts) - 1
+}
+
+// Top returns a verdict's top cause id, or its status when it has none, or
+// "no_detection" when v is nil.
+func Top(v *triage.Verdict) string {
+	if v == nil {
+		return "no_detection"
+	}
+	if len(v.Causes) > 0 {
+		return v.Causes[0].ID
+	}
+	return string(v.Status)
+}
+
+// RightTop reports whether v's top cause is one of truth.
+func RightTop(v *triage.Verdict, truth []string) bool {
+	if v == nil || len(v.Causes) == 0 {
+		return false
+	}
+	for _, t := range truth {
+		if v.Causes[0].ID == t {
+			return true
+		}
+	}
+	return false
+}
+
+// EarlyOptions configures RunEarly. Zero values take the daemon's defaults
+// (daemon.Config{}.WithDefaults()).
+type EarlyOptions struct {
+	// Config is the daemon configuration whose scrape interval, detector,
+	// triage windows and engine are replayed.
+	Config daemon.Config
+	// Triages is how many triages to run from the fire time on, one per
+	// scrape interval (default 4: fire time + 0..3 intervals).
+	Triages int
+	// Explain asks the triages for every signal and rule outcome.
+	Explain bool
+}
+
+// RunEarly records the case at the daemon's scrape interval, replays the
+// daemon's detector over the recording from the onset on, one evaluation
+// per scrape interval, and when it first fires triages the scope exactly as
+// the daemon does while the incident is young (Daemon.Tick in
+// internal/daemon/daemon.go): at the evaluation time, over the detector's
+// short window plus the incident's age (incidentWindow there), against the
+// triage baseline, with the configured engine, no scheduler settings and no
+// GPU class. Healthy cases run too: a detector that fires on one is
+// reported, and its verdicts scored as false alarms.
+func RunEarly(ctx context.Context, c Case, rss []*rules.Ruleset, o EarlyOptions) (*EarlyResult, error) {
+	cfg := o.Config.WithDefaults()
+	n := o.Triages
+	if n <= 0 {
+		n = 4
+	}
+	b, err := sim.Record(ctx, sim.Options{Scenario: c.Scenario, Seed: c.Seed, Names: c.Names, GPUSeries: c.GPUSeries, ScrapeInterval: cfg.ScrapeInterval})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", c, err)
+	}
+	st, err := Load(ctx, b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: load: %w", c, err)
+	}
+	defer st.Close()
+	det, err := triage.NewDetector(cfg.Detect)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", c, err)
+	}
+	res := &EarlyResult{Case: c, Truth: b.Truth.Causes, Params: b.Truth.Params, Onset: b.Truth.Onset}
+	step := cfg.ScrapeInterval
+	// The recording ends at the bundle's `at`; the first triages after the
+	// fire time need data up to n-1 intervals later.
+	end := b.Incident.At.Add(-time.Duration(n-1) * step)
+	var scope triage.Detection
+	// Start a few intervals before the onset so the `for` hold has history.
+	for at := res.Onset.Add(-2 * step); !at.After(end); at = at.Add(step) {
+		dets, err := det.Evaluate(ctx, st, at)
+		if err != nil {
+			return nil, fmt.Errorf("%s: detect at %s: %w", c, at.Format(time.RFC3339), err)
+		}
+		for _, d := range dets {
+			if d.Firing {
+				scope = d
+				break
+			}
+		}
+		if scope.Firing {
+			res.Fired, res.Triggers = at, scope.FiringTriggers()
+			break
+		}
+	}
+	if res.Fired.IsZero() {
+		return res, nil
+	}
+	for k := 0; k < n; k++ {
+		at := res.Fired.Add(time.Duration(k) * step)
+		v, err := triage.Run(ctx, triage.Options{
+			Metrics: st, Rulesets: rss, Engine: cfg.Engine, Selector: scope.Scope.Selector,
+			At: at, Window: IncidentWindow(cfg, at.Sub(res.Fired)), Baseline: cfg.Triage.Baseline,
+			Scheduler: rules.Scheduler{}, Explain: o.Explain,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%s: triage at %s: %w", c, at.Format(time.RFC3339), err)
+		}
+		res.Verdicts = append(res.Verdicts, v)
+	}
+	return res, nil
+}
+
+// IncidentWindow is the daemon's triage window for an incident open for
+// age, replicated from incidentWindow in internal/daemon/daemon.go (keep in
+// step): the detector's short window plus the age, at most Triage.Window.
+func IncidentWindow(cfg daemon.Config, age time.Duration) time.Duration {
+	w := cfg.Detect.ShortWindow + max(age, 0)
+	return min(w, cfg.Triage.Window)
+}
