@@ -23,7 +23,12 @@ type EarlyResult struct {
 	Onset, Fired time.Time
 	// Triggers are the detector triggers firing at Fired.
 	Triggers []string
-	// Verdicts are the triages at Fired + k scrape intervals, k = 0, 1, ….
+	// PendingAtOnset are the triggers whose condition already held at the
+	// onset, before the injected cause could show: detector noise.
+	PendingAtOnset []string
+	// Verdicts are the triages at Fired + k scrape intervals, k = 0, 1, …:
+	// at least Triages of them, more while none names a cause, up to the
+	// tracker's OpenWait.
 	Verdicts []*triage.Verdict
 }
 
@@ -38,8 +43,9 @@ func (r *EarlyResult) Intervals(step time.Duration) int {
 
 // AtOpen returns the verdict the daemon notifies when the incident opens:
 // the first one that names a cause (the tracker waits up to OpenWait for
-// one, triage.Tracker.Record), or the last when none does. Its index is
-// returned too; nil when the detector never fired.
+// one, triage.Tracker.Record), or the last when none does (the tracker then
+// notifies without a cause). Its index is returned too; nil when the
+// detector never fired.
 func (r *EarlyResult) AtOpen() (*triage.Verdict, int) {
 	for i, v := range r.Verdicts {
 		if v.Status == triage.StatusAnomaly && len(v.Causes) > 0 {
@@ -84,7 +90,9 @@ type EarlyOptions struct {
 	// triage windows and engine are replayed.
 	Config daemon.Config
 	// Triages is how many triages to run from the fire time on, one per
-	// scrape interval (default 4: fire time + 0..3 intervals).
+	// scrape interval (default 4: fire time + 0..3 intervals). While none
+	// names a cause more run, up to the tracker's OpenWait, as the daemon
+	// waits that long for a verdict with a cause before it notifies.
 	Triages int
 	// Explain asks the triages for every signal and rule outcome.
 	Explain bool
@@ -120,17 +128,27 @@ func RunEarly(ctx context.Context, c Case, rss []*rules.Ruleset, o EarlyOptions)
 	}
 	res := &EarlyResult{Case: c, Truth: b.Truth.Causes, Params: b.Truth.Params, Onset: b.Truth.Onset}
 	step := cfg.ScrapeInterval
-	// The recording ends at the bundle's `at`; the first triages after the
-	// fire time need data up to n-1 intervals later.
-	end := b.Incident.At.Add(-time.Duration(n-1) * step)
+	wait := int(cfg.Incidents.OpenWait / step)
+	// The recording ends at the bundle's `at`; the triages after the fire
+	// time need data up to max(n-1, wait) intervals later.
+	end := b.Incident.At.Add(-time.Duration(max(n-1, wait)) * step)
 	var scope triage.Detection
-	// Start a few intervals before the onset so the `for` hold has history.
-	for at := res.Onset.Add(-2 * step); !at.After(end); at = at.Add(step) {
+	// The first evaluation is at the onset: a condition already holding
+	// then is noise the detector caught before the cause began (reported
+	// as PendingAtOnset); the `for` hold counts from there.
+	for at := res.Onset; !at.After(end); at = at.Add(step) {
 		dets, err := det.Evaluate(ctx, st, at)
 		if err != nil {
 			return nil, fmt.Errorf("%s: detect at %s: %w", c, at.Format(time.RFC3339), err)
 		}
 		for _, d := range dets {
+			if at.Equal(res.Onset) {
+				for _, tr := range d.Triggers {
+					if tr.State != triage.TriggerInactive {
+						res.PendingAtOnset = append(res.PendingAtOnset, tr.Name)
+					}
+				}
+			}
 			if d.Firing {
 				scope = d
 				break
@@ -144,7 +162,8 @@ func RunEarly(ctx context.Context, c Case, rss []*rules.Ruleset, o EarlyOptions)
 	if res.Fired.IsZero() {
 		return res, nil
 	}
-	for k := 0; k < n; k++ {
+	named := false
+	for k := 0; k < n || (!named && k <= wait); k++ {
 		at := res.Fired.Add(time.Duration(k) * step)
 		v, err := triage.Run(ctx, triage.Options{
 			Metrics: st, Rulesets: rss, Engine: cfg.Engine, Selector: scope.Scope.Selector,
@@ -155,6 +174,7 @@ func RunEarly(ctx context.Context, c Case, rss []*rules.Ruleset, o EarlyOptions)
 			return nil, fmt.Errorf("%s: triage at %s: %w", c, at.Format(time.RFC3339), err)
 		}
 		res.Verdicts = append(res.Verdicts, v)
+		named = named || (v.Status == triage.StatusAnomaly && len(v.Causes) > 0)
 	}
 	return res, nil
 }

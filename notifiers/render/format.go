@@ -22,6 +22,7 @@ const (
 	UnitBytes          = "bytes"            // shown as KiB, MiB, GiB
 	UnitBytesPerSecond = "bytes_per_second" // shown as KiB/s, MiB/s, GiB/s
 	UnitPerSecond      = "per_second"       // a rate of events, shown as 4.65/s
+	UnitCount          = "count"            // a plain count, shown as the bare number
 )
 
 // FormatValue renders v in unit u for a human: seconds as ms below 1 s,
@@ -53,7 +54,7 @@ func FormatValue(v float64, u string) string {
 		return bytesHuman(v, "/s")
 	case "per_second", "/s", "1/s":
 		return num(v) + "/s"
-	case "":
+	case "", "count":
 		return num(v)
 	}
 	return num(v) + " " + u

@@ -274,6 +274,7 @@ func TestFormatValue(t *testing.T) {
 		{1234.5, "tokens/s", "1234 tokens/s"},
 		{0.25, "per_second", "0.25/s"},
 		{1980, "MHz", "1980 MHz"},
+		{20, "count", "20"},
 		{11800.4, "", "11800"},
 		{0.000012, "", "1.2e-05"},
 	}
