@@ -246,18 +246,10 @@ func simMux(live *sim.Live) http.Handler {
 // and baseline windows (sampled to perWindow each), as an llm-d gateway in
 // front of vLLM would trace them.
 func writeSimTraces(dir string, b *sim.Bundle, recs []sim.RequestRecord, seed int64, perWindow int, gz bool, stdout io.Writer) error {
-	if perWindow < 0 {
-		return fmt.Errorf("--traces-per-window %d: want 0 or more", perWindow)
-	}
-	kept := simtrace.Sample(recs, simtrace.BundleWindows(b.Incident), perWindow)
-	batch := simtrace.New(simtrace.Options{Seed: seed, Gateway: true})
-	for _, r := range kept {
-		batch.Add(r)
-	}
-	path, err := batch.WriteBundleFile(dir, gz)
+	path, kept, err := simtrace.WriteBundleTraces(dir, b, recs, seed, perWindow, gz)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "wrote %s: %d of %d requests traced\n", path, len(kept), len(recs))
+	fmt.Fprintf(stdout, "wrote %s: %d of %d requests traced\n", path, kept, len(recs))
 	return nil
 }

@@ -404,7 +404,10 @@ func evidenceText(v *triage.Verdict, e triage.Evidence) string {
 	}
 	s = esc(s)
 	if e.Signal != "" && e.Now != nil {
-		u := unitOf(v, e.Signal)
+		u := e.Unit
+		if u == "" {
+			u = unitOf(v, e.Signal)
+		}
 		s += " _(" + esc(e.Signal) + " " + optValue(e.Now, u)
 		if e.Baseline != nil {
 			s += ", baseline " + optValue(e.Baseline, u)
