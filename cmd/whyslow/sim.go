@@ -201,7 +201,7 @@ func simServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "whyslow sim serve: %v\n", err)
 		return exitFailed
 	}
-	srv := &http.Server{Handler: simMux(live), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: simMux(live, time.Now()), ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintf(stdout, "serving %s seed %d: %d replicas on http://%s/metrics and /replica/N/metrics (speed ×%g, onset at %s)\n",
 		opt.Scenario, opt.Seed, live.Replicas(), ln.Addr(), *speed, live.Onset().Format(time.RFC3339))
 	errc := make(chan error, 1)
@@ -228,16 +228,28 @@ func simServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 }
 
 // simMux routes /metrics to replica 0 and /replica/N/metrics to replica N.
-func simMux(live *sim.Live) http.Handler {
+// Like a single-process vLLM, each replica also exposes
+// process_start_time_seconds (the serve's wall-clock start), which lets
+// 'why --scrape' turn lifetime counters into rates.
+func simMux(live *sim.Live, started time.Time) http.Handler {
+	startLine := fmt.Sprintf("# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.\n"+
+		"# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds %.3f\n", float64(started.UnixMilli())/1000)
+	replica := func(n int) http.Handler {
+		h := live.Handler(n)
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h.ServeHTTP(w, r)
+			_, _ = io.WriteString(w, startLine)
+		})
+	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", live.Handler(0))
+	mux.Handle("GET /metrics", replica(0))
 	mux.HandleFunc("GET /replica/{n}/metrics", func(w http.ResponseWriter, r *http.Request) {
 		n, err := strconv.Atoi(r.PathValue("n"))
 		if err != nil || n < 0 || n >= live.Replicas() {
 			http.Error(w, fmt.Sprintf("no replica %q (have 0..%d)", r.PathValue("n"), live.Replicas()-1), http.StatusNotFound)
 			return
 		}
-		live.Handler(n).ServeHTTP(w, r)
+		replica(n).ServeHTTP(w, r)
 	})
 	return mux
 }

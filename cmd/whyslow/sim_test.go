@@ -91,7 +91,7 @@ func TestSimServeMux(t *testing.T) {
 		t.Fatal(err)
 	}
 	live.Advance(2 * time.Minute)
-	srv := httptest.NewServer(simMux(live))
+	srv := httptest.NewServer(simMux(live, time.Unix(1700000000, 0)))
 	defer srv.Close()
 	for _, path := range []string{"/metrics", "/replica/1/metrics"} {
 		resp, err := srv.Client().Get(srv.URL + path)

@@ -160,6 +160,9 @@ func TestEarlyAccuracy(t *testing.T) {
 			}
 		case *allFlag:
 			t.Logf("ok    %s", line)
+			if *verboseCase && v != nil {
+				t.Logf("%s", explainVerdict(v))
+			}
 		}
 	}
 	t.Logf("\nearly verdicts (at open):\n%s", table(conf))
