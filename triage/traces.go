@@ -1,11 +1,13 @@
 package triage
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -267,4 +269,9 @@ func (s *Span) Attr(key string) (Attr, bool) {
 		return a, true
 	}
 	return s.Resource.Get(key)
+}
+
+// SortByStart orders spans by start time, keeping the order of equal starts.
+func SortByStart(spans []Span) {
+	slices.SortStableFunc(spans, func(a, b Span) int { return cmp.Compare(a.StartUnixNano, b.StartUnixNano) })
 }

@@ -226,21 +226,32 @@ func triageThen(ctx context.Context, opts triage.Options, finish finishFunc) (*t
 	return v, nil
 }
 
-// whyBundle replays an incident bundle through the embedded store.
-func whyBundle(ctx context.Context, dir string, opts triage.Options, finish finishFunc) (*triage.Verdict, error) {
+// openBundle loads a bundle's metrics into a fresh embedded store; the
+// caller closes the store.
+func openBundle(ctx context.Context, dir string) (*bundle.Bundle, *store.Store, bundle.LoadStats, error) {
 	b, err := bundle.Load(dir)
 	if err != nil {
-		return nil, err
+		return nil, nil, bundle.LoadStats{}, err
 	}
 	st, err := store.Open(store.Options{})
 	if err != nil {
-		return nil, fmt.Errorf("embedded store: %w", err)
+		return nil, nil, bundle.LoadStats{}, fmt.Errorf("embedded store: %w", err)
 	}
-	defer st.Close()
 	stats, err := b.LoadMetrics(ctx, st)
+	if err != nil {
+		st.Close()
+		return nil, nil, bundle.LoadStats{}, err
+	}
+	return b, st, stats, nil
+}
+
+// whyBundle replays an incident bundle through the embedded store.
+func whyBundle(ctx context.Context, dir string, opts triage.Options, finish finishFunc) (*triage.Verdict, error) {
+	b, st, stats, err := openBundle(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
+	defer st.Close()
 	applyIncident(&opts, b.Incident)
 	if opts.At.IsZero() {
 		// No incident.yaml time: the end of the recorded data is the natural "now".

@@ -196,8 +196,8 @@ func unwrapURLError(err error) error {
 	return err
 }
 
-// whyPrometheus triages against a Prometheus-compatible query API.
-func whyPrometheus(ctx context.Context, f *whyFlags, opts triage.Options) (*triage.Verdict, error) {
+// remoteClient builds the --prometheus client with the auth flags.
+func remoteClient(f *whyFlags) (*remote.Client, error) {
 	ro := remote.Options{URL: f.prometheus, Timeout: f.timeout, BearerToken: bearerToken(f)}
 	if f.basicUser != "" {
 		pass := f.basicPass
@@ -206,7 +206,12 @@ func whyPrometheus(ctx context.Context, f *whyFlags, opts triage.Options) (*tria
 		}
 		ro.BasicAuthUser, ro.BasicAuthPassword = f.basicUser, pass
 	}
-	c, err := remote.New(ro)
+	return remote.New(ro)
+}
+
+// whyPrometheus triages against a Prometheus-compatible query API.
+func whyPrometheus(ctx context.Context, f *whyFlags, opts triage.Options) (*triage.Verdict, error) {
+	c, err := remoteClient(f)
 	if err != nil {
 		return nil, err
 	}

@@ -13,9 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/whyslow/whyslow/collectors/bundle"
-	"github.com/whyslow/whyslow/collectors/remote"
-	"github.com/whyslow/whyslow/collectors/store"
 	"github.com/whyslow/whyslow/collectors/tracequery"
 	"github.com/whyslow/whyslow/notifiers/render"
 	"github.com/whyslow/whyslow/triage"
@@ -205,32 +202,17 @@ func requestContext(ctx context.Context, f *whyFlags, reqs []triage.RequestBreak
 	q := triage.PodContextQuery{Selector: f.selector, Pods: pods, Start: lo.Add(-time.Minute), End: hi}
 	var m triage.Metrics
 	if f.bundle != "" {
-		b, err := bundle.Load(f.bundle)
+		b, st, _, err := openBundle(ctx, f.bundle)
 		if err != nil {
 			return nil, err
-		}
-		st, err := store.Open(store.Options{})
-		if err != nil {
-			return nil, fmt.Errorf("embedded store: %w", err)
 		}
 		defer st.Close()
-		if _, err := b.LoadMetrics(ctx, st); err != nil {
-			return nil, err
-		}
 		if q.Selector == "" && b.Incident != nil {
 			q.Selector = b.Incident.Selector
 		}
 		m = st
 	} else {
-		ro := remote.Options{URL: f.prometheus, Timeout: f.timeout, BearerToken: bearerToken(f)}
-		if f.basicUser != "" {
-			pass := f.basicPass
-			if pass == "" {
-				pass = os.Getenv("WHYSLOW_BASIC_PASSWORD")
-			}
-			ro.BasicAuthUser, ro.BasicAuthPassword = f.basicUser, pass
-		}
-		c, err := remote.New(ro)
+		c, err := remoteClient(f)
 		if err != nil {
 			return nil, err
 		}

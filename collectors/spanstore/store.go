@@ -5,7 +5,6 @@ package spanstore
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"time"
 	"unsafe"
@@ -296,18 +295,6 @@ func (s *Store) walk(dst []triage.Span, c chain, next func(*slot) uint64) []tria
 	return dst
 }
 
-func sortByStart(spans []triage.Span) {
-	slices.SortStableFunc(spans, func(a, b triage.Span) int {
-		switch {
-		case a.StartUnixNano < b.StartUnixNano:
-			return -1
-		case a.StartUnixNano > b.StartUnixNano:
-			return 1
-		}
-		return 0
-	})
-}
-
 // SpansBetween implements triage.Traces. The returned spans share their
 // attribute slices with the store: treat them as read-only.
 func (s *Store) SpansBetween(ctx context.Context, start, end time.Time, limit int) ([]triage.Span, error) {
@@ -344,7 +331,7 @@ func (s *Store) SpansBetween(ctx context.Context, start, end time.Time, limit in
 		}
 	}
 	s.mu.RUnlock()
-	sortByStart(out)
+	triage.SortByStart(out)
 	if limit > 0 && len(out) > limit {
 		out = out[:limit:limit]
 	}
@@ -366,7 +353,7 @@ func (s *Store) Trace(ctx context.Context, id triage.TraceID) ([]triage.Span, er
 	if !ok {
 		return nil, triage.ErrTraceNotFound
 	}
-	sortByStart(out)
+	triage.SortByStart(out)
 	return out, nil
 }
 
@@ -378,7 +365,7 @@ func (s *Store) ByRequestID(ctx context.Context, id string) ([]triage.Span, erro
 	s.mu.RLock()
 	out := s.walk(nil, s.reqs[id], func(sl *slot) uint64 { return sl.nextReq })
 	s.mu.RUnlock()
-	sortByStart(out)
+	triage.SortByStart(out)
 	return out, nil
 }
 

@@ -207,7 +207,7 @@ func (j *Jaeger) Trace(ctx context.Context, id triage.TraceID) ([]triage.Span, e
 	if len(spans) == 0 {
 		return nil, fmt.Errorf("jaeger trace %s: %w", id, triage.ErrTraceNotFound)
 	}
-	sortSpans(spans)
+	triage.SortByStart(spans)
 	return spans, nil
 }
 

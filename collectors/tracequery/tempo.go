@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -124,7 +123,7 @@ func (t *Tempo) Trace(ctx context.Context, id triage.TraceID) ([]triage.Span, er
 	if len(spans) == 0 {
 		return nil, fmt.Errorf("tempo trace %s: %w", id, triage.ErrTraceNotFound)
 	}
-	sortSpans(spans)
+	triage.SortByStart(spans)
 	return spans, nil
 }
 
@@ -203,18 +202,6 @@ func (t *Tempo) ByRequestID(ctx context.Context, id string) ([]triage.Span, erro
 	return withRequestID(spans, id), nil
 }
 
-func sortSpans(spans []triage.Span) {
-	slices.SortStableFunc(spans, func(a, b triage.Span) int {
-		switch {
-		case a.StartUnixNano < b.StartUnixNano:
-			return -1
-		case a.StartUnixNano > b.StartUnixNano:
-			return 1
-		}
-		return 0
-	})
-}
-
 // window keeps spans that started in [start, end), sorted, at most limit.
 func window(spans []triage.Span, start, end time.Time, limit int) []triage.Span {
 	lo, hi := start.UnixNano(), end.UnixNano()
@@ -224,7 +211,7 @@ func window(spans []triage.Span, start, end time.Time, limit int) []triage.Span 
 			out = append(out, s)
 		}
 	}
-	sortSpans(out)
+	triage.SortByStart(out)
 	if limit > 0 && len(out) > limit {
 		out = out[:limit]
 	}
@@ -238,7 +225,7 @@ func withRequestID(spans []triage.Span, id string) []triage.Span {
 			out = append(out, s)
 		}
 	}
-	sortSpans(out)
+	triage.SortByStart(out)
 	return out
 }
 
