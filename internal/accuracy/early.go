@@ -106,7 +106,9 @@ type EarlyOptions struct {
 // short window plus the incident's age (incidentWindow there), against the
 // triage baseline, with the configured engine, no scheduler settings and no
 // GPU class. Healthy cases run too: a detector that fires on one is
-// reported, and its verdicts scored as false alarms.
+// reported with the verdicts that follow. One difference remains: the
+// recording's series carry a pod label per replica, which the daemon's
+// scraped series may lack (then every replica reads as one target).
 func RunEarly(ctx context.Context, c Case, rss []*rules.Ruleset, o EarlyOptions) (*EarlyResult, error) {
 	cfg := o.Config.WithDefaults()
 	n := o.Triages

@@ -121,14 +121,20 @@ func drain(t *testing.T, env *Env) {
 // model.
 var defaultE2E = []string{"abort_storm", "gpu_throttle", "frontend_delay"}
 
-// rankingPending lists the scenarios whose top cause at open depends on the
-// rulesets' ranking in the first minutes of an incident (being improved
-// separately): for them the cause at open is logged rather than asserted,
-// and the confident cause changes that follow are allowed (the policy
-// sends at most one per update_interval). What the notification policy owns
+// rankingPending lists the scenarios whose top cause at open is logged
+// rather than asserted. router_skew: the engine model's live /metrics carry
+// no pod label, so the daemon's triage sees the replicas as one target and
+// rules load imbalance out (the accuracy harness, on recorded bundles with
+// pod labels, ranks it first: go test ./internal/accuracy -run
+// TestEarlyAccuracy).
+var rankingPending = map[string]bool{"router_skew": true}
+
+// updatesAllowed lists the scenarios whose ranking may still change
+// confidently after the open as the window grows (the policy sends at most
+// one cause change per update_interval). What the notification policy owns
 // is asserted for every scenario: one open, one resolve, nothing before the
 // onset, no duplicates, and no flapping.
-var rankingPending = map[string]bool{
+var updatesAllowed = map[string]bool{
 	"arrival_surge": true, "long_prompt_burst": true, "prompt_shift": true, "kv_pressure": true,
 	"prefix_cache_loss": true, "router_skew": true,
 }
@@ -238,7 +244,7 @@ func TestE2EIncidentScenarios(t *testing.T) {
 			switch {
 			case len(kinds) < 2 || kinds[0] != "open" || kinds[len(kinds)-1] != "resolve" || count["open"] != 1 || count["resolve"] != 1:
 				t.Errorf("webhook received %v, want one open first and one resolve last", kinds)
-			case !rankingPending[sc] && len(kinds) != 2:
+			case !updatesAllowed[sc] && len(kinds) != 2:
 				t.Errorf("webhook received %v, want [open resolve]", kinds)
 			case count["update"] > 2 || count["repeat"] > 0:
 				t.Errorf("webhook received %v: flapping", kinds)
