@@ -27,17 +27,20 @@ type SignalData struct {
 	// that compare targets inside one scope-level number.
 	Target string
 
-	by []string // non-nil in per-target mode
+	by   []string // non-nil in per-target mode
+	join string   // the label series of other exporters share with the engine's (the first target label)
 }
 
 // Join restricts series that lack the scope's labels (GPU counters, for one)
-// to the targets in scope: it renders ` and on(<target labels>) metric{selector}`,
-// or nothing when the selector is empty.
+// to the targets in scope: it renders ` and on(<first target label>)
+// metric{selector}`, or nothing when the selector is empty. Only the first
+// label joins: another exporter's series (dcgm-exporter's, say) carry the
+// engine's pod but their own instance.
 func (d SignalData) Join(metric string) string {
 	if strings.TrimSpace(d.Selector) == "" {
 		return ""
 	}
-	return fmt.Sprintf(" and on(%s) %s{%s}", d.Target, metric, d.Selector)
+	return fmt.Sprintf(" and on(%s) %s{%s}", d.join, metric, d.Selector)
 }
 
 // By renders a grouping clause: `{{.By "le"}}` is `by (le)` for the scope and
@@ -69,17 +72,23 @@ func recentOf(window string) string {
 
 func renderSignal(t *template.Template, selector, window string, targetLabels []string) (string, error) {
 	var buf bytes.Buffer
+	targets := defaultTargets(targetLabels)
 	data := SignalData{Selector: selector, Window: window, Recent: recentOf(window),
-		Target: strings.Join(defaultTargets(targetLabels), ", "), by: targetLabels}
+		Target: strings.Join(targets, ", "), by: targetLabels, join: targets[0]}
 	if err := t.Execute(&buf, data); err != nil {
 		return "", err
 	}
 	return strings.TrimSpace(buf.String()), nil
 }
 
+// DefaultTargetLabels tell targets apart when no target labels are given:
+// Kubernetes service discovery adds pod, a bare scrape has only instance, and
+// grouping by both works for either.
+var DefaultTargetLabels = []string{"pod", "instance"}
+
 func defaultTargets(l []string) []string {
 	if len(l) == 0 {
-		return []string{"pod"}
+		return DefaultTargetLabels
 	}
 	return l
 }

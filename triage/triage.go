@@ -50,7 +50,10 @@ type Options struct {
 	GPUSource string
 	// Explain fills Verdict.Signals and every rule outcome.
 	Explain bool
-	// TargetLabels identify a target inside the scope (default ["pod"]).
+	// TargetLabels identify a target inside the scope (default ["pod",
+	// "instance"]: Kubernetes service discovery adds pod, a bare scrape has
+	// only instance; grouping by both works for either). The first one is
+	// the label spans and GPU series are joined on.
 	TargetLabels []string
 	// Concurrency bounds the queries in flight (default 4).
 	Concurrency int
@@ -90,7 +93,7 @@ func (o *Options) defaults() error {
 		return fmt.Errorf("triage: baseline offset %s is shorter than the window %s, so the windows overlap", o.Baseline, o.Window)
 	}
 	if len(o.TargetLabels) == 0 {
-		o.TargetLabels = []string{"pod"}
+		o.TargetLabels = rules.DefaultTargetLabels
 	}
 	if o.Concurrency <= 0 {
 		o.Concurrency = 4

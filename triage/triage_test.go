@@ -54,7 +54,7 @@ func newFake(t *testing.T, rs *rules.Ruleset, now, base map[string]float64, targ
 			put(expr, at.Add(-time.Hour), model.Vector{{Value: model.SampleValue(v)}})
 		}
 		if tv, ok := targets[s.Name]; ok {
-			texpr, _ := s.Render("", "5m", []string{"pod"})
+			texpr, _ := s.Render("", "5m", rules.DefaultTargetLabels)
 			var vec model.Vector
 			for pod, v := range tv {
 				vec = append(vec, &model.Sample{Metric: model.Metric{"pod": model.LabelValue(pod)}, Value: model.SampleValue(v)})

@@ -121,14 +121,6 @@ func drain(t *testing.T, env *Env) {
 // model.
 var defaultE2E = []string{"abort_storm", "gpu_throttle", "frontend_delay"}
 
-// rankingPending lists the scenarios whose top cause at open is logged
-// rather than asserted. router_skew: the engine model's live /metrics carry
-// no pod label, so the daemon's triage sees the replicas as one target and
-// rules load imbalance out (the accuracy harness, on recorded bundles with
-// pod labels, ranks it first: go test ./internal/accuracy -run
-// TestEarlyAccuracy).
-var rankingPending = map[string]bool{"router_skew": true}
-
 // updatesAllowed lists the scenarios whose ranking may still change
 // confidently after the open as the window grows (the policy sends at most
 // one cause change per update_interval). What the notification policy owns
@@ -198,11 +190,7 @@ func TestE2EIncidentScenarios(t *testing.T) {
 					opened = env.Ticks()
 					t.Logf("opened at tick %d by %v (%s)", opened, incs[0].Triggers, incs[0].Condition.Message)
 					if got := incs[0].TopCause; got != causes[sc] {
-						if rankingPending[sc] {
-							t.Logf("ranking: opened with top cause %q, the scenario's is %q", got, causes[sc])
-						} else {
-							t.Errorf("top cause %q, want %q", got, causes[sc])
-						}
+						t.Errorf("top cause %q, want %q", got, causes[sc])
 					}
 				}
 				if !fixed && !env.Now().Before(fixAt) {
