@@ -67,6 +67,23 @@ var volumeExprs = map[string]string{
 		` + sum by ($by) (increase(trtllm_request_error_total{$sel}[$window])))`,
 }
 
+// meanExprs are the exact means (rate of _sum over rate of _count) of the
+// histogram-quantile signals, for Trigger.MeanRatio.
+var meanExprs = map[string]string{
+	SignalTTFTP95: histMean("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds", "trtllm_time_to_first_token_seconds"),
+	SignalTPOTP95: histMean("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds",
+		"sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds", "trtllm_time_per_output_token_seconds"),
+}
+
+// histMean builds the mean of the first histogram present among names.
+func histMean(names ...string) string {
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = "(sum by ($by) (rate(" + n + "_sum{$sel}[$window])) / sum by ($by) (rate(" + n + "_count{$sel}[$window])))"
+	}
+	return strings.Join(parts, " or ")
+}
+
 // ttftVolume counts the requests that got a first token.
 const ttftVolume = `sum by ($by) (increase(vllm:time_to_first_token_seconds_count{$sel}[$window]))` +
 	` or sum by ($by) (increase(sglang:time_to_first_token_seconds_count{$sel}[$window]))` +
@@ -78,7 +95,12 @@ const (
 	DefaultShortWindow = time.Minute
 	DefaultLongWindow  = 2 * time.Minute
 	DefaultBaseline    = time.Hour
-	DefaultFor         = 5 * time.Second
+	// DefaultFor is three scrape intervals: one noisy scrape never pages, the
+	// ranking has a few scrapes of the new regime to work with, and an
+	// incident opens within 3 intervals of its signal crossing. A burst
+	// that drains (15–30 s past capacity) still pages briefly; a hold of
+	// 90 s or more keeps such bursts quiet at the cost of opening later.
+	DefaultFor = 15 * time.Second
 )
 
 // DefaultGroupBy is the label set that makes a detection scope.
@@ -100,8 +122,8 @@ type DetectConfig struct {
 	// Ratio conditions need history that old: until the store has it (the
 	// first hour without a data dir), only above/below conditions fire.
 	Baseline time.Duration `yaml:"baseline,omitempty" json:"baseline,omitempty"`
-	// For is how long a condition must hold before it fires (default 5s: two
-	// consecutive evaluations at the default scrape interval).
+	// For is how long a condition must hold before it fires (default 15s;
+	// see DefaultFor).
 	For time.Duration `yaml:"for,omitempty" json:"for,omitempty"`
 	// Triggers replace the built-in defaults when set.
 	Triggers []Trigger `yaml:"triggers,omitempty" json:"triggers,omitempty"`
@@ -122,6 +144,14 @@ type Trigger struct {
 	Ratio float64 `yaml:"ratio,omitempty" json:"ratio,omitempty"`
 	// MinIncrease is the least absolute rise over the baseline for Ratio to count.
 	MinIncrease float64 `yaml:"min_increase,omitempty" json:"min_increase,omitempty"`
+	// MeanRatio, with a histogram-quantile signal (ttft_p95, tpot_p95) and
+	// Ratio, also requires the window's mean (rate of _sum over rate of
+	// _count, exact) to reach MeanRatio × the baseline's mean. A quantile
+	// interpolated inside coarse buckets jumps between bucket bounds: with
+	// vLLM's inter-token buckets 0.025 → 0.05 s a 9% rise of the mean can
+	// read as a doubling of p95; a real slowdown moves the mean too. Zero
+	// disables the check.
+	MeanRatio float64 `yaml:"mean_ratio,omitempty" json:"mean_ratio,omitempty"`
 	// Above is an absolute SLO: fires when value > Above.
 	Above *float64 `yaml:"above,omitempty" json:"above,omitempty"`
 	// Below fires when value < Below (success rate).
@@ -144,13 +174,14 @@ type Trigger struct {
 func ptr[T any](v T) *T { return &v }
 
 // DefaultTriggers returns the built-in triggers: TTFT p95 at 2× baseline,
-// TPOT p95 at 1.5× baseline (each window, baseline included, with at least
-// 20 requests), success rate below 98% (critical; at least 50 requests per
-// window), and a waiting queue growing by more than one request every 5 s.
+// TPOT p95 at 1.5× baseline with its mean at 1.2× (each window, baseline
+// included, with at least 20 requests), success rate below 98% (critical;
+// at least 50 requests per window), and a waiting queue growing by more
+// than one request every 5 s.
 func DefaultTriggers() []Trigger {
 	return []Trigger{
 		{Name: "ttft_p95", Signal: SignalTTFTP95, Ratio: 2, MinIncrease: 0.1, MinRequests: 20, Severity: SeverityWarning},
-		{Name: "tpot_p95", Signal: SignalTPOTP95, Ratio: 1.5, MinIncrease: 0.01, MinRequests: 20, Severity: SeverityWarning},
+		{Name: "tpot_p95", Signal: SignalTPOTP95, Ratio: 1.5, MinIncrease: 0.01, MeanRatio: 1.2, MinRequests: 20, Severity: SeverityWarning},
 		{Name: "success_rate", Signal: SignalSuccessRate, Below: ptr(0.98), MinRequests: 50, Severity: SeverityCritical},
 		{Name: "queue_growth", Signal: SignalQueueGrowth, Above: ptr(0.2), Severity: SeverityWarning},
 	}
@@ -230,6 +261,9 @@ func (c DetectConfig) Validate() error {
 		}
 		if t.Ratio < 0 || (t.Ratio > 0 && t.Ratio <= 1) {
 			errs = append(errs, fmt.Errorf("%s: ratio %g must be greater than 1", where, t.Ratio))
+		}
+		if t.MeanRatio < 0 || (t.MeanRatio > 0 && (t.Ratio == 0 || meanExprs[t.Signal] == "")) {
+			errs = append(errs, fmt.Errorf("%s: mean_ratio needs ratio and a histogram-quantile signal (ttft_p95, tpot_p95)", where))
 		}
 		if t.MinRequests < 0 {
 			errs = append(errs, fmt.Errorf("%s: min_requests must not be negative", where))
@@ -356,6 +390,19 @@ func (d Detection) FiringTriggers() []string {
 	return out
 }
 
+// Holding returns the names of the triggers whose condition holds now
+// (pending or firing): what keeps an open incident open, since the `for`
+// hold guards the opening only.
+func (d Detection) Holding() []string {
+	var out []string
+	for _, t := range d.Triggers {
+		if t.State != TriggerInactive {
+			out = append(out, t.Name)
+		}
+	}
+	return out
+}
+
 // Detector evaluates triggers each interval. It keeps only the pending-since
 // times that implement the `for` hold; time always comes in as an argument.
 // A Detector is not safe for concurrent use.
@@ -383,6 +430,8 @@ func (d *Detector) Evaluate(ctx context.Context, m Metrics, at time.Time) ([]Det
 		short, long, base *float64
 		// Request counts of the windows (nil: not checked or no data).
 		nShort, nLong, nBase *float64
+		// Means of the windows, for MeanRatio (nil: not checked or no data).
+		mShort, mLong, mBase *float64
 	}
 	byScope := map[string]*Detection{}
 	results := make([]map[string]vals, len(d.cfg.Triggers))
@@ -447,6 +496,29 @@ func (d *Detector) Evaluate(ctx context.Context, m Metrics, at time.Time) ([]Det
 				}
 			}
 		}
+		if t.MeanRatio > 0 {
+			mean := meanExprs[t.Signal]
+			for _, w := range []struct {
+				window time.Duration
+				at     time.Time
+				set    func(r *vals, v float64)
+			}{
+				{d.cfg.ShortWindow, at, func(r *vals, v float64) { r.mShort = ptr(v) }},
+				{d.cfg.LongWindow, at, func(r *vals, v float64) { r.mLong = ptr(v) }},
+				{d.cfg.LongWindow, at.Add(-d.cfg.Baseline), func(r *vals, v float64) { r.mBase = ptr(v) }},
+			} {
+				n, err := d.queryExpr(ctx, m, d.cfg.fill(mean, w.window), w.at)
+				if err != nil {
+					return nil, fmt.Errorf("trigger %s mean: %w", t.Name, err)
+				}
+				for key, v := range n {
+					if r, ok := results[i][key]; ok {
+						w.set(&r, v)
+						results[i][key] = r
+					}
+				}
+			}
+		}
 		for key := range results[i] {
 			if byScope[key] == nil {
 				byScope[key] = &Detection{Key: key, Scope: d.scopeOf(key), Severity: SeverityNone}
@@ -475,8 +547,8 @@ func (d *Detector) Evaluate(ctx context.Context, m Metrics, at time.Time) ([]Det
 					base = nil
 				}
 			}
-			reason, okShort := t.holds(short, base)
-			_, okLong := t.holds(long, base)
+			reason, okShort := t.holds(short, base, r.mShort, r.mBase)
+			_, okLong := t.holds(long, base, r.mLong, r.mBase)
 			pk := key + "\x00" + t.Name
 			if okShort && okLong {
 				since, ok := d.pending[pk]
@@ -517,8 +589,9 @@ func (d *Detector) Evaluate(ctx context.Context, m Metrics, at time.Time) ([]Det
 // enough reports whether a window's request count reaches min.
 func enough(n *float64, min float64) bool { return n != nil && *n >= min }
 
-// holds reports whether one window's value meets a condition of t.
-func (t Trigger) holds(v, base *float64) (string, bool) {
+// holds reports whether one window's value meets a condition of t; mean
+// and baseMean are the window's and the baseline's means, for MeanRatio.
+func (t Trigger) holds(v, base, mean, baseMean *float64) (string, bool) {
 	if v == nil {
 		return "", false
 	}
@@ -529,6 +602,13 @@ func (t Trigger) holds(v, base *float64) (string, bool) {
 		return fmt.Sprintf("%.4g > %g", *v, *t.Above), true
 	}
 	if t.Ratio > 0 && base != nil && *base > 0 && *v >= t.Ratio**base && *v-*base >= t.MinIncrease {
+		if t.MeanRatio > 0 {
+			if mean == nil || baseMean == nil || *baseMean <= 0 || *mean < t.MeanRatio**baseMean {
+				return "", false
+			}
+			return fmt.Sprintf("%.4g is %.2f× baseline %.4g (>= %g×), mean %.2f× (>= %g×)",
+				*v, *v / *base, *base, t.Ratio, *mean / *baseMean, t.MeanRatio), true
+		}
 		return fmt.Sprintf("%.4g is %.2f× baseline %.4g (>= %g×)", *v, *v / *base, *base, t.Ratio), true
 	}
 	return "", false

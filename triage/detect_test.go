@@ -117,11 +117,14 @@ func TestDetectTTFTFiresWithinIntervals(t *testing.T) {
 	if crossed < 0 || fired < 0 {
 		t.Fatalf("crossed at %d, fired at %d", crossed, fired)
 	}
-	if n := fired - crossed; n > 3 {
-		t.Errorf("fired %d intervals after the short window crossed (want <= 3)", n)
+	// The hold (DefaultFor) is the only wait: the condition holds from the
+	// crossing on, and it fires within 3 intervals once held that long.
+	hold := int(DefaultFor / step)
+	if n := fired - crossed - hold; n > 3 {
+		t.Errorf("fired %d intervals after the short window crossed and the %s hold (want <= 3)", n, DefaultFor)
 	}
-	if fired-841 > 3 {
-		t.Errorf("fired %d intervals after the onset (want <= 3)", fired-841)
+	if fired-841-hold > 3 {
+		t.Errorf("fired %d intervals after the onset and the hold (want <= 3)", fired-841-hold)
 	}
 	if fired <= 840 {
 		t.Errorf("fired at sample %d, before the onset at 841", fired)
@@ -329,5 +332,74 @@ func TestDetectConfigMinRequestsValidate(t *testing.T) {
 		VolumeExpr: `sum by ($by) (increase(y{$sel}[$window]))`}}}
 	if err := ok.Validate(); err != nil {
 		t.Errorf("custom volume_expr: %v", err)
+	}
+}
+
+// itlLoad is vLLM's inter-token histogram (buckets 0.025, 0.05) of two
+// scopes: at sample 840 "step" moves 6% of the tokens from the first bucket
+// to the second (the mean rises 3%, the interpolated p95 1.5×); "slow"
+// really slows down (mean 1.7×).
+func itlLoad() string {
+	var b strings.Builder
+	b.WriteString("load 5s\n")
+	series := func(model, suffix, le, values string) {
+		lbl := fmt.Sprintf("model_name=%q", model)
+		if le != "" {
+			lbl += fmt.Sprintf(",le=%q", le)
+		}
+		fmt.Fprintf(&b, "  vllm:inter_token_latency_seconds%s{%s} %s\n", suffix, lbl, values)
+	}
+	for _, s := range []struct{ model, fast, sum string }{
+		{"step", "0+96x840 80640+90x120", "0+2.04x840 1713.6+2.1x120"},
+		{"slow", "0+96x840 80640+40x120", "0+2.04x840 1713.6+3.5x120"},
+	} {
+		series(s.model, "_bucket", "0.025", s.fast)
+		series(s.model, "_bucket", "0.05", "0+100x840 84000+100x120")
+		series(s.model, "_bucket", "+Inf", "0+100x840 84000+100x120")
+		series(s.model, "_sum", "", s.sum)
+		series(s.model, "_count", "", "0+100x840 84000+100x120")
+		// The request count behind min_requests.
+		fmt.Fprintf(&b, "  vllm:time_to_first_token_seconds_count{model_name=%q} 0+5x960\n", s.model)
+	}
+	return b.String()
+}
+
+func TestDetectTPOTMeanRatioIgnoresBucketSteps(t *testing.T) {
+	m := newDetectTestMetrics(t, itlLoad())
+	tpot := DefaultTriggers()[1]
+	noMean := tpot
+	noMean.MeanRatio = 0
+	tests := []struct {
+		name   string
+		trig   Trigger
+		firing []string
+	}{
+		{"mean_ratio", tpot, []string{`model_name="slow"`}},
+		{"p95 only", noMean, []string{`model_name="slow"`, `model_name="step"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d, err := NewDetector(DetectConfig{For: time.Nanosecond, Triggers: []Trigger{tt.trig}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var firing []string
+			for _, i := range []int{940, 941} {
+				dets, err := d.Evaluate(context.Background(), m, time.Unix(0, 0).Add(time.Duration(i)*5*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				firing = firing[:0]
+				for _, det := range dets {
+					if det.Firing {
+						firing = append(firing, det.Key)
+						t.Logf("%s: %s", det.Key, det.Triggers[0].Reason)
+					}
+				}
+			}
+			if strings.Join(firing, " ") != strings.Join(tt.firing, " ") {
+				t.Errorf("firing %v, want %v", firing, tt.firing)
+			}
+		})
 	}
 }

@@ -314,14 +314,23 @@ func (t *Tracker) Incidents() []Incident {
 // Observe feeds the detector's result for one scope at time at. A firing
 // detection opens an incident (the caller then triages it and calls Record);
 // a clear one starts the resolve countdown and may resolve the incident.
+//
+// The detector's `for` hold guards the opening only: once an incident is
+// open, a trigger whose condition holds again (pending) keeps it firing, so
+// a signal that dips for a few scrapes inside the incident neither resolves
+// it nor waits out the hold again while the resolve countdown runs.
 func (t *Tracker) Observe(d Detection, at time.Time) []Event {
 	in := t.open[d.Key]
-	if d.Firing {
+	holding := in != nil && in.Detected && len(d.Holding()) > 0
+	if d.Firing || holding {
 		if in == nil {
 			in = t.openIncident(d.Key, d.Scope, at)
 		}
 		in.Detected, in.Firing = true, true
 		in.Triggers = d.FiringTriggers()
+		if len(in.Triggers) == 0 {
+			in.Triggers = d.Holding()
+		}
 		in.ClearSince = time.Time{}
 		if severityRank(d.Severity) > severityRank(in.Severity) {
 			in.Severity = d.Severity

@@ -282,3 +282,41 @@ func TestIncidentEnumsString(t *testing.T) {
 		t.Fatal("bogus status accepted")
 	}
 }
+
+func TestTrackerPendingKeepsOpenIncidentFiring(t *testing.T) {
+	pending := func() Detection {
+		d := detection(false, SeverityNone)
+		d.Triggers = []TriggerResult{{Name: "tpot_p95", State: TriggerPending, Severity: SeverityWarning}}
+		return d
+	}
+	tr := NewTracker(IncidentConfig{ResolveAfter: time.Minute})
+	// A pending trigger alone does not open an incident.
+	if evs := tr.Observe(pending(), incAt(0)); len(evs) != 0 || tr.Open(`model_name="m"`) {
+		t.Fatalf("pending opened an incident: %v", evs)
+	}
+	tr.Observe(detection(true, SeverityWarning), incAt(1))
+	if evs := tr.Record(`model_name="m"`, verdict(SeverityWarning, "memory_bandwidth_saturation"), incAt(1)); kinds(evs) != "opened:memory_bandwidth_saturation" {
+		t.Fatalf("events %s", kinds(evs))
+	}
+	// Inside the incident the condition dips (clear), then holds again
+	// (pending, the hold not yet over) for longer than resolve_after: the
+	// incident stays open and firing.
+	tr.Observe(detection(false, SeverityNone), incAt(2))
+	for i := 3; i < 40; i++ {
+		if evs := tr.Observe(pending(), incAt(i)); len(evs) != 0 {
+			t.Fatalf("step %d: events %s", i, kinds(evs))
+		}
+	}
+	in := mustGet(t, tr, `model_name="m"`)
+	if in.Status != IncidentOpen || !in.Firing || !in.ClearSince.IsZero() || strings.Join(in.Triggers, ",") != "tpot_p95" {
+		t.Errorf("incident = %+v", in)
+	}
+	// Clear for resolve_after: resolved.
+	var evs []Event
+	for i := 40; i <= 53; i++ {
+		evs = append(evs, tr.Observe(detection(false, SeverityNone), incAt(i))...)
+	}
+	if kinds(evs) != "resolved:memory_bandwidth_saturation" {
+		t.Errorf("events %s, want resolved", kinds(evs))
+	}
+}

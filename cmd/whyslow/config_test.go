@@ -51,6 +51,11 @@ func TestExampleConfigPassesCheck(t *testing.T) {
 	if !got.GPU.On() {
 		t.Error("example disables the GPU collector")
 	}
+	// Scheduler and GPU class stay unknown: the engine defaults for the
+	// detected GPU apply.
+	if got.Scheduler.Known() || got.GPU.Class != def.GPU.Class || got.Scheduler.Rules() != def.Scheduler.Rules() {
+		t.Errorf("example scheduler %+v / gpu class %q differ from the defaults", got.Scheduler, got.GPU.Class)
+	}
 }
 
 func TestParseConfigSlackGPUOTLP(t *testing.T) {
@@ -199,5 +204,34 @@ func TestKubernetesExampleConfig(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("no ConfigMap in the deploy example")
+	}
+}
+
+func TestParseConfigSchedulerAndGPUClass(t *testing.T) {
+	src := "engine: vllm\nscheduler:\n  chunked_prefill: true\n  max_num_batched_tokens: 2048\n  max_num_seqs: 128\ngpu:\n  class: H100\n"
+	cfg, err := parseConfig("w.yml", []byte(src), envMap(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := cfg.Scheduler.Rules()
+	if !got.Known || !got.ChunkedPrefill || got.MaxNumBatchedTokens != 2048 || got.MaxNumSeqs != 128 || got.Source != "config" {
+		t.Errorf("scheduler = %+v", got)
+	}
+	if cfg.GPU.Class != "H100" || !cfg.GPU.On() {
+		t.Errorf("gpu = %+v", cfg.GPU)
+	}
+	tests := []struct{ name, src, want string }{
+		{"unknown key", "scheduler:\n  chunked: true\n", `w.yml:2:3: unknown key "chunked" in scheduler`},
+		{"negative budget", "scheduler:\n  max_num_batched_tokens: -1\n", "w.yml:2:3: scheduler.max_num_batched_tokens: must not be negative"},
+		{"unknown class", "gpu:\n  class: Z9000\n", `w.yml:2:3: gpu.class: unknown GPU class "Z9000"`},
+		{"type error", "scheduler:\n  chunked_prefill: maybe\n", "w.yml:2:"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parseConfig("w.yml", []byte(tt.src), envMap(nil))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %v lacks %q", err, tt.want)
+			}
+		})
 	}
 }

@@ -178,8 +178,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 }
 
 // reload re-reads the config and applies it all-or-nothing. Settings bound
-// at start (listen, data_dir, retention, receivers, slack_command, gpu, otlp)
-// need a restart: a change to them rejects the whole reload.
+// at start (listen, data_dir, retention, receivers, slack_command, gpu other
+// than its class, otlp) need a restart: a change to them rejects the whole
+// reload.
 func reload(f *serveFlags, stack *daemon.Stack) error {
 	cfg, err := f.load()
 	if err != nil {
@@ -202,7 +203,11 @@ func reload(f *serveFlags, stack *daemon.Stack) error {
 	if !reflect.DeepEqual(cfg.SlackCommand, cur.SlackCommand) {
 		fixed = append(fixed, "slack_command")
 	}
-	if !reflect.DeepEqual(cfg.GPU, cur.GPU) {
+	// The GPU class is a triage fact read at each triage; the collector's
+	// settings are bound at start.
+	newGPU, curGPU := cfg.GPU, cur.GPU
+	newGPU.Class, curGPU.Class = "", ""
+	if !reflect.DeepEqual(newGPU, curGPU) {
 		fixed = append(fixed, "gpu")
 	}
 	if !reflect.DeepEqual(cfg.OTLP, cur.OTLP) {

@@ -103,9 +103,9 @@ type EarlyOptions struct {
 // per scrape interval, and when it first fires triages the scope exactly as
 // the daemon does while the incident is young (Daemon.Tick in
 // internal/daemon/daemon.go): at the evaluation time, over the detector's
-// short window plus the incident's age (incidentWindow there), against the
-// triage baseline, with the configured engine, no scheduler settings and no
-// GPU class. Healthy cases run too: a detector that fires on one is
+// short window plus the incident's age (daemon.IncidentWindow), against the
+// triage baseline, with the configured engine, scheduler settings and GPU
+// class (none by default). Healthy cases run too: a detector that fires on one is
 // reported with the verdicts that follow. One difference remains: the
 // recording's series carry a pod label per replica, which the daemon's
 // scraped series may lack (then every replica reads as one target).
@@ -164,13 +164,17 @@ func RunEarly(ctx context.Context, c Case, rss []*rules.Ruleset, o EarlyOptions)
 	if res.Fired.IsZero() {
 		return res, nil
 	}
+	gpu, gpuSource := cfg.GPU.Class, ""
+	if gpu != "" {
+		gpuSource = "config"
+	}
 	named := false
 	for k := 0; k < n || (!named && k <= wait); k++ {
 		at := res.Fired.Add(time.Duration(k) * step)
 		v, err := triage.Run(ctx, triage.Options{
 			Metrics: st, Rulesets: rss, Engine: cfg.Engine, Selector: scope.Scope.Selector,
-			At: at, Window: IncidentWindow(cfg, at.Sub(res.Fired)), Baseline: cfg.Triage.Baseline,
-			Scheduler: rules.Scheduler{}, Explain: o.Explain,
+			At: at, Window: daemon.IncidentWindow(cfg, at.Sub(res.Fired)), Baseline: cfg.Triage.Baseline,
+			Scheduler: cfg.Scheduler.Rules(), GPU: gpu, GPUSource: gpuSource, Explain: o.Explain,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("%s: triage at %s: %w", c, at.Format(time.RFC3339), err)
@@ -179,12 +183,4 @@ func RunEarly(ctx context.Context, c Case, rss []*rules.Ruleset, o EarlyOptions)
 		named = named || (v.Status == triage.StatusAnomaly && len(v.Causes) > 0)
 	}
 	return res, nil
-}
-
-// IncidentWindow is the daemon's triage window for an incident open for
-// age, replicated from incidentWindow in internal/daemon/daemon.go (keep in
-// step): the detector's short window plus the age, at most Triage.Window.
-func IncidentWindow(cfg daemon.Config, age time.Duration) time.Duration {
-	w := cfg.Detect.ShortWindow + max(age, 0)
-	return min(w, cfg.Triage.Window)
 }

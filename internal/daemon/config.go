@@ -12,6 +12,7 @@ import (
 	"github.com/whyslow/whyslow/notifiers/logsink"
 	"github.com/whyslow/whyslow/notifiers/slack"
 	"github.com/whyslow/whyslow/notifiers/webhook"
+	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/triage"
 )
 
@@ -43,6 +44,10 @@ var DefaultScopeLabels = map[string]string{"model_name": "model_name", "namespac
 type Config struct {
 	// Engine is the engine kind triage assumes: vllm, sglang or trtllm.
 	Engine string `yaml:"engine,omitempty" json:"engine,omitempty"`
+	// Scheduler is the engine's scheduler settings, as incident.yaml's
+	// `scheduler:` block; empty leaves them unknown (the ruleset's engine
+	// defaults for the GPU apply).
+	Scheduler SchedulerConfig `yaml:"scheduler,omitempty" json:"scheduler,omitempty"`
 	// EngineURLs are the /metrics endpoints scraped (default vLLM's local port).
 	EngineURLs []string `yaml:"engine_urls,omitempty" json:"engine_urls,omitempty"`
 	// ScrapeInterval is the collect → detect → triage period (default 5s).
@@ -103,6 +108,35 @@ type TriageConfig struct {
 	Baseline time.Duration `yaml:"baseline,omitempty" json:"baseline,omitempty"`
 }
 
+// SchedulerConfig is what the engine was started with (vLLM's
+// --enable-chunked-prefill, --max-num-batched-tokens, --max-num-seqs).
+// Triage needs the token budget to name chunked_prefill_mismatch without
+// GPU counters. All unset means unknown.
+type SchedulerConfig struct {
+	ChunkedPrefill      *bool `yaml:"chunked_prefill,omitempty" json:"chunked_prefill,omitempty"`
+	MaxNumBatchedTokens int   `yaml:"max_num_batched_tokens,omitempty" json:"max_num_batched_tokens,omitempty"`
+	MaxNumSeqs          int   `yaml:"max_num_seqs,omitempty" json:"max_num_seqs,omitempty"`
+}
+
+// Known reports whether any setting is given.
+func (s SchedulerConfig) Known() bool {
+	return s.ChunkedPrefill != nil || s.MaxNumBatchedTokens != 0 || s.MaxNumSeqs != 0
+}
+
+// Rules converts the settings to the rules' view (Source "config"); unset
+// settings give rules.Scheduler{} (unknown), as `whyslow why` does for an
+// incident.yaml without a scheduler block.
+func (s SchedulerConfig) Rules() rules.Scheduler {
+	if !s.Known() {
+		return rules.Scheduler{}
+	}
+	out := rules.Scheduler{Known: true, MaxNumBatchedTokens: s.MaxNumBatchedTokens, MaxNumSeqs: s.MaxNumSeqs, Source: "config"}
+	if s.ChunkedPrefill != nil {
+		out.ChunkedPrefill = *s.ChunkedPrefill
+	}
+	return out
+}
+
 // AlertsConfig configures the Alertmanager intake.
 type AlertsConfig struct {
 	// ScopeLabels maps alert label names to selector label names (default
@@ -125,6 +159,10 @@ type ReceiverConfig struct {
 type GPUConfig struct {
 	// Enabled turns the collector on (default true).
 	Enabled *bool `yaml:"enabled,omitempty" json:"enabled,omitempty"`
+	// Class is the GPU class triage assumes (e.g. H100, A100-40GB). Empty:
+	// inferred from the GPU counters' model label, else unknown. Applies
+	// on reload (the collector settings need a restart).
+	Class string `yaml:"class,omitempty" json:"class,omitempty"`
 	// VisibleDevices narrows the GPUs read, in CUDA_VISIBLE_DEVICES style
 	// (indices, UUIDs or UUID prefixes, comma-separated); empty reads all.
 	VisibleDevices string `yaml:"visible_devices,omitempty" json:"visible_devices,omitempty"`
@@ -279,6 +317,15 @@ func (c Config) Validate() error {
 		if err := c.SlackCommand.Validate(); err != nil {
 			errs = append(errs, err) // its messages start with "slack_command: "
 		}
+	}
+	if c.Scheduler.MaxNumBatchedTokens < 0 {
+		add("scheduler.max_num_batched_tokens", "must not be negative")
+	}
+	if c.Scheduler.MaxNumSeqs < 0 {
+		add("scheduler.max_num_seqs", "must not be negative")
+	}
+	if c.GPU.Class != "" && triage.GPUMemoryGiB(c.GPU.Class) == 0 {
+		add("gpu.class", "unknown GPU class %q (want e.g. H100, H200, A100, A100-40GB, L40S)", c.GPU.Class)
 	}
 	for name := range c.GPU.Labels {
 		if !model.LabelName(name).IsValidLegacy() || name == "__name__" {

@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 
 	"github.com/whyslow/whyslow/notifiers"
+	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/triage"
 )
 
@@ -47,6 +48,12 @@ type TriageRequest struct {
 	Window   time.Duration
 	Baseline time.Duration
 	Engine   string
+	// Scheduler and GPU are the engine facts from the config (Config.Scheduler,
+	// Config.GPU.Class); runTriage fills them. GPUSource says where GPU came
+	// from ("config"), empty with no class.
+	Scheduler rules.Scheduler
+	GPU       string
+	GPUSource string
 }
 
 // TriageFunc runs one triage against the daemon's metrics.
@@ -214,7 +221,7 @@ func (d *Daemon) Tick(ctx context.Context, at time.Time) error {
 	for _, key := range d.tracker.OpenKeys() {
 		in, _ := d.tracker.Get(key)
 		v, err := d.runTriage(ctx, "detector", TriageRequest{
-			Selector: in.Scope.Selector, At: at, Window: incidentWindow(cfg, at.Sub(in.OpenedAt)), Baseline: cfg.Triage.Baseline, Engine: cfg.Engine,
+			Selector: in.Scope.Selector, At: at, Window: IncidentWindow(cfg, at.Sub(in.OpenedAt)), Baseline: cfg.Triage.Baseline, Engine: cfg.Engine,
 		})
 		if err != nil {
 			continue
@@ -227,14 +234,27 @@ func (d *Daemon) Tick(ctx context.Context, at time.Time) error {
 	return nil
 }
 
-// incidentWindow is the triage window of an incident open for age: the
+// IncidentWindow is the triage window of an incident open for age: the
 // detector's short window (what detected it) plus the incident so far, at
-// most Triage.Window. Early triages then look at the degradation itself
-// rather than at a window still mostly made of the time before it; later
-// ones average over more of it, so their ranking is steadier.
-func incidentWindow(cfg Config, age time.Duration) time.Duration {
+// most Triage.Window (cfg with defaults). Early triages then look at the
+// degradation itself rather than at a window still mostly made of the time
+// before it; later ones average over more of it, so their ranking is
+// steadier.
+func IncidentWindow(cfg Config, age time.Duration) time.Duration {
 	w := cfg.Detect.ShortWindow + max(age, 0)
 	return min(w, cfg.Triage.Window)
+}
+
+// withEngineFacts adds the configured scheduler settings and GPU class to
+// req, unless req already carries its own.
+func withEngineFacts(cfg Config, req TriageRequest) TriageRequest {
+	if !req.Scheduler.Known {
+		req.Scheduler = cfg.Scheduler.Rules()
+	}
+	if req.GPU == "" && cfg.GPU.Class != "" {
+		req.GPU, req.GPUSource = cfg.GPU.Class, "config"
+	}
+	return req
 }
 
 // scrape runs the scraper and reports whether every target answered.
@@ -283,6 +303,7 @@ func (d *Daemon) collectSources(ctx context.Context, at time.Time) {
 // runTriage runs one triage, records its metrics, and adds a data gap for
 // every engine target that is down.
 func (d *Daemon) runTriage(ctx context.Context, source string, req TriageRequest) (*triage.Verdict, error) {
+	req = withEngineFacts(d.Config(), req)
 	start := time.Now()
 	v, err := d.opts.Triage(ctx, req)
 	d.stats.triageDuration.WithLabelValues(source).Observe(time.Since(start).Seconds())

@@ -19,6 +19,7 @@ import (
 
 	"github.com/whyslow/whyslow/collectors/store"
 	"github.com/whyslow/whyslow/notifiers"
+	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/triage"
 )
 
@@ -83,12 +84,14 @@ type fakeTriage struct {
 	cause string
 	runs  int
 	err   error
+	last  TriageRequest
 }
 
 func (f *fakeTriage) run(_ context.Context, req TriageRequest) (*triage.Verdict, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.runs++
+	f.last = req
 	if f.err != nil {
 		return nil, f.err
 	}
@@ -149,7 +152,9 @@ type harness struct {
 
 func testConfig() Config {
 	return Config{
-		Detect:    triage.DetectConfig{Baseline: 10 * time.Minute},
+		// A one-interval hold: these tests are about the incident lifecycle
+		// (the default hold is covered in package triage and the e2e tests).
+		Detect:    triage.DetectConfig{Baseline: 10 * time.Minute, For: 5 * time.Second},
 		Incidents: triage.IncidentConfig{ResolveAfter: time.Minute},
 		Triage:    TriageConfig{Window: time.Minute, Baseline: 10 * time.Minute},
 	}
@@ -462,5 +467,65 @@ func TestSimClock(t *testing.T) {
 	cancel()
 	if err := c.Sleep(ctx, time.Hour); err == nil {
 		t.Fatal("sleep ignored a cancelled context")
+	}
+}
+
+func TestDaemonTriageGetsConfiguredEngineFacts(t *testing.T) {
+	on := true
+	tests := []struct {
+		name      string
+		sched     SchedulerConfig
+		class     string
+		want      rules.Scheduler
+		gpu, from string
+	}{
+		{name: "unknown", want: rules.Scheduler{}},
+		{name: "configured", sched: SchedulerConfig{ChunkedPrefill: &on, MaxNumBatchedTokens: 2048, MaxNumSeqs: 256}, class: "H100",
+			want: rules.Scheduler{Known: true, ChunkedPrefill: true, MaxNumBatchedTokens: 2048, MaxNumSeqs: 256, Source: "config"}, gpu: "H100", from: "config"},
+		{name: "budget only", sched: SchedulerConfig{MaxNumBatchedTokens: 8192},
+			want: rules.Scheduler{Known: true, MaxNumBatchedTokens: 8192, Source: "config"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testConfig()
+			cfg.Scheduler, cfg.GPU.Class = tt.sched, tt.class
+			h := newHarness(t, cfg)
+			h.ticks(t, 15*12)
+			h.eng.setSlow(true)
+			h.tri.cause = "chunked_prefill_mismatch"
+			for i := 0; i < 10 && h.tri.runs == 0; i++ {
+				h.ticks(t, 1)
+			}
+			if _, err := h.d.TriageNow(context.Background(), "api", "", 0); err != nil {
+				t.Fatal(err)
+			}
+			h.tri.mu.Lock()
+			defer h.tri.mu.Unlock()
+			if h.tri.runs < 2 {
+				t.Fatalf("triage ran %d times", h.tri.runs)
+			}
+			if got := h.tri.last; got.Scheduler != tt.want || got.GPU != tt.gpu || got.GPUSource != tt.from {
+				t.Errorf("triage request scheduler %+v gpu %q (%q), want %+v %q (%q)", got.Scheduler, got.GPU, got.GPUSource, tt.want, tt.gpu, tt.from)
+			}
+		})
+	}
+}
+
+func TestIncidentWindow(t *testing.T) {
+	cfg := Config{}.WithDefaults()
+	tests := []struct {
+		age, want time.Duration
+	}{
+		{-time.Second, cfg.Detect.ShortWindow},
+		{0, cfg.Detect.ShortWindow},
+		{time.Minute, cfg.Detect.ShortWindow + time.Minute},
+		{time.Hour, cfg.Triage.Window},
+	}
+	for _, tt := range tests {
+		t.Run(tt.age.String(), func(t *testing.T) {
+			if got := IncidentWindow(cfg, tt.age); got != tt.want {
+				t.Errorf("IncidentWindow(%s) = %s, want %s", tt.age, got, tt.want)
+			}
+		})
 	}
 }

@@ -51,7 +51,8 @@ func TriageWith(m triage.Metrics, traces triage.Traces) (TriageFunc, error) {
 	return func(ctx context.Context, req TriageRequest) (*triage.Verdict, error) {
 		return triage.Run(ctx, triage.Options{
 			Metrics: m, Rulesets: all, At: req.At, Window: req.Window, Baseline: req.Baseline,
-			Selector: req.Selector, Engine: req.Engine, Scheduler: rules.Scheduler{}, Traces: traces,
+			Selector: req.Selector, Engine: req.Engine, Scheduler: req.Scheduler, GPU: req.GPU, GPUSource: req.GPUSource,
+			Traces: traces,
 		})
 	}, nil
 }

@@ -1,11 +1,14 @@
 package demo
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/whyslow/whyslow/internal/daemon"
@@ -58,8 +61,11 @@ func Run(ctx context.Context, w io.Writer, o Options) error {
 		return fmt.Errorf("demo: %w", err)
 	}
 	defer os.RemoveAll(dir)
+	// The log receiver delivers on the dispatcher's goroutine: its output
+	// waits in held until the status line introducing it is printed.
+	held := &heldWriter{}
 	env, err := NewEnv(EnvOptions{
-		Scenario: o.Scenario, Seed: o.Seed, LogWriter: w, Logger: o.Logger,
+		Scenario: o.Scenario, Seed: o.Seed, LogWriter: held, Logger: o.Logger,
 		Config: daemon.Config{DataDir: dir, Receivers: []daemon.ReceiverConfig{{Name: "terminal", Log: &lc}}},
 	})
 	if err != nil {
@@ -100,7 +106,13 @@ func Run(ctx context.Context, w io.Writer, o Options) error {
 		if fixed && opened && len(incs) > 0 && incs[0].Status == triage.IncidentResolved {
 			fmt.Fprintf(w, "%s  incident resolved:\n\n", rel(env.Now()))
 			waitDelivered(env)
+			if err := held.flushTo(w); err != nil {
+				return fmt.Errorf("demo: %w", err)
+			}
 			break
+		}
+		if err := held.flushTo(w); err != nil {
+			return fmt.Errorf("demo: %w", err)
 		}
 	}
 	if !opened {
@@ -108,11 +120,41 @@ func Run(ctx context.Context, w io.Writer, o Options) error {
 	}
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	return env.Close(sctx)
+	err = env.Close(sctx)
+	return errors.Join(err, held.flushTo(w))
+}
+
+// heldWriter keeps what the log receiver writes until flushTo passes it on,
+// so that the demo's status lines come before the notifications they
+// introduce. Safe for concurrent use.
+type heldWriter struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+// Write keeps p.
+func (h *heldWriter) Write(p []byte) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.buf.Write(p)
+}
+
+// flushTo writes what is held to w and forgets it.
+func (h *heldWriter) flushTo(w io.Writer) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.buf.Len() == 0 {
+		return nil
+	}
+	_, err := h.buf.WriteTo(w)
+	if err != nil {
+		return fmt.Errorf("write notification: %w", err)
+	}
+	return nil
 }
 
 // waitDelivered waits (bounded, real time) for the outbox to drain so that
-// printed notifications appear in order.
+// the notifications a status line introduces are held before it is flushed.
 func waitDelivered(env *Env) {
 	for i := 0; i < 500 && env.Stack.Outbox.Depth() > 0; i++ {
 		time.Sleep(10 * time.Millisecond)
