@@ -1,16 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -18,12 +12,10 @@ import (
 
 	"github.com/whyslow/whyslow/collectors/scrape"
 	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/internal/promtest"
 	"github.com/whyslow/whyslow/internal/sim"
 	"github.com/whyslow/whyslow/triage"
 )
-
-// prometheusBin is the Debian package's server (2.42), which CI installs.
-const prometheusBin = "/usr/bin/prometheus"
 
 // TestWhyPrometheusMatchesEmbedded runs the engine model live (sped up),
 // has a real Prometheus and whyslow's embedded scraper scrape the same
@@ -40,9 +32,7 @@ func TestWhyPrometheusMatchesEmbedded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Prometheus and runs for about 20 s; skipped with -short")
 	}
-	if _, err := os.Stat(prometheusBin); err != nil {
-		t.Skipf("%s not installed (Debian package prometheus): %v", prometheusBin, err)
-	}
+	promtest.SkipUnlessAvailable(t)
 	const (
 		scenario = "gpu_throttle"
 		cause    = "gpu_throttling"
@@ -70,10 +60,10 @@ func TestWhyPrometheusMatchesEmbedded(t *testing.T) {
 		urls = append(urls, srv.URL+"/metrics")
 	}
 
-	promURL := startPrometheus(ctx, t, targets)
+	promURL := promtest.Start(ctx, t, targets)
 	// Prometheus applies its scrape config a few seconds after it is ready:
 	// wait for its first scrape of every target before starting the clock.
-	waitScraped(ctx, t, promURL, len(targets))
+	promtest.WaitScraped(ctx, t, promURL, len(targets))
 
 	// The embedded path: the same targets, the same interval, the same job.
 	st, err := store.Open(store.Options{})
@@ -157,112 +147,4 @@ func causeIDs(v *triage.Verdict) []string {
 		ids = append(ids, fmt.Sprintf("%s(%.1f)", c.ID, c.Score))
 	}
 	return ids
-}
-
-// startPrometheus runs the real Prometheus on a free loopback port, scraping
-// targets (host:port) every second, and returns its base URL once ready.
-func startPrometheus(ctx context.Context, t *testing.T, targets []string) string {
-	t.Helper()
-	dir := t.TempDir()
-	cfg := fmt.Sprintf(`global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
-  evaluation_interval: 1m
-scrape_configs:
-  - job_name: engine
-    static_configs:
-      - targets: ['%s']
-`, strings.Join(targets, "', '"))
-	cfgPath := filepath.Join(dir, "prometheus.yml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	addr := freeLoopbackAddr(t)
-	var logs bytes.Buffer
-	cmd := exec.Command(prometheusBin,
-		"--config.file="+cfgPath,
-		"--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr,
-		"--log.level=warn",
-	)
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start prometheus: %v", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		if t.Failed() {
-			t.Logf("prometheus log:\n%s", logs.String())
-		}
-	})
-	base := "http://" + addr
-	client := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("prometheus exited: %v\n%s", err, logs.String())
-		case <-ctx.Done():
-			t.Fatal("timed out starting prometheus")
-		case <-time.After(100 * time.Millisecond):
-		}
-		resp, err := client.Get(base + "/-/ready")
-		if err != nil {
-			continue
-		}
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusOK {
-			return base
-		}
-	}
-	t.Fatalf("prometheus not ready after 20 s:\n%s", logs.String())
-	return ""
-}
-
-// waitScraped waits (at most 15 s) until Prometheus reports every target up.
-func waitScraped(ctx context.Context, t *testing.T, base string, n int) {
-	t.Helper()
-	client := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-ctx.Done():
-			t.Fatal("timed out waiting for prometheus to scrape")
-		case <-time.After(200 * time.Millisecond):
-		}
-		resp, err := client.Get(base + "/api/v1/query?query=count(up%3D%3D1)")
-		if err != nil {
-			continue
-		}
-		var body struct {
-			Data struct {
-				Result []struct {
-					Value [2]any `json:"value"`
-				} `json:"result"`
-			} `json:"data"`
-		}
-		err = json.NewDecoder(resp.Body).Decode(&body)
-		resp.Body.Close()
-		if err == nil && len(body.Data.Result) == 1 && body.Data.Result[0].Value[1] == fmt.Sprint(n) {
-			return
-		}
-	}
-	t.Fatalf("prometheus did not scrape all %d targets within 15 s", n)
-}
-
-// freeLoopbackAddr returns a loopback address with a port that was free a
-// moment ago.
-func freeLoopbackAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }

@@ -1,19 +1,13 @@
 package remote
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,9 +15,8 @@ import (
 
 	"github.com/whyslow/whyslow/collectors/scrape"
 	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/internal/promtest"
 )
-
-const prometheusBin = "/usr/bin/prometheus"
 
 // linearEngine serves metrics that are linear in wall-clock time, so two
 // scrapers hitting it at slightly different moments see the same rates.
@@ -41,81 +34,16 @@ func linearEngine(start time.Time) http.Handler {
 	})
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// syncBuffer collects a child's output for the failure log.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestRemoteMatchesEmbedded scrapes one endpoint with a real Prometheus and
 // with whyslow's scraper into the embedded store, then runs the same PromQL
 // on both and compares.
 func TestRemoteMatchesEmbedded(t *testing.T) {
-	if _, err := os.Stat(prometheusBin); err != nil {
-		t.Skipf("skipping: %s not installed (apt-get install prometheus)", prometheusBin)
-	}
-	if testing.Short() {
-		t.Skip("skipping integration test in -short mode")
-	}
+	promtest.SkipUnlessAvailable(t)
 	engine := httptest.NewServer(linearEngine(time.Now()))
 	defer engine.Close()
 	target := strings.TrimPrefix(engine.URL, "http://")
 
-	dir := t.TempDir()
-	cfg := fmt.Sprintf(`global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
-  evaluation_interval: 1m
-scrape_configs:
-  - job_name: engine
-    static_configs:
-      - targets: [%q]
-`, target)
-	cfgPath := filepath.Join(dir, "prometheus.yml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	var logs syncBuffer
-	cmd := exec.Command(prometheusBin,
-		"--config.file="+cfgPath,
-		"--web.listen-address="+addr,
-		"--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--log.level=warn",
-	)
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start prometheus: %v", err)
-	}
-	defer func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("prometheus output:\n%s", logs.String())
-		}
-	}()
+	base := promtest.Start(context.Background(), t, []string{target})
 
 	// whyslow scrapes the same endpoint into the embedded store meanwhile.
 	st, err := store.Open(store.Options{})
@@ -135,7 +63,7 @@ scrape_configs:
 	}()
 	defer func() { stopLoop(); <-loopDone }()
 
-	rc, err := New(Options{URL: "http://" + addr, Timeout: 5 * time.Second})
+	rc, err := New(Options{URL: base, Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,162 @@
+// Package promtest starts the real Prometheus server (Debian's package) for
+// integration tests: on a free loopback port, scraping the given targets
+// every second, with its data in the test's temporary directory.
+package promtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Bin is where Debian's prometheus package installs the server.
+const Bin = "/usr/bin/prometheus"
+
+// SkipUnlessAvailable skips the test under -short or when Prometheus is not
+// installed.
+func SkipUnlessAvailable(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("skipping integration test in -short mode")
+	}
+	if _, err := os.Stat(Bin); err != nil {
+		t.Skipf("skipping: %s not installed (apt-get install prometheus, or make test-deps)", Bin)
+	}
+}
+
+// Start runs Prometheus scraping targets (host:port, job "engine") every
+// second and returns its base URL once /-/ready answers (at most 20 s). The
+// server is killed when the test ends; its log is shown if the test failed.
+func Start(ctx context.Context, t testing.TB, targets []string) string {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := fmt.Sprintf(`global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+  evaluation_interval: 1m
+scrape_configs:
+  - job_name: engine
+    static_configs:
+      - targets: ['%s']
+`, strings.Join(targets, "', '"))
+	cfgPath := filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr := FreeLoopbackAddr(t)
+	logs := &syncBuffer{}
+	cmd := exec.Command(Bin,
+		"--config.file="+cfgPath,
+		"--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+addr,
+		"--log.level=warn",
+	)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start prometheus: %v", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+		if t.Failed() {
+			t.Logf("prometheus log:\n%s", logs.String())
+		}
+	})
+	base := "http://" + addr
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("prometheus exited: %v\n%s", err, logs.String())
+		case <-ctx.Done():
+			t.Fatal("timed out starting prometheus")
+		case <-time.After(100 * time.Millisecond):
+		}
+		resp, err := client.Get(base + "/-/ready")
+		if err != nil {
+			continue
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			return base
+		}
+	}
+	t.Fatalf("prometheus not ready after 20 s:\n%s", logs.String())
+	return ""
+}
+
+// WaitScraped waits (at most 15 s) until Prometheus reports n targets up:
+// Prometheus 2.42 applies its scrape config a few seconds after /-/ready.
+func WaitScraped(ctx context.Context, t testing.TB, base string, n int) {
+	t.Helper()
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			t.Fatal("timed out waiting for prometheus to scrape")
+		case <-time.After(200 * time.Millisecond):
+		}
+		resp, err := client.Get(base + "/api/v1/query?query=count(up%3D%3D1)")
+		if err != nil {
+			continue
+		}
+		var body struct {
+			Data struct {
+				Result []struct {
+					Value [2]any `json:"value"`
+				} `json:"result"`
+			} `json:"data"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if err == nil && len(body.Data.Result) == 1 && body.Data.Result[0].Value[1] == fmt.Sprint(n) {
+			return
+		}
+	}
+	t.Fatalf("prometheus did not scrape all %d targets within 15 s", n)
+}
+
+// FreeLoopbackAddr returns a loopback address whose port was free a moment ago.
+func FreeLoopbackAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// syncBuffer collects a child's output; the child writes while a failing
+// test may read.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
