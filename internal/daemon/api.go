@@ -47,6 +47,9 @@ func (d *Daemon) Handler() http.Handler {
 	api.HandleFunc("GET /api/v1/verdict", d.handleVerdict)
 	api.HandleFunc("POST /api/v1/triage", d.handleTriage)
 	api.HandleFunc("POST /api/v1/alerts", d.handleAlerts)
+	for pattern, h := range d.opts.APIRoutes {
+		api.Handle(pattern, h)
+	}
 	mux.Handle("/api/", d.authorize(api))
 	prof := http.NewServeMux()
 	prof.HandleFunc("/debug/pprof/", pprof.Index)

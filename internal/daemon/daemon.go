@@ -85,6 +85,9 @@ type Options struct {
 	// Routes are extra HTTP handlers by ServeMux pattern, outside /api/ and
 	// its bearer token (POST /slack/commands verifies Slack's signature).
 	Routes map[string]http.Handler
+	// APIRoutes are extra handlers inside /api/, behind its bearer token (the
+	// span store's Tempo-compatible trace API).
+	APIRoutes map[string]http.Handler
 	// Flush delivers what the outbox holds until ctx ends (the dispatcher's
 	// Shutdown); called by Shutdown. Optional.
 	Flush func(ctx context.Context) error

@@ -214,6 +214,13 @@ func NewStack(o StackOptions) (*Stack, error) {
 		gatherers = append(gatherers, src)
 	}
 
+	apiRoutes := map[string]http.Handler{}
+	if s.Spans != nil {
+		// `whyslow why --traces whyslow:URL` reads spans back through these.
+		h := s.Spans.QueryHandler(o.Clock.Now)
+		apiRoutes["GET /api/traces/{id}"] = h
+		apiRoutes["GET /api/search"] = h
+	}
 	routes := map[string]http.Handler{}
 	if cfg.SlackCommand != nil {
 		s.command, err = slack.NewCommandHandler(*cfg.SlackCommand, slack.CommandOptions{
@@ -233,7 +240,7 @@ func NewStack(o StackOptions) (*Stack, error) {
 
 	s.Daemon, err = New(Options{
 		Config: cfg, Metrics: st, Scraper: scraper, Triage: tri, Outbox: s.Outbox, Receivers: names,
-		Sources: sources, Gatherers: gatherers, Routes: routes,
+		Sources: sources, Gatherers: gatherers, Routes: routes, APIRoutes: apiRoutes,
 		Flush: s.Dispatcher.Shutdown, Registry: reg, Now: o.Clock.Now, Logger: o.Logger,
 	})
 	if err != nil {

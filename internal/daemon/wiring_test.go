@@ -334,6 +334,10 @@ func TestStackOTLPReachesTheSpanStore(t *testing.T) {
 	if body := getBody(t, s.Handler(), "/metrics"); !strings.Contains(body, `whyslow_otlp_spans_received_total{transport="http"} 1`) {
 		t.Error("/metrics lacks the received span")
 	}
+	// The Tempo-compatible trace API serves it back (why --traces whyslow:URL).
+	if body := getBody(t, s.Handler(), "/api/traces/"+id.String()); !strings.Contains(body, "llm_request") {
+		t.Errorf("/api/traces/%s lacks the span: %s", id, body)
+	}
 }
 
 // fakeSlack is a Slack-compatible Web API and response_url endpoint that
