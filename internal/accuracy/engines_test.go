@@ -15,6 +15,9 @@ import (
 	"github.com/whyslow/whyslow/triage"
 )
 
+// minEngineTop1 is the top-1 floor, in percent, per engine in TestEngineAccuracy.
+const minEngineTop1 = 80.0
+
 var (
 	enginePer     = flag.Int("accuracy.engine-per", 0, "instances per scenario and engine in TestEngineAccuracy (default 1)")
 	engineOnly    = flag.String("accuracy.engine", "", "only this engine in TestEngineAccuracy (sglang or trtllm)")
@@ -243,10 +246,7 @@ func TestEngineAccuracy(t *testing.T) {
 				healthy++
 				if res.Verdict.Status == triage.StatusAnomaly {
 					falseAlarms++
-					t.Logf("FALSE ALARM %s: %s", cs[i], summary(res))
-					if *engineEnforce {
-						t.Errorf("%s: healthy instance reported as anomaly", cs[i])
-					}
+					t.Errorf("FALSE ALARM %s: %s", cs[i], summary(res))
 				}
 				continue
 			}
@@ -268,5 +268,11 @@ func TestEngineAccuracy(t *testing.T) {
 		t.Logf("%s confusion:\n%s", eng, table(confusion))
 		t.Logf("%s: instances %d (anomalous %d, healthy %d, not scored %d): top-1 %.1f%%, top-3 %.1f%%, false alarms %d/%d",
 			eng, n, scored, healthy, skips, pct(top1, scored), pct(top3, scored), falseAlarms, healthy)
+		// The SGLang and TRT-LLM rulesets are younger than vLLM's and a draw
+		// holds few instances per engine: their floor is lower than
+		// TestAccuracy's 90%, and a false alarm always fails.
+		if got := pct(top1, scored); scored > 0 && got < minEngineTop1 {
+			t.Errorf("%s: top-1 %.1f%% < %.0f%%", eng, got, minEngineTop1)
+		}
 	}
 }
