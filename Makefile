@@ -2,7 +2,13 @@
 GO ?= go
 GOTESTFLAGS ?= -count=1 -timeout 15m
 
-.PHONY: all build demo test test-deps vet fmt bench fuzz clean
+.PHONY: all build demo test test-deps vet fmt bench fuzz fuzz-smoke loadtest clean
+
+# FUZZTIME is how long `make fuzz` runs each fuzz target; FUZZ_SMOKE_TIME
+# how long the smoke run of `make test` (CI) does: a few seconds over each
+# target's committed corpus (testdata/fuzz/FuzzX), so a crasher fails CI.
+FUZZTIME ?= 30s
+FUZZ_SMOKE_TIME ?= 3s
 
 all: build
 
@@ -25,6 +31,26 @@ test-deps:
 test: test-deps
 	$(GO) vet ./...
 	$(GO) test $(GOTESTFLAGS) ./...
+	$(MAKE) fuzz-smoke
+
+# fuzz runs every fuzz target of the module, one at a time, for FUZZTIME
+# each; a failure stops it (the crasher is written to testdata/fuzz/).
+fuzz:
+	@set -e; for f in $$(grep -rl --include='*_test.go' '^func Fuzz' . | sort); do \
+		dir=$$(dirname $$f); \
+		for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
+			echo "fuzz $$dir $$t for $(FUZZTIME)"; \
+			$(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10s $$dir; \
+		done; \
+	done
+
+fuzz-smoke:
+	$(MAKE) fuzz FUZZTIME=$(FUZZ_SMOKE_TIME)
+
+# loadtest runs the daemon's bounded load test (about 90 s): stalled OTLP
+# uploads, exports and oversized Alertmanager webhooks against `whyslow serve`.
+loadtest:
+	WHYSLOW_LOADTEST=1 $(GO) test -count=1 -run TestLoad -v -timeout 10m ./internal/daemon/
 
 vet:
 	$(GO) vet ./...

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/whyslow/whyslow/internal/redact"
 )
 
 // Reason classifies why a delivery failed; it is the `reason` label of
@@ -233,15 +235,6 @@ func URLSecrets(u string) []string {
 
 // RedactURL returns u without credentials, path or query: only scheme and
 // host remain ("https://hooks.example.com/<redacted>"), since webhook paths
-// and queries often carry tokens. An unparsable URL is fully redacted.
-func RedactURL(u string) string {
-	p, err := url.Parse(u)
-	if err != nil || p.Host == "" {
-		return "<redacted>"
-	}
-	s := p.Scheme + "://" + p.Host
-	if (p.Path != "" && p.Path != "/") || p.RawQuery != "" || p.User != nil {
-		s += "/<redacted>"
-	}
-	return s
-}
+// and queries often carry tokens. An unparsable URL is fully redacted. It
+// is redact.SecretURL.
+func RedactURL(u string) string { return redact.SecretURL(u) }

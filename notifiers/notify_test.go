@@ -132,7 +132,7 @@ func TestSecret(t *testing.T) {
 	b, _ := s.MarshalJSON()
 	y, _ := s.MarshalYAML()
 	notifytest.AssertNoSecrets(t, []string{"hunter2"}, string(b), y)
-	if got := Scrub("echo hunter2 back", "hunter2", ""); got != "echo <secret> back" {
+	if got := Scrub("echo hunter2 back", "hunter2", ""); got != "echo <redacted> back" {
 		t.Errorf("Scrub = %q", got)
 	}
 }

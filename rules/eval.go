@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 
 	"cel.dev/cel-go/cel"
 	"cel.dev/cel-go/common/types"
@@ -17,6 +18,11 @@ type Scheduler struct {
 	ChunkedPrefill      bool
 	MaxNumBatchedTokens int
 	MaxNumSeqs          int
+	// KVAdmission is how the scheduler admits requests against the KV cache:
+	// "on_demand" (blocks as tokens arrive, preempting when the cache is full:
+	// vLLM, SGLang) or "reserve" (blocks for prompt + max_tokens reserved up
+	// front, never preempting: TensorRT-LLM's GUARANTEED_NO_EVICT).
+	KVAdmission string
 	// Source says where the settings came from: "incident", "default" or "unknown".
 	Source string
 	Note   string
@@ -38,6 +44,11 @@ type Facts struct {
 	GPU       GPU
 	// Targets is how many targets matched the scope (0 when unknown).
 	Targets int
+	// Attr is the latency attribution (attr.go keys); may be nil.
+	Attr map[string]float64
+	// Gaps names the declared signals the walk has no value for, worded for
+	// people (evidence templates can say which series would have told).
+	Gaps []string
 }
 
 // RuleResult is how one rule evaluated.
@@ -45,6 +56,8 @@ type RuleResult struct {
 	Step    *Step
 	Rule    *Rule
 	Matched bool
+	// Grade is the rule's strength in [0, 1] when it matched.
+	Grade float64
 	// Err is a runtime CEL error (e.g. a signal the rule reads is missing); the rule did not match.
 	Err  error
 	Text string
@@ -62,6 +75,9 @@ type Finding struct {
 	Step *Step
 	Rule *Rule
 	Text string
+	// Grade is how clearly the evidence holds, in [0, 1]; Contribution is
+	// what it added to the score (weight × grade).
+	Grade, Contribution float64
 }
 
 // ScoredCause is a cause with the evidence that supports it.
@@ -69,6 +85,13 @@ type ScoredCause struct {
 	Cause    *Cause
 	Score    float64
 	Findings []Finding
+	// Against is the counter-evidence (matched rule_out rules whose grade was
+	// not enough to rule the cause out); Contribution is the share of the
+	// score each removed.
+	Against []Finding
+	// Confidence is the calibrated probability that the cause is right, in
+	// [0, 1] (VerdictRules.Confidence); set on reported causes.
+	Confidence float64
 }
 
 // RuledOutCause is a cause a rule excluded.
@@ -78,6 +101,15 @@ type RuledOutCause struct {
 	Rule   *Rule
 	Reason string
 }
+
+// RuledOutBelow is the share of a cause's score that must survive its
+// counter-evidence: with less left (Π(1 − grade) of its rule_out rules), the
+// cause is ruled out.
+const RuledOutBelow = 0.1
+
+// MinSupport is the smallest score a candidate needs to fill the ranking up
+// to three causes when fewer reach the ruleset's min_score.
+const MinSupport = 0.05
 
 // Outcome is the result of a walk.
 type Outcome struct {
@@ -125,24 +157,40 @@ func Derive(now, base map[string]float64) (ratio, delta map[string]float64) {
 // ResolveScheduler returns the incident's scheduler settings, or the engine
 // default for the GPU from the ruleset's scheduler_defaults.
 func (r *Ruleset) ResolveScheduler(f Facts) Scheduler {
+	vars := map[string]any{
+		varNow: map[string]float64{}, varBase: map[string]float64{}, varRatio: map[string]float64{}, varDelta: map[string]float64{},
+		varEngine: f.Engine, varScheduler: map[string]any{}, varGPU: gpuMap(f.GPU), varTargets: int64(f.Targets),
+		varAttr: map[string]float64{},
+	}
+	def := Scheduler{Source: "unknown"}
+	for _, sd := range r.SchedulerDefaults {
+		if ok, _ := evalBool(sd.prog, vars); ok {
+			def = Scheduler{Known: true, ChunkedPrefill: sd.ChunkedPrefill, MaxNumBatchedTokens: sd.MaxNumBatchedTokens,
+				MaxNumSeqs: sd.MaxNumSeqs, KVAdmission: sd.KVAdmission, Source: "default", Note: sd.Note}
+			break
+		}
+	}
+	if def.KVAdmission == "" {
+		// The admission policy is the engine's even when the GPU is unknown.
+		def.KVAdmission = "on_demand"
+		for _, sd := range r.SchedulerDefaults {
+			if sd.KVAdmission != "" {
+				def.KVAdmission = sd.KVAdmission
+				break
+			}
+		}
+	}
 	if f.Scheduler.Known {
 		s := f.Scheduler
 		if s.Source == "" {
 			s.Source = "incident"
 		}
+		if s.KVAdmission == "" {
+			s.KVAdmission = def.KVAdmission
+		}
 		return s
 	}
-	vars := map[string]any{
-		varNow: map[string]float64{}, varBase: map[string]float64{}, varRatio: map[string]float64{}, varDelta: map[string]float64{},
-		varEngine: f.Engine, varScheduler: map[string]any{}, varGPU: gpuMap(f.GPU), varTargets: int64(f.Targets),
-	}
-	for _, sd := range r.SchedulerDefaults {
-		if ok, _ := evalBool(sd.prog, vars); ok {
-			return Scheduler{Known: true, ChunkedPrefill: sd.ChunkedPrefill, MaxNumBatchedTokens: sd.MaxNumBatchedTokens,
-				MaxNumSeqs: sd.MaxNumSeqs, Source: "default", Note: sd.Note}
-		}
-	}
-	return Scheduler{Source: "unknown"}
+	return def
 }
 
 func gpuMap(g GPU) map[string]any {
@@ -155,8 +203,34 @@ func schedulerMap(s Scheduler) map[string]any {
 		"chunked_prefill":        s.ChunkedPrefill,
 		"max_num_batched_tokens": float64(s.MaxNumBatchedTokens),
 		"max_num_seqs":           float64(s.MaxNumSeqs),
+		"kv_admission":           s.KVAdmission,
 		"source":                 s.Source,
 	}
+}
+
+// evalGrade evaluates a grade and clamps it to [0, 1]; NaN is 0.
+func evalGrade(prog cel.Program, vars any) (float64, error) {
+	out, _, err := prog.Eval(vars)
+	if err != nil {
+		return 0, err
+	}
+	var g float64
+	switch x := out.(type) {
+	case types.Double:
+		g = float64(x)
+	case types.Int:
+		g = float64(x)
+	case types.Bool:
+		if x {
+			g = 1
+		}
+	default:
+		return 0, fmt.Errorf("grade is %s, not a number", out.Type())
+	}
+	if math.IsNaN(g) {
+		return 0, nil
+	}
+	return math.Max(0, math.Min(1, g)), nil
 }
 
 func evalBool(prog cel.Program, vars any) (bool, error) {
@@ -183,6 +257,9 @@ func (r *Ruleset) Walk(f Facts) *Outcome {
 	if f.Base == nil {
 		f.Base = map[string]float64{}
 	}
+	if f.Attr == nil {
+		f.Attr = map[string]float64{}
+	}
 	if f.Engine == "" {
 		f.Engine = r.Engine
 	}
@@ -191,15 +268,15 @@ func (r *Ruleset) Walk(f Facts) *Outcome {
 	sched, gpu := schedulerMap(out.Scheduler), gpuMap(f.GPU)
 	act, err := interpreter.NewActivation(map[string]any{
 		varNow: f.Now, varBase: f.Base, varRatio: out.Ratio, varDelta: out.Delta,
-		varEngine: f.Engine, varScheduler: sched, varGPU: gpu, varTargets: int64(f.Targets),
+		varEngine: f.Engine, varScheduler: sched, varGPU: gpu, varTargets: int64(f.Targets), varAttr: f.Attr,
 	})
 	if err != nil {
 		out.Errors = append(out.Errors, err.Error())
 		out.Insufficient = true
 		return out
 	}
-	data := &EvidenceData{Now: f.Now, Base: f.Base, Ratio: out.Ratio, Delta: out.Delta, Engine: f.Engine,
-		Scheduler: sched, GPU: gpu, Targets: f.Targets}
+	data := &EvidenceData{Now: anyMap(f.Now), Base: anyMap(f.Base), Ratio: anyMap(out.Ratio), Delta: anyMap(out.Delta),
+		Engine: f.Engine, Scheduler: sched, GPU: gpu, Targets: f.Targets, Attr: anyMap(f.Attr), Gaps: f.Gaps}
 
 	verdict := func(name string, e Expr) bool {
 		ok, err := evalBool(e.prog, act)
@@ -216,35 +293,19 @@ func (r *Ruleset) Walk(f Facts) *Outcome {
 	out.Prefill = verdict("prefill", v.Prefill)
 	out.Decode = verdict("decode", v.Decode)
 
-	scores := map[string]*ScoredCause{}
-	ruledOut := map[string]bool{}
+	sc := newScorer(r)
 	for _, st := range r.Steps {
 		sr := StepResult{Step: st}
 		for _, rule := range st.Rules {
 			res := RuleResult{Step: st, Rule: rule}
-			res.Matched, res.Err = evalBool(rule.prog, act)
+			res.Matched, res.Grade, res.Err = evalRule(rule, act)
 			if res.Matched {
 				text, err := renderEvidence(rule.evidence, data)
 				if err != nil {
 					text = fmt.Sprintf("(evidence template failed: %v)", err)
 				}
 				res.Text = text
-				c := r.causeIndex[rule.Cause]
-				switch rule.Effect {
-				case EffectRuleOut:
-					if !ruledOut[rule.Cause] {
-						ruledOut[rule.Cause] = true
-						out.RuledOut = append(out.RuledOut, RuledOutCause{Cause: c, Step: st, Rule: rule, Reason: text})
-					}
-				default:
-					sc := scores[rule.Cause]
-					if sc == nil {
-						sc = &ScoredCause{Cause: c}
-						scores[rule.Cause] = sc
-					}
-					sc.Score += rule.Weight
-					sc.Findings = append(sc.Findings, Finding{Step: st, Rule: rule, Text: text})
-				}
+				sc.add(st, rule, res.Grade, text)
 			}
 			sr.Rules = append(sr.Rules, res)
 		}
@@ -253,12 +314,113 @@ func (r *Ruleset) Walk(f Facts) *Outcome {
 		}
 		out.Steps = append(out.Steps, sr)
 	}
-	for id, sc := range scores {
-		if ruledOut[id] {
+	sc.finish(out)
+	return out
+}
+
+// evalRule evaluates a rule's gate and grade: matched when the gate holds
+// and the grade is above zero.
+func evalRule(rule *Rule, act any) (bool, float64, error) {
+	if rule.prog != nil {
+		ok, err := evalBool(rule.prog, act)
+		if err != nil || !ok {
+			return false, 0, err
+		}
+	}
+	g := 1.0
+	if rule.grade != nil {
+		var err error
+		if g, err = evalGrade(rule.grade, act); err != nil {
+			return false, 0, err
+		}
+	}
+	return g > 0, g, nil
+}
+
+// scorer accumulates evidence and counter-evidence per cause.
+type scorer struct {
+	rs     *Ruleset
+	scores map[string]*ScoredCause
+	// keep is Π(1 − grade) of each cause's rule_out rules; reasons the
+	// counter-evidence in rule order.
+	keep    map[string]float64
+	against map[string][]Finding
+}
+
+func newScorer(rs *Ruleset) *scorer {
+	return &scorer{rs: rs, scores: map[string]*ScoredCause{}, keep: map[string]float64{}, against: map[string][]Finding{}}
+}
+
+func (s *scorer) add(st *Step, rule *Rule, grade float64, text string) {
+	if rule.Effect == EffectRuleOut {
+		k, ok := s.keep[rule.Cause]
+		if !ok {
+			k = 1
+		}
+		s.keep[rule.Cause] = k * (1 - grade)
+		s.against[rule.Cause] = append(s.against[rule.Cause], Finding{Step: st, Rule: rule, Text: text, Grade: grade})
+		return
+	}
+	c := s.scores[rule.Cause]
+	if c == nil {
+		c = &ScoredCause{Cause: s.rs.causeIndex[rule.Cause]}
+		s.scores[rule.Cause] = c
+	}
+	c.Score += rule.Weight * grade
+	c.Findings = append(c.Findings, Finding{Step: st, Rule: rule, Text: text, Grade: grade, Contribution: rule.Weight * grade})
+}
+
+// finish applies the counter-evidence, ranks the candidates and reports the
+// causes of an anomaly.
+func (s *scorer) finish(out *Outcome) {
+	out.Candidates, out.RuledOut = out.Candidates[:0], out.RuledOut[:0]
+	for id, against := range s.against {
+		if s.keep[id] <= RuledOutBelow {
+			out.RuledOut = append(out.RuledOut, RuledOutCause{Cause: s.rs.causeIndex[id], Step: against[0].Step,
+				Rule: against[0].Rule, Reason: reasons(against)})
+		}
+	}
+	for id, c := range s.scores {
+		k, ok := s.keep[id]
+		if !ok {
+			out.Candidates = append(out.Candidates, *c)
 			continue
 		}
-		out.Candidates = append(out.Candidates, *sc)
+		if k <= RuledOutBelow {
+			continue
+		}
+		cc := *c
+		for _, a := range s.against[id] {
+			a.Contribution = a.Grade
+			cc.Against = append(cc.Against, a)
+		}
+		cc.Score *= k
+		out.Candidates = append(out.Candidates, cc)
 	}
+	s.rs.rank(out)
+}
+
+// reasons joins the texts of the rules that ruled a cause out.
+func reasons(fs []Finding) string {
+	texts := make([]string, 0, len(fs))
+	for _, f := range fs {
+		if f.Grade >= 1-RuledOutBelow || len(fs) == 1 {
+			texts = append(texts, f.Text)
+		}
+	}
+	if len(texts) == 0 {
+		for _, f := range fs {
+			texts = append(texts, f.Text)
+		}
+	}
+	return strings.Join(texts, "; ")
+}
+
+// rank sorts the candidates and ruled-out causes and, for an anomaly,
+// reports the causes: every candidate reaching min_score, filled up to
+// three with any candidate that has support, or the fallback cause when
+// nothing has any. Reported causes get their calibrated confidence.
+func (r *Ruleset) rank(out *Outcome) {
 	sort.Slice(out.Candidates, func(i, j int) bool {
 		a, b := out.Candidates[i], out.Candidates[j]
 		if a.Score != b.Score {
@@ -266,22 +428,59 @@ func (r *Ruleset) Walk(f Facts) *Outcome {
 		}
 		return a.Cause.order < b.Cause.order
 	})
-	if out.Anomaly {
-		for _, c := range out.Candidates {
-			if c.Score >= v.MinScore {
-				out.Causes = append(out.Causes, c)
-			}
+	sort.SliceStable(out.RuledOut, func(i, j int) bool { return out.RuledOut[i].Cause.order < out.RuledOut[j].Cause.order })
+	out.Causes = out.Causes[:0]
+	if !out.Anomaly {
+		return
+	}
+	for _, c := range out.Candidates {
+		if c.Score >= r.Verdict.MinScore || (len(out.Causes) < 3 && c.Score >= MinSupport) {
+			out.Causes = append(out.Causes, c)
 		}
 	}
-	sort.SliceStable(out.RuledOut, func(i, j int) bool { return out.RuledOut[i].Cause.order < out.RuledOut[j].Cause.order })
-	return out
+	if len(out.Causes) == 0 && r.Verdict.Fallback != "" {
+		if c := r.causeIndex[r.Verdict.Fallback]; c != nil {
+			out.Causes = append(out.Causes, ScoredCause{Cause: c, Score: MinSupport,
+				Findings: []Finding{{Step: &Step{Name: "verdict"}, Rule: &Rule{Name: "fallback", Cause: c.ID},
+					Text: "no rule found evidence for any cause in the catalogue", Grade: 1, Contribution: MinSupport}}})
+		}
+	}
+	total := 0.0
+	for _, c := range out.Candidates {
+		total += c.Score
+	}
+	for i := range out.Causes {
+		out.Causes[i].Confidence = r.Verdict.Confidence.of(out.Causes[i].Score, total)
+	}
+}
+
+// of maps a score to a calibrated confidence: σ(a·ln s + b·ln(s/Σ) + c),
+// both terms on a log scale so that a lone candidate (share 1) is as
+// confident as its own evidence and no more. Without a calibration the
+// score's share of all candidates' scores is used.
+func (c Calibration) of(score, total float64) float64 {
+	if total <= 0 || score <= 0 {
+		return 0
+	}
+	share := math.Min(1, score/total)
+	if !c.Defined {
+		return share
+	}
+	z := c.LogScore*math.Log(score) + c.Share*math.Log(share) + c.Offset
+	return 1 / (1 + math.Exp(-z))
 }
 
 // EvalRule evaluates one rule on the facts (pure); used by tests and tools.
 func (r *Ruleset) EvalRule(rule *Rule, f Facts) (bool, error) {
 	ratio, delta := Derive(f.Now, f.Base)
-	return evalBool(rule.prog, map[string]any{
+	attr := f.Attr
+	if attr == nil {
+		attr = map[string]float64{}
+	}
+	ok, _, err := evalRule(rule, map[string]any{
 		varNow: f.Now, varBase: f.Base, varRatio: ratio, varDelta: delta, varEngine: f.Engine,
 		varScheduler: schedulerMap(r.ResolveScheduler(f)), varGPU: gpuMap(f.GPU), varTargets: int64(f.Targets),
+		varAttr: attr,
 	})
+	return ok, err
 }

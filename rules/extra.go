@@ -1,7 +1,5 @@
 package rules
 
-import "sort"
-
 // ExtraEvidence is evidence for a cause found outside the ruleset's CEL
 // rules, e.g. by triage's correlation of traced requests. It is scored like
 // a matched evidence rule.
@@ -62,7 +60,7 @@ func (r *Ruleset) MergeEvidence(out *Outcome, step, title, summary string, extra
 		}
 		sc := &out.Candidates[i]
 		sc.Score += e.Weight
-		sc.Findings = append(sc.Findings, Finding{Step: st, Rule: rule, Text: e.Text})
+		sc.Findings = append(sc.Findings, Finding{Step: st, Rule: rule, Text: e.Text, Grade: 1, Contribution: e.Weight})
 	}
 	out.Steps = append(out.Steps, sr)
 	kept := out.Candidates[:0]
@@ -72,20 +70,5 @@ func (r *Ruleset) MergeEvidence(out *Outcome, step, title, summary string, extra
 		}
 	}
 	out.Candidates = kept
-	sort.SliceStable(out.RuledOut, func(i, j int) bool { return out.RuledOut[i].Cause.order < out.RuledOut[j].Cause.order })
-	sort.SliceStable(out.Candidates, func(i, j int) bool {
-		a, b := out.Candidates[i], out.Candidates[j]
-		if a.Score != b.Score {
-			return a.Score > b.Score
-		}
-		return a.Cause.order < b.Cause.order
-	})
-	out.Causes = out.Causes[:0]
-	if out.Anomaly {
-		for _, c := range out.Candidates {
-			if c.Score >= r.Verdict.MinScore {
-				out.Causes = append(out.Causes, c)
-			}
-		}
-	}
+	r.rank(out)
 }

@@ -74,7 +74,8 @@ func LoadFiles(paths ...string) (*Ruleset, error) {
 // the shipped remediation text).
 func Parse(files ...File) (*Ruleset, error) {
 	var errs Errors
-	p := &builder{rs: &Ruleset{signalIndex: map[string]*Signal{}, causeIndex: map[string]*Cause{}}, errs: &errs}
+	p := &builder{rs: &Ruleset{signalIndex: map[string]*Signal{}, declared: map[string]*Signal{}, causeIndex: map[string]*Cause{}},
+		errs: &errs, exprs: map[string]mapped{}}
 	for _, f := range files {
 		p.file(f)
 	}
@@ -93,6 +94,12 @@ type builder struct {
 	errs       *Errors
 	engineNode Pos
 	steps      map[string]bool
+	// order lists declared signals in declaration order; exprs holds the
+	// expressions given for them, mapOrder in the order they were given.
+	order    []string
+	exprs    map[string]mapped
+	mapOrder []string
+	chainPos []chainRef
 	// rawVerdict fields keep the last definition and its position.
 	verdict map[string]Expr
 }
@@ -115,6 +122,14 @@ func (b *builder) file(f File) {
 		return
 	}
 	root := doc.Content[0]
+	engineFile := false
+	if root.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(root.Content); i += 2 {
+			if root.Content[i].Value == "engine" {
+				engineFile = true
+			}
+		}
+	}
 	d.fields(root, "", map[string]func(k, v *yaml.Node){
 		"engine": func(k, v *yaml.Node) {
 			e := d.str(v, "", "engine")
@@ -138,7 +153,7 @@ func (b *builder) file(f File) {
 			}
 			b.rs.Detect = &Signal{Name: "detect", Expr: d.str(v, "", "detect"), Pos: d.pos(v)}
 		},
-		"signals":            func(k, v *yaml.Node) { b.signals(d, v) },
+		"signals":            func(k, v *yaml.Node) { b.signals(d, v, engineFile) },
 		"steps":              func(k, v *yaml.Node) { b.stepList(d, v) },
 		"causes":             func(k, v *yaml.Node) { b.causes(d, v) },
 		"scheduler_defaults": func(k, v *yaml.Node) { b.schedulerDefaults(d, v) },
@@ -146,7 +161,13 @@ func (b *builder) file(f File) {
 	})
 }
 
-func (b *builder) signals(d *decoder, n *yaml.Node) {
+// signals reads a `signals` mapping. An entry is one of:
+//   - a declaration (title, unit, ... without expr): the rulebook's canonical signal;
+//   - a mapping (a string, or `{expr: ...}` in an engine file): the engine's
+//     PromQL for a signal declared elsewhere;
+//   - both at once (a mapping with expr and title/unit): a signal declared and
+//     mapped in one place, e.g. a user's own signal next to their rules.
+func (b *builder) signals(d *decoder, n *yaml.Node, engineFile bool) {
 	if n.Kind != yaml.MappingNode {
 		d.errorf(n, "", "signals: expected a mapping of name to signal, got %s", kindName(n))
 		return
@@ -158,36 +179,100 @@ func (b *builder) signals(d *decoder, n *yaml.Node) {
 		if !identRe.MatchString(name) {
 			d.errorf(k, ctx, "name must match %s", identRe)
 		}
-		if prev := b.rs.signalIndex[name]; prev != nil {
-			d.errorf(k, ctx, "duplicate signal (first defined at %s)", prev.Pos)
+		decl := &Signal{Name: name, DeclPos: d.pos(k)}
+		var expr *yaml.Node
+		declares := false
+		switch {
+		case v.Kind == yaml.ScalarNode && v.Tag != "!!null":
+			expr = v
+		case v.Kind == yaml.MappingNode:
+			d.fields(v, ctx, map[string]func(k, v *yaml.Node){
+				"title":       func(_, v *yaml.Node) { declares = true; decl.Title = d.str(v, ctx, "title") },
+				"unit":        func(_, v *yaml.Node) { declares = true; decl.Unit = d.str(v, ctx, "unit") },
+				"targets":     func(_, v *yaml.Node) { declares = true; decl.Targets = d.bool(v, ctx, "targets") },
+				"optional":    func(_, v *yaml.Node) { declares = true; decl.Optional = d.bool(v, ctx, "optional") },
+				"zero_is_gap": func(_, v *yaml.Node) { declares = true; decl.ZeroIsGap = d.bool(v, ctx, "zero_is_gap") },
+				"group":       func(_, v *yaml.Node) { declares = true; decl.Group = d.str(v, ctx, "group") },
+				"expr":        func(_, v *yaml.Node) { expr = v },
+			})
+			if expr == nil && !declares {
+				d.errorf(k, ctx, "missing expr (or title and unit to declare it)")
+				continue
+			}
+		default:
+			d.errorf(v, ctx, "expected a PromQL expression or a mapping, got %s", kindName(v))
 			continue
 		}
-		s := &Signal{Name: name, Pos: d.pos(k)}
-		exprSeen := false
-		d.fields(v, ctx, map[string]func(k, v *yaml.Node){
-			"title":    func(_, v *yaml.Node) { s.Title = d.str(v, ctx, "title") },
-			"unit":     func(_, v *yaml.Node) { s.Unit = d.str(v, ctx, "unit") },
-			"targets":  func(_, v *yaml.Node) { s.Targets = d.bool(v, ctx, "targets") },
-			"optional": func(_, v *yaml.Node) { s.Optional = d.bool(v, ctx, "optional") },
-			"expr": func(_, v *yaml.Node) {
-				exprSeen = true
-				s.Expr = d.str(v, ctx, "expr")
-				s.Pos = d.pos(v)
-			},
-		})
-		if !exprSeen && v.Kind == yaml.MappingNode {
-			d.errorf(k, ctx, "missing expr")
-		}
-		if !units[s.Unit] {
-			if hint, ok := unitHints[strings.ToLower(s.Unit)]; ok {
-				d.errorf(v, ctx, "unit: unknown unit %q: %s", s.Unit, hint)
-			} else {
-				d.errorf(v, ctx, "unit: unknown unit %q (known: %s)", s.Unit, unitList())
+		if declares || expr == nil {
+			if !units[decl.Unit] {
+				if hint, ok := unitHints[strings.ToLower(decl.Unit)]; ok {
+					d.errorf(v, ctx, "unit: unknown unit %q: %s", decl.Unit, hint)
+				} else {
+					d.errorf(v, ctx, "unit: unknown unit %q (known: %s)", decl.Unit, unitList())
+				}
 			}
+			if prev := b.rs.declared[name]; prev != nil {
+				d.errorf(k, ctx, "duplicate signal (first declared at %s)", prev.DeclPos)
+				continue
+			}
+			b.rs.declared[name] = decl
+			b.order = append(b.order, name)
 		}
-		b.rs.signalIndex[name] = s
-		b.rs.Signals = append(b.rs.Signals, s)
+		if expr != nil {
+			if prev, ok := b.exprs[name]; ok {
+				d.errorf(k, ctx, "duplicate signal (first mapped at %s)", prev.pos)
+				continue
+			}
+			src := d.str(expr, ctx, "expr")
+			m := mapped{expr: src, pos: d.pos(expr), keyPos: d.pos(k)}
+			m.engineFile = engineFile
+			b.exprs[name] = m
+			b.mapOrder = append(b.mapOrder, name)
+		}
 	}
+}
+
+// mapped is an expression given for a signal, with where it came from.
+type mapped struct {
+	expr        string
+	pos, keyPos Pos
+	engineFile  bool
+}
+
+// resolveSignals joins declarations and expressions: every mapped signal must
+// be declared; declared signals without an expression are the engine's gaps.
+func (b *builder) resolveSignals() {
+	rs := b.rs
+	for _, name := range b.mapOrder {
+		m := b.exprs[name]
+		if rs.declared[name] == nil {
+			b.errs.add(m.keyPos, fmt.Sprintf("signal %q", name),
+				"not a declared signal: declare it in the rulebook, or give it a title and unit here (declared: %s)", b.declaredList())
+		}
+	}
+	for _, name := range b.order {
+		s := rs.declared[name]
+		m, ok := b.exprs[name]
+		if !ok {
+			rs.Unmapped = append(rs.Unmapped, s)
+			continue
+		}
+		s.Expr, s.Pos = m.expr, m.pos
+		if m.engineFile {
+			s.Engine = rs.Engine
+		}
+		rs.signalIndex[name] = s
+		rs.Signals = append(rs.Signals, s)
+	}
+}
+
+func (b *builder) declaredList() string {
+	names := append([]string(nil), b.order...)
+	sort.Strings(names)
+	if len(names) > 12 {
+		names = append(names[:12], "...")
+	}
+	return strings.Join(names, ", ")
 }
 
 func (b *builder) stepList(d *decoder, n *yaml.Node) {
@@ -225,8 +310,8 @@ func (b *builder) stepList(d *decoder, n *yaml.Node) {
 func (b *builder) rule(d *decoder, n *yaml.Node, stepCtx string, idx int) *Rule {
 	r := &Rule{Name: fmt.Sprintf("rule %d", idx), Pos: d.pos(n)}
 	ctx := fmt.Sprintf("%s, rule %d", stepCtx, idx)
-	weightSet, whenSet, ruleOut := false, false, false
-	var whenPos Pos
+	weightSet, whenSet, gradeSet, ruleOut := false, false, false, false
+	var whenPos, gradePos Pos
 	d.fields(n, ctx, map[string]func(k, v *yaml.Node){
 		"name":  func(_, v *yaml.Node) { r.Name = d.str(v, ctx, "name") },
 		"cause": func(_, v *yaml.Node) { r.Cause = d.str(v, ctx, "cause") },
@@ -234,6 +319,11 @@ func (b *builder) rule(d *decoder, n *yaml.Node, stepCtx string, idx int) *Rule 
 			whenSet = true
 			r.When = d.str(v, ctx, "when")
 			whenPos = d.pos(v)
+		},
+		"grade": func(_, v *yaml.Node) {
+			gradeSet = true
+			r.Grade = d.str(v, ctx, "grade")
+			gradePos = d.pos(v)
 		},
 		"weight": func(_, v *yaml.Node) {
 			weightSet = true
@@ -252,11 +342,15 @@ func (b *builder) rule(d *decoder, n *yaml.Node, stepCtx string, idx int) *Rule 
 	if r.Cause == "" {
 		d.errorf(n, ctx, "missing cause")
 	}
-	if !whenSet {
-		d.errorf(n, ctx, "missing when")
-	} else {
+	switch {
+	case whenSet:
 		r.Pos = whenPos
+	case gradeSet:
+		r.Pos = gradePos
+	default:
+		d.errorf(n, ctx, "missing when (or grade)")
 	}
+	r.gradePos = gradePos
 	switch {
 	case ruleOut && weightSet:
 		d.errorf(n, ctx, "a rule has either weight or rule_out: true, not both")
@@ -279,7 +373,23 @@ func (b *builder) causes(d *decoder, n *yaml.Node) {
 			"id":          func(_, v *yaml.Node) { c.ID = d.str(v, ctx, "id") },
 			"title":       func(_, v *yaml.Node) { c.Title = d.str(v, ctx, "title") },
 			"description": func(_, v *yaml.Node) { c.Description = d.str(v, ctx, "description") },
-			"remediation": func(_, v *yaml.Node) { c.Remediation = d.strList(v, ctx, "remediation") },
+			"remediation": func(_, v *yaml.Node) { c.Fixes = b.fixes(d, v, ctx+": remediation") },
+			"engine_remediation": func(_, v *yaml.Node) {
+				if v.Kind != yaml.MappingNode {
+					d.errorf(v, ctx, "engine_remediation: expected a mapping of engine to remediation list, got %s", kindName(v))
+					return
+				}
+				c.EngineFixes = map[string][]Fix{}
+				for j := 0; j+1 < len(v.Content); j += 2 {
+					e := v.Content[j].Value
+					if !engines[e] {
+						d.errorf(v.Content[j], ctx, "engine_remediation: unknown engine %q (want vllm, sglang or trtllm)", e)
+						continue
+					}
+					c.EngineFixes[e] = b.fixes(d, v.Content[j+1], ctx+": engine_remediation "+e)
+				}
+			},
+			"chain": func(_, v *yaml.Node) { c.Chain = b.chain(d, v, ctx) },
 		})
 		if cn.Kind != yaml.MappingNode {
 			continue
@@ -292,7 +402,7 @@ func (b *builder) causes(d *decoder, n *yaml.Node) {
 		if c.Title == "" {
 			d.errorf(cn, ctx, "missing title")
 		}
-		if len(c.Remediation) == 0 {
+		if len(c.Fixes) == 0 {
 			d.errorf(cn, ctx, "missing remediation")
 		}
 		if prev := b.rs.causeIndex[c.ID]; prev != nil {
@@ -311,6 +421,68 @@ func (b *builder) causes(d *decoder, n *yaml.Node) {
 	}
 }
 
+// fixes reads a remediation list: each item a string, or a mapping
+// {text, knob, direction} for a fix that turns a setting one way.
+func (b *builder) fixes(d *decoder, n *yaml.Node, ctx string) []Fix {
+	var out []Fix
+	for _, it := range d.seq(n, ctx, "remediation") {
+		if it.Kind == yaml.ScalarNode {
+			out = append(out, Fix{Text: d.str(it, ctx, "remediation")})
+			continue
+		}
+		var f Fix
+		d.fields(it, ctx, map[string]func(k, v *yaml.Node){
+			"text": func(_, v *yaml.Node) { f.Text = d.str(v, ctx, "text") },
+			"knob": func(_, v *yaml.Node) { f.Knob = d.str(v, ctx, "knob") },
+			"direction": func(_, v *yaml.Node) {
+				f.Direction = d.str(v, ctx, "direction")
+				if f.Direction != "up" && f.Direction != "down" {
+					d.errorf(v, ctx, "direction: want up or down, got %q", f.Direction)
+				}
+			},
+		})
+		if f.Text == "" {
+			d.errorf(it, ctx, "missing text")
+		}
+		if (f.Knob == "") != (f.Direction == "") {
+			d.errorf(it, ctx, "knob and direction go together")
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// chain reads a cause's chain: a list of {signal, label, show, min}.
+func (b *builder) chain(d *decoder, n *yaml.Node, ctx string) []ChainLink {
+	var out []ChainLink
+	for _, it := range d.seq(n, ctx, "chain") {
+		l := ChainLink{Show: "ratio"}
+		d.fields(it, ctx+": chain", map[string]func(k, v *yaml.Node){
+			"signal": func(_, v *yaml.Node) { l.Signal = d.str(v, ctx, "signal") },
+			"label":  func(_, v *yaml.Node) { l.Label = d.str(v, ctx, "label") },
+			"show": func(_, v *yaml.Node) {
+				l.Show = d.str(v, ctx, "show")
+				if l.Show != "ratio" && l.Show != "value" {
+					d.errorf(v, ctx, "chain: show: want ratio or value, got %q", l.Show)
+				}
+			},
+			"min":   func(_, v *yaml.Node) { l.Min = d.float(v, ctx, "min") },
+			"falls": func(_, v *yaml.Node) { l.Falls = d.bool(v, ctx, "falls") },
+		})
+		if l.Signal == "" {
+			d.errorf(it, ctx, "chain: missing signal")
+		}
+		b.chainPos = append(b.chainPos, chainRef{signal: l.Signal, pos: d.pos(it), ctx: ctx})
+		out = append(out, l)
+	}
+	return out
+}
+
+type chainRef struct {
+	signal, ctx string
+	pos         Pos
+}
+
 func (b *builder) schedulerDefaults(d *decoder, n *yaml.Node) {
 	for i, sn := range d.seq(n, "", "scheduler_defaults") {
 		sd := &SchedulerDefault{Pos: d.pos(sn)}
@@ -326,6 +498,12 @@ func (b *builder) schedulerDefaults(d *decoder, n *yaml.Node) {
 			"max_num_batched_tokens": func(_, v *yaml.Node) { sd.MaxNumBatchedTokens = d.int(v, ctx, "max_num_batched_tokens") },
 			"max_num_seqs":           func(_, v *yaml.Node) { sd.MaxNumSeqs = d.int(v, ctx, "max_num_seqs") },
 			"note":                   func(_, v *yaml.Node) { sd.Note = d.str(v, ctx, "note") },
+			"kv_admission": func(_, v *yaml.Node) {
+				sd.KVAdmission = d.str(v, ctx, "kv_admission")
+				if sd.KVAdmission != "on_demand" && sd.KVAdmission != "reserve" {
+					d.errorf(v, ctx, "kv_admission: want on_demand or reserve, got %q", sd.KVAdmission)
+				}
+			},
 		})
 		if sn.Kind == yaml.MappingNode && !whenSet {
 			d.errorf(sn, ctx, "missing when (use 'true' for a fallback)")
@@ -351,7 +529,17 @@ func (b *builder) verdictBlock(d *decoder, n *yaml.Node) {
 		"prefill":      expr("prefill"),
 		"decode":       expr("decode"),
 		"min_score":    func(_, n *yaml.Node) { v.MinScore = d.float(n, "verdict", "min_score") },
-		"headline":     func(_, n *yaml.Node) { v.Headline = d.strList(n, "verdict", "headline") },
+		"fallback":     func(_, n *yaml.Node) { v.Fallback = d.str(n, "verdict", "fallback") },
+		"confidence": func(_, n *yaml.Node) {
+			c := &v.Confidence
+			d.fields(n, "verdict: confidence", map[string]func(k, v *yaml.Node){
+				"log_score": func(_, v *yaml.Node) { c.LogScore = d.float(v, "verdict: confidence", "log_score") },
+				"share":     func(_, v *yaml.Node) { c.Share = d.float(v, "verdict: confidence", "share") },
+				"offset":    func(_, v *yaml.Node) { c.Offset = d.float(v, "verdict: confidence", "offset") },
+			})
+			c.Defined = true
+		},
+		"headline": func(_, n *yaml.Node) { v.Headline = d.strList(n, "verdict", "headline") },
 		"samples_signal": func(_, n *yaml.Node) {
 			v.SamplesSignal = d.str(n, "verdict", "samples_signal")
 			b.verdict["samples_signal"] = Expr{Source: v.SamplesSignal, Pos: d.pos(n)}
@@ -362,6 +550,7 @@ func (b *builder) verdictBlock(d *decoder, n *yaml.Node) {
 // compile checks cross references and prepares every program and template.
 func (b *builder) compile() {
 	rs, errs := b.rs, b.errs
+	b.resolveSignals()
 	if rs.Verdict.MinScore == 0 {
 		rs.Verdict.MinScore = 1
 	}
@@ -370,8 +559,8 @@ func (b *builder) compile() {
 		errs.add(Pos{}, "", "CEL environment: %v", err)
 		return
 	}
-	if rs.Engine == "" && (len(rs.Signals) > 0 || len(rs.Steps) > 0) {
-		errs.add(Pos{File: firstFile(rs)}, "", "missing engine (vllm, sglang or trtllm)")
+	if rs.Engine == "" && len(rs.Signals) > 0 {
+		errs.add(Pos{File: firstFile(rs)}, "", "signal expressions without an engine: add `engine:` (vllm, sglang or trtllm) to the signal map")
 	}
 	for _, s := range rs.Signals {
 		b.compileSignal(s, fmt.Sprintf("signal %q", s.Name))
@@ -399,15 +588,22 @@ func (b *builder) compile() {
 			if r.Cause != "" && rs.causeIndex[r.Cause] == nil {
 				errs.add(r.Pos, rctx, "unknown cause %q", r.Cause)
 			}
-			if r.Signal != "" && rs.signalIndex[r.Signal] == nil {
+			if r.Signal != "" && rs.declared[r.Signal] == nil {
 				errs.add(r.Pos, rctx, "signal: unknown signal %q", r.Signal)
 			}
 			if r.When != "" {
-				prog, msgs := compileBool(env, r.When, rs.signalIndex)
+				prog, msgs := compileBool(env, r.When, rs.declared)
 				for _, m := range msgs {
 					errs.add(r.Pos, rctx, "%s", m)
 				}
 				r.prog = prog
+			}
+			if r.Grade != "" {
+				prog, msgs := compileNumber(env, r.Grade, rs.declared)
+				for _, m := range msgs {
+					errs.add(r.gradePos, rctx, "grade: %s", m)
+				}
+				r.grade = prog
 			}
 			if r.Evidence != "" {
 				t, err := parseEvidenceTemplate(r.Name, r.Evidence)
@@ -426,11 +622,19 @@ func (b *builder) compile() {
 		if sd.When == "" {
 			continue
 		}
-		prog, msgs := compileBool(env, sd.When, rs.signalIndex)
+		prog, msgs := compileBool(env, sd.When, rs.declared)
 		for _, m := range msgs {
 			errs.add(sd.Pos, ctx, "%s", m)
 		}
 		sd.prog = prog
+	}
+	// A chain link to a signal the rulebook does not declare is left out
+	// (a site rulebook need not declare every signal the shipped chains
+	// quote); `rules check` lists them.
+	for _, c := range b.chainPos {
+		if c.signal != "" && rs.declared[c.signal] == nil {
+			rs.UnknownChainLinks = append(rs.UnknownChainLinks, fmt.Sprintf("%s: %s: chain: signal %q is not declared; the link is left out", c.pos, c.ctx, c.signal))
+		}
 	}
 	v := &rs.Verdict
 	for _, f := range []struct {
@@ -441,7 +645,7 @@ func (b *builder) compile() {
 		if !ok {
 			continue
 		}
-		prog, msgs := compileBool(env, e.Source, rs.signalIndex)
+		prog, msgs := compileBool(env, e.Source, rs.declared)
 		for _, m := range msgs {
 			errs.add(e.Pos, "verdict: "+f.key, "%s", m)
 		}
@@ -452,12 +656,15 @@ func (b *builder) compile() {
 		errs.add(Pos{File: firstFile(rs)}, "verdict", "missing anomaly expression")
 	}
 	for _, h := range v.Headline {
-		if rs.signalIndex[h] == nil {
+		if rs.declared[h] == nil {
 			errs.add(b.headlinePos(), "verdict: headline", "unknown signal %q", h)
 		}
 	}
-	if v.SamplesSignal != "" && rs.signalIndex[v.SamplesSignal] == nil {
+	if v.SamplesSignal != "" && rs.declared[v.SamplesSignal] == nil {
 		errs.add(b.verdict["samples_signal"].Pos, "verdict: samples_signal", "unknown signal %q", v.SamplesSignal)
+	}
+	if v.Fallback != "" && rs.causeIndex[v.Fallback] == nil {
+		errs.add(b.headlinePos(), "verdict: fallback", "unknown cause %q", v.Fallback)
 	}
 }
 
@@ -519,14 +726,39 @@ func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 // sampleEvidence is the data used to trial-render templates: every signal is 1.
 func sampleEvidence(rs *Ruleset) *EvidenceData {
-	m := make(map[string]float64, len(rs.Signals))
-	for _, s := range rs.Signals {
-		m[s.Name] = 1
+	m := make(map[string]any, len(rs.declared))
+	for name := range rs.declared {
+		m[name] = 1.0
 	}
 	return &EvidenceData{
 		Now: m, Base: m, Ratio: m, Delta: m, Engine: rs.Engine,
-		Scheduler: map[string]any{"chunked_prefill": true, "max_num_batched_tokens": 2048.0, "max_num_seqs": 256.0, "source": "default"},
+		Scheduler: map[string]any{"chunked_prefill": true, "max_num_batched_tokens": 2048.0, "max_num_seqs": 256.0, "kv_admission": "on_demand", "source": "default"},
 		GPU:       map[string]any{"class": "H100", "memory_gib": 80.0},
 		Targets:   1,
+		Attr:      map[string]any{AttrTTFTDelta: 1.0, AttrITLDelta: 1.0},
+		Gaps:      []string{"queue time"},
 	}
+}
+
+// DeclaresEngine reports whether a ruleset document names its engine at the
+// top level (a signal map), without validating the rest.
+func DeclaresEngine(data []byte) bool { return DeclaresKey(data, "engine") }
+
+// DeclaresKey reports whether a ruleset document has the top-level key,
+// without validating the rest.
+func DeclaresKey(data []byte, key string) bool {
+	var doc yaml.Node
+	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil || len(doc.Content) == 0 {
+		return false
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return false
+	}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		if root.Content[i].Value == key {
+			return true
+		}
+	}
+	return false
 }

@@ -29,6 +29,7 @@ signals:
     unit: fraction
     expr: max(vllm:kv_cache_usage_perc{ {{.Selector}} })
   waiting:
+    title: Waiting
     expr: sum(vllm:num_requests_waiting{ {{.Selector}} })
 verdict:
   anomaly: '"ttft" in ratio && ratio.ttft > 1.5'

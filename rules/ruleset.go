@@ -28,8 +28,12 @@ type Ruleset struct {
 	// Detect is a PromQL template whose non-empty result says this engine's
 	// series exist (used when the engine is "auto").
 	Detect *Signal
-	// Signals are the named PromQL templates, in file order.
+	// Signals are the signals this ruleset evaluates: every declared signal
+	// the engine's signal map gives an expression, in declaration order.
 	Signals []*Signal
+	// Unmapped are the declared signals the engine's map leaves out: the
+	// engine does not export them. They are data gaps, never evidence.
+	Unmapped []*Signal
 	// Steps are the walk, in order.
 	Steps []*Step
 	// Causes is the catalogue, in file order.
@@ -39,18 +43,28 @@ type Ruleset struct {
 	SchedulerDefaults []*SchedulerDefault
 	// Verdict holds the expressions that decide status, severity and phase.
 	Verdict VerdictRules
+	// UnknownChainLinks lists, as "file:line:col: ...", the chain links
+	// whose signal is not declared (they are left out of verdicts).
+	UnknownChainLinks []string
 
-	signalIndex map[string]*Signal
+	signalIndex map[string]*Signal // mapped (evaluated) signals
+	declared    map[string]*Signal // every declared signal, mapped or not
 	causeIndex  map[string]*Cause
 }
 
-// Signal returns the named signal, or nil.
+// Signal returns the named signal if this ruleset evaluates it, or nil.
 func (r *Ruleset) Signal(name string) *Signal { return r.signalIndex[name] }
+
+// Declared returns the named signal if the rulebook declares it, whether or
+// not the engine maps it, or nil.
+func (r *Ruleset) Declared(name string) *Signal { return r.declared[name] }
 
 // Cause returns the cause with the given id, or nil.
 func (r *Ruleset) Cause(id string) *Cause { return r.causeIndex[id] }
 
-// Signal is a named PromQL template evaluated at the incident and baseline windows.
+// Signal is a named PromQL template evaluated at the incident and baseline
+// windows. The rulebook declares it (name, title, unit); an engine's signal
+// map gives its expression over that engine's metric names.
 type Signal struct {
 	Name  string
 	Title string
@@ -68,7 +82,20 @@ type Signal struct {
 	// HTTP status counters of the API server): its absence is not a data gap
 	// worth reporting except when explaining.
 	Optional bool
-	Pos      Pos
+	// ZeroIsGap marks a gauge some engines expose but never set: when it reads
+	// exactly zero in both windows it is treated as missing (a data gap), so
+	// a stuck gauge cannot rule anything out.
+	ZeroIsGap bool
+	// Group gathers signals of one source (e.g. "gpu" for the GPU counters)
+	// so that their gaps are reported as one line.
+	Group string
+	// Pos is where the expression is (the engine's map); DeclPos where the
+	// signal is declared.
+	Pos     Pos
+	DeclPos Pos
+	// Engine is the engine whose map gave the expression; empty for a
+	// signal declared with its expression in one place.
+	Engine string
 
 	tmpl *template.Template
 }
@@ -104,13 +131,20 @@ func (e Effect) String() string {
 	return "evidence"
 }
 
-// Rule is one condition in a step.
+// Rule is one piece of evidence in a step: a gate (`when`, CEL bool) and a
+// grade (`grade`, CEL number in [0, 1]: how clearly the evidence holds),
+// either or both. A matched evidence rule adds weight × grade to its cause;
+// a matched rule_out rule multiplies the cause's score by 1 − grade and
+// removes the cause when little is left (see RuledOutBelow).
 type Rule struct {
 	// Name identifies the rule inside its step; defaults to "rule N".
 	Name  string
 	Cause string
-	// When is the CEL condition; it must evaluate to bool.
-	When   string
+	// When is the CEL gate; it must evaluate to bool. Empty means always.
+	When string
+	// Grade is the CEL strength of the evidence, clamped to [0, 1]; empty
+	// means 1 whenever When holds.
+	Grade  string
 	Weight float64
 	Effect Effect
 	// Signal optionally names the signal whose now/baseline the evidence quotes.
@@ -119,7 +153,9 @@ type Rule struct {
 	Evidence string
 	Pos      Pos
 
+	gradePos Pos
 	prog     cel.Program
+	grade    cel.Program
 	evidence *template.Template
 }
 
@@ -129,10 +165,49 @@ type Cause struct {
 	ID          string
 	Title       string
 	Description string
-	Remediation []string
-	Pos         Pos
+	// Fixes is the remediation, in order; EngineFixes replaces it for the
+	// engines it names (flags and policies differ per engine).
+	Fixes       []Fix
+	EngineFixes map[string][]Fix
+	// Chain is how the cause reaches the symptom, as signals to quote in
+	// order (e.g. arrivals → KV cache → preemptions → queue → TTFT).
+	Chain []ChainLink
+	Pos   Pos
 
 	order int
+}
+
+// FixesFor returns the cause's remediation for the engine.
+func (c *Cause) FixesFor(engine string) []Fix {
+	if f, ok := c.EngineFixes[engine]; ok {
+		return f
+	}
+	return c.Fixes
+}
+
+// Fix is one remediation line. Knob and Direction, when set, say which
+// setting the fix turns and which way ("up" or "down"), so that two fixes of
+// one verdict that turn the same knob opposite ways are caught.
+type Fix struct {
+	Text      string
+	Knob      string
+	Direction string
+}
+
+// ChainLink is one step of a cause's chain: a signal, how to show it
+// ("ratio": its change against the baseline; "value": its value now), and
+// the smallest movement that makes the link worth quoting.
+type ChainLink struct {
+	Signal string
+	Label  string
+	Show   string
+	// Min is, for "ratio", the smallest factor and, for "value", the
+	// smallest value that shows the link took part.
+	Min float64
+	// Falls marks a ratio link that takes part by falling (a hit rate, a
+	// clock): it is quoted when now/baseline ≤ 1/Min. Otherwise a ratio
+	// link is quoted when it rose by Min.
+	Falls bool
 }
 
 // SchedulerDefault is an engine default for the scheduler, chosen by a CEL
@@ -142,8 +217,10 @@ type SchedulerDefault struct {
 	ChunkedPrefill      bool
 	MaxNumBatchedTokens int
 	MaxNumSeqs          int
-	Note                string
-	Pos                 Pos
+	// KVAdmission is "on_demand" or "reserve" (see Scheduler.KVAdmission).
+	KVAdmission string
+	Note        string
+	Pos         Pos
 
 	prog cel.Program
 }
@@ -163,9 +240,22 @@ type VerdictRules struct {
 	MinScore float64
 	// Headline lists the signals shown as the verdict's headline, in order.
 	Headline []string
+	// Confidence maps a cause's score to a calibrated probability of being
+	// right: σ(LogScore·ln(score) + Share·ln(score/Σscores) + Offset).
+	Confidence Calibration
+	// Fallback is the cause ranked when an anomaly holds and no rule gave
+	// any cause support (e.g. "unexplained"); empty means none.
+	Fallback string
 	// SamplesSignal names a signal counting raw samples in the window; when it is
 	// below 2 a missing rate() signal is reported as "too few samples".
 	SamplesSignal string
+}
+
+// Calibration holds the coefficients of the confidence model (see
+// VerdictRules.Confidence); fitted on the accuracy harness.
+type Calibration struct {
+	LogScore, Share, Offset float64
+	Defined                 bool
 }
 
 // Expr is a compiled CEL condition with its source and position.

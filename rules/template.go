@@ -98,12 +98,27 @@ func parseSignalTemplate(name, src string) (*template.Template, error) {
 }
 
 // EvidenceData is what evidence and step summary templates see.
+// The signal maps hold float64 values; a signal without a value is absent,
+// so helpers render it as "n/a" rather than as a zero.
 type EvidenceData struct {
-	Now, Base, Ratio, Delta map[string]float64
+	Now, Base, Ratio, Delta map[string]any
 	Engine                  string
 	Scheduler               map[string]any
 	GPU                     map[string]any
 	Targets                 int
+	// Attr is the latency attribution (attr.go); Gaps names the signals
+	// the triage has no value for.
+	Attr map[string]any
+	Gaps []string
+}
+
+// anyMap copies a signal map for templates.
+func anyMap(m map[string]float64) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
 }
 
 // EvidenceFuncs are the helpers available in evidence templates.
@@ -113,6 +128,7 @@ var EvidenceFuncs = template.FuncMap{
 	"ratio":   FormatRatio,
 	"num":     FormatNumber,
 	"tokens":  func(v any) string { return fmt.Sprintf("%.0f", toFloat(v)) },
+	"join":    strings.Join,
 }
 
 func toFloat(v any) float64 {

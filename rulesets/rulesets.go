@@ -1,11 +1,15 @@
-// Package rulesets holds the shipped rulesets, embedded with go:embed: one per
-// engine plus the shared cause catalogue (causes.yaml). See README.md for the format.
+// Package rulesets holds the shipped rulesets, embedded with go:embed: the
+// engine-neutral rulebook (rulebook.yaml: canonical signals, verdict, the
+// walk's rules), the cause catalogue (causes.yaml), and one signal map per
+// engine (vllm.yaml, sglang.yaml, trtllm.yaml: canonical signal → PromQL
+// over that engine's names, plus its scheduler defaults). See README.md.
 package rulesets
 
 import (
 	"embed"
 	"fmt"
 	"os"
+	"sync"
 
 	"github.com/whyslow/whyslow/rules"
 )
@@ -15,10 +19,13 @@ import (
 //go:embed *.yaml
 var FS embed.FS
 
-// CausesFile is the shared cause catalogue every engine ruleset uses.
-const CausesFile = "causes.yaml"
+// Shipped file names.
+const (
+	CausesFile   = "causes.yaml"
+	RulebookFile = "rulebook.yaml"
+)
 
-// Engines lists the engines with a shipped ruleset (engines.md §1, §5, §6.2).
+// Engines lists the engines with a shipped signal map (docs/engines.md §2, §3, §4).
 var Engines = []string{"vllm", "sglang", "trtllm"}
 
 func file(name string) (rules.File, error) {
@@ -29,17 +36,38 @@ func file(name string) (rules.File, error) {
 	return rules.File{Name: name, Data: b}, nil
 }
 
-// Default returns the shipped, validated ruleset for the engine.
+// Base returns the files every ruleset is built on: the cause catalogue and
+// the rulebook.
+func Base() []rules.File {
+	c, _ := file(CausesFile)
+	r, _ := file(RulebookFile)
+	return []rules.File{c, r}
+}
+
+var (
+	cacheMu sync.Mutex
+	cache   = map[string]*rules.Ruleset{}
+)
+
+// Default returns the shipped, validated ruleset for the engine: the
+// rulebook read through the engine's signal map. Rulesets are immutable, so
+// each engine's is built once per process.
 func Default(engine string) (*rules.Ruleset, error) {
-	causes, err := file(CausesFile)
+	cacheMu.Lock()
+	defer cacheMu.Unlock()
+	if rs, ok := cache[engine]; ok {
+		return rs, nil
+	}
+	f, err := file(engine + ".yaml")
+	if err != nil || engine == "causes" || engine == "rulebook" {
+		return nil, fmt.Errorf("no shipped ruleset for engine %q", engine)
+	}
+	rs, err := rules.Parse(append(Base(), f)...)
 	if err != nil {
 		return nil, err
 	}
-	f, err := file(engine + ".yaml")
-	if err != nil {
-		return nil, fmt.Errorf("no shipped ruleset for engine %q", engine)
-	}
-	return rules.Parse(causes, f)
+	cache[engine] = rs
+	return rs, nil
 }
 
 // All returns the shipped ruleset of every engine, for engine auto-detection.
@@ -55,27 +83,81 @@ func All() ([]*rules.Ruleset, error) {
 	return out, nil
 }
 
-// Load parses user ruleset files on top of the shipped cause catalogue, so a
-// file only needs its signals and steps (a cause it defines overrides the shipped one).
-func Load(paths ...string) (*rules.Ruleset, error) {
-	causes, err := file(CausesFile)
-	if err != nil {
-		return nil, err
-	}
-	files := []rules.File{causes}
+// Load parses user ruleset files on top of the shipped catalogue and
+// rulebook: a signal map for another engine (`engine:` and `signals:`
+// only), extra signals, steps and rules, or causes that override the
+// shipped text. When no file names an engine, engine's shipped signal map
+// is added (engine "" means vllm).
+//
+// A file with a `verdict:` block is a whole rulebook and replaces the
+// shipped one; a file byte-for-byte equal to a shipped file is read once.
+func Load(engine string, paths ...string) (*rules.Ruleset, error) {
+	base := Base()
+	var user []rules.File
+	hasEngine, hasRulebook := false, false
 	for _, p := range paths {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			return nil, fmt.Errorf("read ruleset: %w", err)
 		}
-		files = append(files, rules.File{Name: p, Data: b})
+		shipped := false
+		for _, f := range base {
+			shipped = shipped || string(f.Data) == string(b)
+		}
+		if shipped {
+			continue
+		}
+		hasEngine = hasEngine || rules.DeclaresEngine(b)
+		hasRulebook = hasRulebook || rules.DeclaresKey(b, "verdict")
+		user = append(user, rules.File{Name: p, Data: b})
 	}
-	return rules.Parse(files...)
+	files := base[:1]
+	if !hasRulebook {
+		files = base
+	}
+	if !hasEngine {
+		if engine == "" || engine == "auto" {
+			engine = "vllm"
+		}
+		f, err := file(engine + ".yaml")
+		if err != nil {
+			return nil, fmt.Errorf("no shipped signal map for engine %q", engine)
+		}
+		files = append(files, f)
+	}
+	return rules.Parse(append(files, user...)...)
 }
 
-// Causes returns the shipped cause catalogue file, for callers that build a
-// ruleset from their own bytes.
+// Causes returns the shipped cause catalogue file.
 func Causes() rules.File {
 	f, _ := file(CausesFile)
 	return f
+}
+
+// LoadAll is Load for engine auto-detection: with files that name an engine,
+// the one ruleset they make; otherwise the files on top of each shipped
+// engine's signal map, one ruleset per engine.
+func LoadAll(paths ...string) ([]*rules.Ruleset, error) {
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("read ruleset: %w", err)
+		}
+		if rules.DeclaresEngine(b) {
+			rs, err := Load("", paths...)
+			if err != nil {
+				return nil, err
+			}
+			return []*rules.Ruleset{rs}, nil
+		}
+	}
+	out := make([]*rules.Ruleset, 0, len(Engines))
+	for _, e := range Engines {
+		rs, err := Load(e, paths...)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rs)
+	}
+	return out, nil
 }

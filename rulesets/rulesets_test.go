@@ -2,6 +2,7 @@ package rulesets
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/whyslow/whyslow/collectors/bundle"
@@ -34,6 +35,9 @@ func TestShippedRulesets(t *testing.T) {
 			}
 			if len(rs.Steps) == 0 || len(rs.Signals) == 0 {
 				t.Error("no steps or signals")
+			}
+			if len(rs.UnknownChainLinks) > 0 {
+				t.Errorf("chains quote undeclared signals: %q", rs.UnknownChainLinks)
 			}
 		})
 	}
@@ -79,8 +83,54 @@ func TestAllEngines(t *testing.T) {
 			t.Errorf("%s: no scheduler defaults", rs.Engine)
 		}
 		for _, id := range []string{"kv_cache_pressure", "prefill_contention", "queue_saturation"} {
-			if c := rs.Cause(id); c == nil || len(c.Remediation) == 0 {
+			if c := rs.Cause(id); c == nil || len(c.FixesFor(rs.Engine)) == 0 {
 				t.Errorf("%s: cause %q missing or without remediation", rs.Engine, id)
+			}
+		}
+	}
+}
+
+// TestOneRulebook checks that every engine reads the same rules: the steps,
+// rules and verdict come from rulebook.yaml only, and an engine's file holds
+// nothing but its signal map and scheduler defaults.
+func TestOneRulebook(t *testing.T) {
+	rss, err := All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := rss[0]
+	for _, rs := range rss {
+		if len(rs.Steps) != len(ref.Steps) {
+			t.Fatalf("%s: %d steps, %s has %d", rs.Engine, len(rs.Steps), ref.Engine, len(ref.Steps))
+		}
+		for i, st := range rs.Steps {
+			if st.Pos.File != RulebookFile {
+				t.Errorf("%s: step %q comes from %s, not the rulebook", rs.Engine, st.Name, st.Pos.File)
+			}
+			if len(st.Rules) != len(ref.Steps[i].Rules) {
+				t.Errorf("%s: step %q has %d rules, %s has %d", rs.Engine, st.Name, len(st.Rules), ref.Engine, len(ref.Steps[i].Rules))
+				continue
+			}
+			for j, r := range st.Rules {
+				if o := ref.Steps[i].Rules[j]; r.Name != o.Name || r.When != o.When || r.Grade != o.Grade {
+					t.Errorf("%s: rule %s differs from %s's", rs.Engine, r.Name, ref.Engine)
+				}
+			}
+		}
+		if rs.Verdict.Anomaly.Source != ref.Verdict.Anomaly.Source || rs.Verdict.Anomaly.Pos.File != RulebookFile {
+			t.Errorf("%s: the verdict is not the rulebook's", rs.Engine)
+		}
+		for _, s := range rs.Signals {
+			if s.Pos.File != rs.Engine+".yaml" || s.DeclPos.File != RulebookFile {
+				t.Errorf("%s: signal %s mapped at %s, declared at %s", rs.Engine, s.Name, s.Pos, s.DeclPos)
+			}
+		}
+	}
+	for _, e := range Engines {
+		b, _ := FS.ReadFile(e + ".yaml")
+		for _, key := range []string{"\nsteps:", "\nverdict:", "\ncauses:"} {
+			if strings.Contains(string(b), key) {
+				t.Errorf("%s.yaml has a %q block: engine files map signals only", e, strings.TrimSpace(key))
 			}
 		}
 	}
@@ -123,7 +173,7 @@ func TestEngineDetection(t *testing.T) {
 	}
 }
 
-// TestSchedulerDefaults checks the engine defaults of engines.md §9 per GPU.
+// TestSchedulerDefaults checks the engine defaults of docs/engines.md §2.10, §3.5 and §4.4 per GPU.
 func TestSchedulerDefaults(t *testing.T) {
 	for _, tc := range []struct {
 		engine, gpu string

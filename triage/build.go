@@ -2,27 +2,18 @@ package triage
 
 import (
 	"fmt"
+	"math"
+	"sort"
 	"strings"
 
 	"github.com/whyslow/whyslow/rules"
 )
 
-// buildVerdict fills the verdict from the walk's outcome.
-func buildVerdict(v *Verdict, rs *rules.Ruleset, out *rules.Outcome, opts *Options, qs []*query, gpu gpuInference) {
-	now, base := map[string]float64{}, map[string]float64{}
-	for _, q := range qs {
-		if q.err != nil {
-			continue
-		}
-		if f, ok := scalar(q.result); ok {
-			switch q.window {
-			case "incident":
-				now[q.signal.Name] = f
-			case "baseline":
-				base[q.signal.Name] = f
-			}
-		}
-	}
+// buildVerdict fills the verdict from the walk's outcome. now and base are
+// the signal values the walk saw; coverage (in (0, 1]) scales the
+// confidences when the baseline window is only partly covered by data.
+func buildVerdict(v *Verdict, rs *rules.Ruleset, out *rules.Outcome, opts *Options, now, base map[string]float64,
+	gpu gpuInference, coverage float64) {
 	switch {
 	case out.Insufficient:
 		v.Status = StatusInsufficientData
@@ -43,9 +34,13 @@ func buildVerdict(v *Verdict, rs *rules.Ruleset, out *rules.Outcome, opts *Optio
 	default:
 		v.Status = StatusHealthy
 	}
+	if v.Status != StatusAnomaly {
+		// The attribution explains a slowdown; without one it is noise.
+		v.Attribution = nil
+	}
 
 	for _, name := range rs.Verdict.Headline {
-		s := rs.Signal(name)
+		s := rs.Declared(name)
 		c := Comparison{Signal: name, Title: s.Title, Unit: s.Unit, Now: valuePtr(now, name), Baseline: valuePtr(base, name)}
 		if c.Now != nil && c.Baseline != nil && *c.Baseline != 0 {
 			r := *c.Now / *c.Baseline
@@ -54,18 +49,41 @@ func buildVerdict(v *Verdict, rs *rules.Ruleset, out *rules.Outcome, opts *Optio
 		v.Headline = append(v.Headline, c)
 	}
 
-	for i, sc := range out.Causes {
-		c := Cause{ID: sc.Cause.ID, Rank: i + 1, Score: sc.Score, Title: sc.Cause.Title,
-			Remediation: append([]string{}, sc.Cause.Remediation...), Evidence: []Evidence{}}
-		for _, f := range sc.Findings {
-			e := Evidence{Step: f.Step.Name, Rule: f.Rule.Name, Signal: f.Rule.Signal, Weight: f.Rule.Weight, Text: f.Text}
-			if f.Rule.Signal != "" {
-				e.Now, e.Baseline = valuePtr(now, f.Rule.Signal), valuePtr(base, f.Rule.Signal)
-				if s := rs.Signal(f.Rule.Signal); s != nil {
-					e.Unit = s.Unit
-				}
+	evidence := func(f rules.Finding) Evidence {
+		e := Evidence{Step: f.Step.Name, Rule: f.Rule.Name, Signal: f.Rule.Signal, Weight: f.Rule.Weight,
+			Grade: round3(f.Grade), Text: f.Text}
+		if f.Rule.Signal != "" {
+			e.Now, e.Baseline = valuePtr(now, f.Rule.Signal), valuePtr(base, f.Rule.Signal)
+			if s := rs.Declared(f.Rule.Signal); s != nil {
+				e.Unit = s.Unit
 			}
-			c.Evidence = append(c.Evidence, e)
+		}
+		return e
+	}
+	var taken []rules.Fix
+	for i, sc := range out.Causes {
+		c := Cause{ID: sc.Cause.ID, Rank: i + 1, Score: round3(sc.Score), Confidence: round3(sc.Confidence * coverage),
+			Title: sc.Cause.Title, Evidence: []Evidence{}, Remediation: []string{},
+			Chain: chainOf(rs, sc.Cause, now, base)}
+		for _, f := range sc.Findings {
+			c.Evidence = append(c.Evidence, evidence(f))
+		}
+		sort.SliceStable(c.Evidence, func(a, b int) bool {
+			return c.Evidence[a].Weight*c.Evidence[a].Grade > c.Evidence[b].Weight*c.Evidence[b].Grade
+		})
+		for _, f := range sc.Against {
+			c.Against = append(c.Against, evidence(f))
+		}
+		for _, fix := range sc.Cause.FixesFor(rs.Engine) {
+			if other, ok := conflicting(fix, taken); ok {
+				c.Omitted = append(c.Omitted, fmt.Sprintf("%s (left out: it turns %s %s, against the fix for a higher-ranked cause: %s)",
+					fix.Text, fix.Knob, fix.Direction, other.Text))
+				continue
+			}
+			c.Remediation = append(c.Remediation, fix.Text)
+			if fix.Knob != "" {
+				taken = append(taken, fix)
+			}
 		}
 		v.Causes = append(v.Causes, c)
 	}
@@ -74,12 +92,14 @@ func buildVerdict(v *Verdict, rs *rules.Ruleset, out *rules.Outcome, opts *Optio
 	}
 
 	for _, sr := range out.Steps {
-		st := Step{Name: sr.Step.Name, Title: sr.Step.Title, Outcome: stepOutcome(sr, out)}
+		st := Step{Name: sr.Step.Name, Title: sr.Step.Title, Outcome: stepOutcome(sr)}
 		if opts.Explain {
 			for _, rr := range sr.Rules {
 				ro := RuleOutcome{Name: rr.Rule.Name, Cause: rr.Rule.Cause, Matched: rr.Matched}
 				if rr.Matched {
 					ro.Effect = rr.Rule.Effect.String()
+					g := round3(rr.Grade)
+					ro.Grade = &g
 				}
 				if rr.Err != nil {
 					ro.Error = rr.Err.Error()
@@ -90,7 +110,7 @@ func buildVerdict(v *Verdict, rs *rules.Ruleset, out *rules.Outcome, opts *Optio
 		v.Steps = append(v.Steps, st)
 	}
 
-	v.DataGaps = append(v.DataGaps, dataGaps(rs, now, base, v.DataGaps, opts.Explain)...)
+	v.DataGaps = collapseGaps(rs, append(v.DataGaps, dataGaps(rs, now, base, v.DataGaps, opts.Explain)...))
 	for _, e := range out.Errors {
 		v.Warnings = appendWarnings(v.Warnings, "ruleset: "+e)
 	}
@@ -99,8 +119,80 @@ func buildVerdict(v *Verdict, rs *rules.Ruleset, out *rules.Outcome, opts *Optio
 	}
 }
 
+func round3(f float64) float64 { return math.Round(f*1000) / 1000 }
+
+// conflicting finds a fix already given that turns the same knob the other way.
+func conflicting(f rules.Fix, taken []rules.Fix) (rules.Fix, bool) {
+	if f.Knob == "" {
+		return rules.Fix{}, false
+	}
+	for _, t := range taken {
+		if t.Knob == f.Knob && t.Direction != f.Direction {
+			return t, true
+		}
+	}
+	return rules.Fix{}, false
+}
+
+// chainOf renders the links of a cause's chain that moved: a ratio link
+// that rose (or, marked falls, fell) by at least Min, a value link at or
+// above Min.
+func chainOf(rs *rules.Ruleset, c *rules.Cause, now, base map[string]float64) []ChainLink {
+	var out []ChainLink
+	for _, l := range c.Chain {
+		n, ok := now[l.Signal]
+		s := rs.Declared(l.Signal)
+		if !ok || s == nil {
+			continue
+		}
+		unit := s.Unit
+		link := ChainLink{Signal: l.Signal, Label: l.Label, Now: valuePtr(now, l.Signal), Baseline: valuePtr(base, l.Signal), Unit: unit}
+		switch l.Show {
+		case "value":
+			if n < l.Min {
+				continue
+			}
+			link.Text = l.Label + " " + formatUnit(n, unit)
+		default:
+			b, ok := base[l.Signal]
+			if !ok || b <= 0 || n <= 0 {
+				continue
+			}
+			r := n / b
+			if moved := r; l.Falls && r > 0 {
+				if 1/moved < math.Max(l.Min, 1.0001) {
+					continue
+				}
+			} else if moved < math.Max(l.Min, 1.0001) {
+				continue
+			}
+			link.Text = l.Label + " " + rules.FormatRatio(r)
+			if unit == "seconds" {
+				link.Text += " (" + rules.FormatSeconds(b) + " → " + rules.FormatSeconds(n) + ")"
+			}
+		}
+		out = append(out, link)
+	}
+	return out
+}
+
+// formatUnit renders a value in its signal's unit, as evidence does.
+func formatUnit(f float64, unit string) string {
+	switch unit {
+	case "seconds":
+		return rules.FormatSeconds(f)
+	case "fraction":
+		return rules.FormatPercent(f)
+	case "ratio":
+		return rules.FormatRatio(f)
+	case "", "count":
+		return rules.FormatNumber(f)
+	}
+	return rules.FormatNumber(f) + " " + unit
+}
+
 // stepOutcome renders the step's summary and what its rules concluded.
-func stepOutcome(sr rules.StepResult, out *rules.Outcome) string {
+func stepOutcome(sr rules.StepResult) string {
 	var parts []string
 	if sr.Summary != "" {
 		parts = append(parts, sr.Summary)
@@ -122,7 +214,7 @@ func stepOutcome(sr rules.StepResult, out *rules.Outcome) string {
 		parts = append(parts, "evidence for "+strings.Join(ev, ", "))
 	}
 	if len(ro) > 0 {
-		parts = append(parts, "ruled out "+strings.Join(ro, ", "))
+		parts = append(parts, "against "+strings.Join(ro, ", "))
 	}
 	if len(ev) == 0 && len(ro) == 0 {
 		parts = append(parts, "no finding")
@@ -131,13 +223,16 @@ func stepOutcome(sr rules.StepResult, out *rules.Outcome) string {
 }
 
 // dataGaps lists signals missing in a window, skipping those already reported
-// as failed queries. A missing signal in a window with fewer than two samples
-// is reported as too few samples for rate(). Optional signals (series only
-// some deployments expose) are listed only when explaining.
+// as failed queries: signals the engine's map does not provide (the engine
+// does not export them), and mapped signals that returned no data. A missing
+// signal in a window with fewer than two samples is reported as too few
+// samples for rate(). Optional signals (series only some deployments expose)
+// are listed only when explaining.
 func dataGaps(rs *rules.Ruleset, now, base map[string]float64, have []DataGap, explain bool) []DataGap {
 	reported := map[string]bool{}
 	for _, g := range have {
 		reported[g.Signal+"/"+g.Window] = true
+		reported[g.Signal+"/"] = reported[g.Signal+"/"] || g.Window == ""
 	}
 	reason := func(m map[string]float64) string {
 		if ss := rs.Verdict.SamplesSignal; ss != "" {
@@ -152,8 +247,20 @@ func dataGaps(rs *rules.Ruleset, now, base map[string]float64, have []DataGap, e
 		return "no series matched"
 	}
 	var gaps []DataGap
+	var unmapped []string
+	for _, s := range rs.Unmapped {
+		if (s.Optional && !explain) || reported[s.Name+"/"] {
+			continue
+		}
+		unmapped = append(unmapped, s.Name)
+	}
+	if len(unmapped) > 0 {
+		gaps = append(gaps, DataGap{Signal: "not_exported", Signals: unmapped,
+			Reason: fmt.Sprintf("%s does not export %s (its signal map has no series for them): the rules that read them stay silent",
+				rs.Engine, strings.Join(unmapped, ", "))})
+	}
 	for _, s := range rs.Signals {
-		if s.Optional && !explain {
+		if (s.Optional && !explain) || reported[s.Name+"/"] {
 			continue
 		}
 		for _, w := range []struct {
@@ -171,4 +278,110 @@ func dataGaps(rs *rules.Ruleset, now, base map[string]float64, have []DataGap, e
 		}
 	}
 	return gaps
+}
+
+// collapseGaps folds the gaps of one group of signals (the GPU counters)
+// into one line per window, and a signal missing from both windows for the
+// same reason into one gap.
+func collapseGaps(rs *rules.Ruleset, gaps []DataGap) []DataGap {
+	type key struct{ group, window, reason string }
+	groups := map[key]*DataGap{}
+	var out []DataGap
+	for _, g := range gaps {
+		s := rs.Declared(g.Signal)
+		if s == nil || s.Group == "" {
+			out = append(out, g)
+			continue
+		}
+		k := key{s.Group, g.Window, g.Reason}
+		if d, ok := groups[k]; ok {
+			d.Signals = append(d.Signals, g.Signal)
+			continue
+		}
+		groups[k] = &DataGap{Signal: s.Group, Window: g.Window, Reason: g.Reason, Signals: []string{g.Signal}}
+		out = append(out, DataGap{Signal: "\x00" + s.Group + "\x00" + g.Window + "\x00" + g.Reason})
+	}
+	// Merge windows: the same signal (or group) missing from both windows
+	// for the same reason is one gap.
+	final := make([]DataGap, 0, len(out))
+	idx := map[string]int{}
+	for _, g := range out {
+		if strings.HasPrefix(g.Signal, "\x00") {
+			p := strings.SplitN(g.Signal[1:], "\x00", 3)
+			g = *groups[key{p[0], p[1], p[2]}]
+			if len(g.Signals) > 1 {
+				g.Reason = fmt.Sprintf("%s (%d series: %s)", g.Reason, len(g.Signals), strings.Join(g.Signals, ", "))
+			}
+		}
+		k := g.Signal + "\x00" + g.Reason
+		if i, ok := idx[k]; ok && g.Window != "" && final[i].Window != g.Window {
+			final[i].Window = ""
+			continue
+		}
+		idx[k] = len(final)
+		final = append(final, g)
+	}
+	return final
+}
+
+// zeroGauges drops gauges declared zero_is_gap that read exactly zero in
+// both windows: an engine that exposes the gauge but never sets it. Such a
+// gauge is a data gap, and nothing reads it as evidence.
+func zeroGauges(rs *rules.Ruleset, now, base map[string]float64) []DataGap {
+	var gaps []DataGap
+	for _, s := range rs.Signals {
+		if !s.ZeroIsGap {
+			continue
+		}
+		n, okN := now[s.Name]
+		b, okB := base[s.Name]
+		if okN && n == 0 && (!okB || b == 0) {
+			delete(now, s.Name)
+			delete(base, s.Name)
+			gaps = append(gaps, DataGap{Signal: s.Name, Reason: "reads 0 in both windows: the engine exposes it but does not set it"})
+		}
+	}
+	return gaps
+}
+
+// baselineCoverage compares the scrapes of the baseline window with the
+// incident window's. A baseline the data only partly covers is a data gap
+// and weakens the ranking (the returned factor scales confidences); it
+// never drives it.
+func baselineCoverage(rs *rules.Ruleset, now, base map[string]float64) (float64, *DataGap) {
+	ss := rs.Verdict.SamplesSignal
+	n, okN := now[ss]
+	b, okB := base[ss]
+	if ss == "" || !okN || n < 2 {
+		return 1, nil
+	}
+	if !okB {
+		return 0.5, &DataGap{Signal: ss, Window: "baseline", Reason: "the baseline window has no data"}
+	}
+	c := b / n
+	if c >= 0.8 {
+		return 1, nil
+	}
+	return math.Max(0.3, c), &DataGap{Signal: ss, Window: "baseline",
+		Reason: fmt.Sprintf("the baseline window is only %.0f%% covered by data (%.0f scrapes against %.0f in the incident window); confidence lowered", 100*c, b, n)}
+}
+
+// missingWords names, for evidence texts, the declared signals without a
+// value in the incident window that the attribution reads.
+func missingWords(rs *rules.Ruleset, now, base map[string]float64) []string {
+	var out []string
+	for _, name := range []string{sigQueueMean, sigPrefillMean, sigKVUsageAvg, sigRunning, sigPrefillTPS, sigPreemptRate, sigSMClock, "prefix_hit_rate", "prompt_len_p90"} {
+		_, n := now[name]
+		_, b := base[name]
+		if n && b {
+			continue
+		}
+		if s := rs.Declared(name); s != nil {
+			out = append(out, strings.ToLower(s.Title[:1])+s.Title[1:])
+		}
+	}
+	if len(out) == 0 {
+		out = []string{"none missing: the change is outside what these series measure"}
+	}
+	return out
 }

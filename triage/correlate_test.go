@@ -95,7 +95,9 @@ func TestCorrelateStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	// TTFT up, mostly queue and prefill, a longer longest prompt: the
-	// metrics alone only hint at queueing (below the reporting score).
+	// metrics alone only hint at queueing (the attribution's light
+	// support, below the reporting score but ranked: an anomaly always
+	// gets a ranking).
 	base := baseline()
 	now := with(base, "ttft_mean", 0.8, "ttft_p95", 2.0, "queue_mean", 0.5, "prefill_mean", 0.45, "prompt_len_p999", 60000.0)
 	spans := append(stallSpans(at.Add(-5*time.Minute), true, 1), stallSpans(at.Add(-time.Hour-5*time.Minute), false, 2)...)
@@ -112,13 +114,13 @@ func TestCorrelateStep(t *testing.T) {
 		outcome  string
 		requests bool
 	}{
-		{name: "without traces", traces: nil, top: ""},
+		{name: "without traces", traces: nil, top: "queue_saturation"},
 		{name: "long prefill in the traces", traces: &spanTraces{spans: spans}, top: "prefill_contention",
 			outcome: "evidence for prefill_contention", requests: true},
 		{name: "trace source fails", traces: &spanTraces{err: errors.New("tempo down")}, gap: "trace query failed: tempo down",
-			outcome: "traces unavailable"},
+			outcome: "traces unavailable", top: "queue_saturation"},
 		{name: "no spans in the window", traces: &spanTraces{spans: stallSpans(at.Add(-3*time.Hour), true, 3)},
-			gap: "no traced llm_request span", outcome: "no traced requests"},
+			gap: "no traced llm_request span", outcome: "no traced requests", top: "queue_saturation"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -162,7 +164,12 @@ func TestCorrelateStep(t *testing.T) {
 				}
 				return
 			}
-			ev := v.Causes[0].Evidence[len(v.Causes[0].Evidence)-1]
+			var ev Evidence
+			for _, e := range v.Causes[0].Evidence {
+				if e.Step == "correlate" {
+					ev = e
+				}
+			}
 			if ev.Step != "correlate" || ev.Rule != "traces.long_prefill_stalls_first_tokens" || ev.Now == nil || ev.Baseline == nil || *ev.Now <= *ev.Baseline {
 				t.Errorf("evidence = %+v", ev)
 			}

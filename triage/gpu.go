@@ -10,7 +10,7 @@ import (
 )
 
 // gpuMemoryGiB maps a GPU class to its memory, for the engines' scheduler
-// defaults (engines.md §9 keys them on memory size and name).
+// defaults (docs/engines.md §2.10 and §3.5 key them on memory size and name).
 var gpuMemoryGiB = []struct {
 	match string
 	gib   float64

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Span names and attributes of the request model (engines.md §4, §7.4).
+// Span names and attributes of the request model (docs/engines.md §6).
 const (
 	SpanLLMRequest           = "llm_request"
 	SpanGatewayRequest       = "gateway.request"
@@ -246,7 +246,7 @@ type engineNumbers struct {
 
 // frontend is the time the engine's API server held the request before the
 // engine core queued it: vLLM measures TTFT from the API server's arrival,
-// so TTFT − queue − prefill is tokenisation, HTTP and IPC (engines.md §1.2).
+// so TTFT − queue − prefill is tokenisation, HTTP and IPC (docs/engines.md §2.9).
 // Only V1 spans carry the three numbers; below a millisecond it is noise.
 func (n engineNumbers) frontend() float64 {
 	if n.source != "v1" || n.ttft <= 0 {

@@ -311,16 +311,27 @@ func Run(ctx context.Context, opts Options) (*Verdict, error) {
 	}
 	v.Warnings = appendWarnings(v.Warnings, gpu.warnings...)
 
+	gaps := zeroGauges(rs, now, base)
+	coverage, covGap := baselineCoverage(rs, now, base)
+	if covGap != nil {
+		gaps = append(gaps, *covGap)
+	}
+	gpuClass := ""
+	if v.GPU != nil {
+		gpuClass = v.GPU.Class
+	}
+	v.Attribution = Attribute(now, base, gpuClass, scopeLbls["model_name"])
 	facts := rules.Facts{
 		Now: now, Base: base, Engine: rs.Engine, Scheduler: opts.Scheduler,
-		Targets: len(targetSets),
+		Targets: len(targetSets), Attr: v.Attribution.AttrMap(), Gaps: missingWords(rs, now, base),
 	}
 	if v.GPU != nil {
 		facts.GPU = rules.GPU{Class: v.GPU.Class, MemoryGiB: GPUMemoryGiB(v.GPU.Class)}
 	}
 	out := rs.Walk(facts)
 	corr := correlate(ctx, &opts, rs, facts, out, v)
-	buildVerdict(v, rs, out, &opts, qs, gpu)
+	v.DataGaps = append(v.DataGaps, gaps...)
+	buildVerdict(v, rs, out, &opts, now, base, gpu, coverage)
 	corr.fill(v)
 	if opts.Explain {
 		for _, s := range rs.Signals {

@@ -5,7 +5,7 @@ import "time"
 
 // SchemaVersion is the version of the Verdict JSON contract. Bump it on any
 // incompatible change; renderers and API clients key on it.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // Status says what a triage concluded about the incident window.
 type Status string
@@ -55,9 +55,13 @@ type Verdict struct {
 	Baseline Window    `json:"baseline_window"`
 	// Headline holds the TTFT/TPOT split and the other top-line numbers.
 	Headline []Comparison `json:"headline"`
-	Causes   []Cause      `json:"causes"`
-	RuledOut []RuledOut   `json:"ruled_out"`
-	Steps    []Step       `json:"steps"`
+	// Attribution splits the change of TTFT and inter-token latency into
+	// parts in seconds, with the unexplained remainder (attribution.go);
+	// nil when neither latency rose.
+	Attribution *Attribution `json:"attribution,omitempty"`
+	Causes      []Cause      `json:"causes"`
+	RuledOut    []RuledOut   `json:"ruled_out"`
+	Steps       []Step       `json:"steps"`
 	// Targets lists the worst targets (pods/instances) when several match the scope.
 	Targets  []Target  `json:"targets,omitempty"`
 	DataGaps []DataGap `json:"data_gaps"`
@@ -114,12 +118,35 @@ type Comparison struct {
 
 // Cause is one ranked root cause.
 type Cause struct {
-	ID          string     `json:"id"`
-	Rank        int        `json:"rank"`
-	Score       float64    `json:"score"`
-	Title       string     `json:"title"`
-	Evidence    []Evidence `json:"evidence"`
+	ID    string  `json:"id"`
+	Rank  int     `json:"rank"`
+	Score float64 `json:"score"`
+	// Confidence is the calibrated probability that this cause is right,
+	// in [0, 1].
+	Confidence float64 `json:"confidence"`
+	Title      string  `json:"title"`
+	// Chain is how the cause reaches the symptom: the links that moved, in
+	// order (e.g. arrivals ×1.3 → KV cache peak 99% → queue time 4m45s →
+	// TTFT ×3000).
+	Chain    []ChainLink `json:"chain,omitempty"`
+	Evidence []Evidence  `json:"evidence"`
+	// Against is counter-evidence that weakened the cause without ruling it out.
+	Against     []Evidence `json:"against,omitempty"`
 	Remediation []string   `json:"remediation"`
+	// Omitted lists remediation left out because it would turn a setting
+	// the opposite way to a higher-ranked cause's fix.
+	Omitted []string `json:"remediation_omitted,omitempty"`
+}
+
+// ChainLink is one step of a cause's chain, with its numbers.
+type ChainLink struct {
+	Signal   string   `json:"signal"`
+	Label    string   `json:"label"`
+	Now      *float64 `json:"now,omitempty"`
+	Baseline *float64 `json:"baseline,omitempty"`
+	Unit     string   `json:"unit,omitempty"`
+	// Text is the link rendered, e.g. "arrivals ×1.3" or "KV cache peak 99%".
+	Text string `json:"text"`
 }
 
 // Evidence is one rule's contribution to a cause.
@@ -133,7 +160,10 @@ type Evidence struct {
 	// ruleset, see Comparison.Unit); empty when unknown.
 	Unit   string  `json:"unit,omitempty"`
 	Weight float64 `json:"weight"`
-	Text   string  `json:"text"`
+	// Grade is how clearly the evidence holds, in [0, 1]; the rule added
+	// Weight × Grade to the cause's score.
+	Grade float64 `json:"grade"`
+	Text  string  `json:"text"`
 }
 
 // RuledOut is a cause a rule excluded, with the reason.
@@ -157,7 +187,9 @@ type RuleOutcome struct {
 	Cause   string `json:"cause,omitempty"`
 	Matched bool   `json:"matched"`
 	Effect  string `json:"effect,omitempty"` // "evidence", "rule_out", or ""
-	Error   string `json:"error,omitempty"`
+	// Grade is the matched rule's strength in [0, 1].
+	Grade *float64 `json:"grade,omitempty"`
+	Error string   `json:"error,omitempty"`
 }
 
 // Target is one scraped target ranked by how bad it looks.
@@ -169,11 +201,15 @@ type Target struct {
 	Unit string `json:"unit,omitempty"`
 }
 
-// DataGap is something triage wanted and could not get.
+// DataGap is something triage wanted and could not get. A gap is never
+// evidence: the rules that need the signal stay silent.
 type DataGap struct {
 	Signal string `json:"signal"`
 	Window string `json:"window,omitempty"` // "incident" or "baseline"
 	Reason string `json:"reason"`
+	// Signals lists the signals a collapsed gap stands for (e.g. the GPU
+	// series dcgm-exporter does not export by default).
+	Signals []string `json:"signals,omitempty"`
 }
 
 // SignalValue is one evaluated signal (for --explain).

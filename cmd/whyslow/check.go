@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+
+	"github.com/whyslow/whyslow/internal/daemon"
 )
 
 func init() {
@@ -27,7 +29,8 @@ func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	code := exitOK
 	for _, file := range fs.Args()[1:] {
-		if _, err := loadConfigFile(file); err != nil {
+		cfg, err := loadConfigFile(file)
+		if err != nil {
 			code = exitFailed
 			n := 0
 			for _, e := range splitJoined(err) {
@@ -40,6 +43,14 @@ func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 			fmt.Fprintf(stderr, "%s: %d problem(s)\n", file, n)
 			continue
+		}
+		// Valid, but say what the daemon will say at start-up about
+		// authentication.
+		if mode, w := daemon.APIAuth(cfg); w != "" {
+			fmt.Fprintf(stderr, "%s: warning: api auth %s: %s\n", file, mode, w)
+		}
+		if w := daemon.OTLPAuthWarning(cfg); w != "" {
+			fmt.Fprintf(stderr, "%s: warning: %s\n", file, w)
 		}
 		fmt.Fprintf(stdout, "%s: ok\n", file)
 	}

@@ -59,7 +59,15 @@ func parseConfig(file string, data []byte, lookup func(string) (string, bool)) (
 	var errs []configError
 	expandEnv(file, doc, lookup, &errs)
 	pos := map[string][2]int{}
-	checkKeys(file, doc, reflect.TypeOf(cfg), "", pos, &errs)
+	// The key checker follows aliases; bound the nodes it visits so that
+	// nested aliases (a "billion laughs") cannot make it run for minutes.
+	limit := maxConfigVisits(&root)
+	budget := &walkBudget{left: limit, limit: limit}
+	checkKeys(file, doc, reflect.TypeOf(cfg), "", pos, &errs, budget)
+	if budget.exceeded {
+		return cfg, configError{file: file, msg: fmt.Sprintf("too much alias expansion (more than %d nodes visited): "+
+			"expand the aliases or use fewer levels of them", budget.limit)}
+	}
 	if len(errs) == 0 {
 		if err := doc.Decode(&cfg); err != nil {
 			errs = append(errs, yamlTypeErrors(file, err)...)
@@ -115,9 +123,35 @@ func expandEnv(file string, n *yaml.Node, lookup func(string) (string, bool), er
 
 var durationType = reflect.TypeOf(time.Duration(0))
 
+// walkBudget bounds the nodes checkKeys visits, aliases expanded.
+type walkBudget struct {
+	left, limit int
+	exceeded    bool
+}
+
+// maxConfigVisits allows a document's own nodes ten times over, and at least
+// 100 000: plenty for aliases used to share a block, far below what nested
+// aliases can expand to.
+func maxConfigVisits(root *yaml.Node) int {
+	n := 0
+	var count func(*yaml.Node)
+	count = func(x *yaml.Node) {
+		n++
+		for _, c := range x.Content {
+			count(c)
+		}
+	}
+	count(root)
+	return max(100_000, 10*n)
+}
+
 // checkKeys reports mapping keys that do not exist in t, and records the
 // position of every known key path ("detect.triggers[0].ratio").
-func checkKeys(file string, n *yaml.Node, t reflect.Type, path string, pos map[string][2]int, errs *[]configError) {
+func checkKeys(file string, n *yaml.Node, t reflect.Type, path string, pos map[string][2]int, errs *[]configError, b *walkBudget) {
+	if b.left--; b.left < 0 {
+		b.exceeded = true
+		return
+	}
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -156,7 +190,7 @@ func checkKeys(file string, n *yaml.Node, t reflect.Type, path string, pos map[s
 			}
 			p := joinPath(path, k.Value)
 			pos[p] = [2]int{k.Line, k.Column}
-			checkKeys(file, v, ft, p, pos, errs)
+			checkKeys(file, v, ft, p, pos, errs, b)
 		}
 	case reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
@@ -165,7 +199,7 @@ func checkKeys(file string, n *yaml.Node, t reflect.Type, path string, pos map[s
 		for i, c := range n.Content {
 			p := fmt.Sprintf("%s[%d]", path, i)
 			pos[p] = [2]int{c.Line, c.Column}
-			checkKeys(file, c, t.Elem(), p, pos, errs)
+			checkKeys(file, c, t.Elem(), p, pos, errs, b)
 		}
 	case reflect.Map:
 		if n.Kind != yaml.MappingNode {
@@ -174,7 +208,7 @@ func checkKeys(file string, n *yaml.Node, t reflect.Type, path string, pos map[s
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			p := joinPath(path, n.Content[i].Value)
 			pos[p] = [2]int{n.Content[i].Line, n.Content[i].Column}
-			checkKeys(file, n.Content[i+1], t.Elem(), p, pos, errs)
+			checkKeys(file, n.Content[i+1], t.Elem(), p, pos, errs, b)
 		}
 	}
 }
@@ -220,13 +254,18 @@ func yamlSyntaxError(file string, err error) error {
 	return configError{file: file, msg: strings.TrimPrefix(err.Error(), "yaml: ")}
 }
 
+// yamlValue is the value a YAML type error quotes ("cannot unmarshal !!str
+// `xoxb-12...` into int"): its first characters may be a secret's.
+var yamlValue = regexp.MustCompile("`[^`]*`")
+
 func yamlTypeErrors(file string, err error) []configError {
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
-		return []configError{{file: file, msg: err.Error()}}
+		return []configError{{file: file, msg: yamlValue.ReplaceAllString(err.Error(), "a value")}}
 	}
 	out := make([]configError, 0, len(te.Errors))
 	for _, e := range te.Errors {
+		e = yamlValue.ReplaceAllString(e, "a value")
 		if m := yamlLine.FindStringSubmatch(e); m != nil {
 			line, _ := strconv.Atoi(m[1])
 			out = append(out, configError{file: file, line: line, msg: m[2]})

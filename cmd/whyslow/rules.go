@@ -14,6 +14,7 @@ import (
 
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/rulesets"
+	"github.com/whyslow/whyslow/triage"
 )
 
 func init() {
@@ -55,7 +56,11 @@ func rulesCheck(args []string, stdout, stderr io.Writer) int {
 			failed = true
 			continue
 		}
-		rs, err := rules.Parse(rulesets.Causes(), rules.File{Name: path, Data: data})
+		// A file is checked the way it is used: on top of the shipped
+		// catalogue and rulebook, and, unless it is a signal map itself, read
+		// through the shipped vLLM map.
+		_ = data
+		rs, err := rulesets.Load("", path)
 		if err != nil {
 			var es rules.Errors
 			if errors.As(err, &es) {
@@ -68,6 +73,9 @@ func rulesCheck(args []string, stdout, stderr io.Writer) int {
 			}
 			failed = true
 			continue
+		}
+		for _, w := range rs.UnknownChainLinks {
+			fmt.Fprintln(stderr, "warning: "+w)
 		}
 		rulesN := 0
 		for _, st := range rs.Steps {
@@ -90,11 +98,14 @@ type ruleTestFile struct {
 }
 
 type ruleTestCase struct {
-	Name      string             `yaml:"name"`
-	Now       map[string]float64 `yaml:"now"`
-	Base      map[string]float64 `yaml:"base"`
-	GPU       string             `yaml:"gpu"`
-	Targets   int                `yaml:"targets"`
+	Name string             `yaml:"name"`
+	Now  map[string]float64 `yaml:"now"`
+	Base map[string]float64 `yaml:"base"`
+	GPU  string             `yaml:"gpu"`
+	// Model is the served model's name, for the step model of the
+	// attribution (its size, e.g. "Llama-3.1-70B").
+	Model     string `yaml:"model"`
+	Targets   int    `yaml:"targets"`
 	Scheduler *struct {
 		ChunkedPrefill      bool `yaml:"chunked_prefill"`
 		MaxNumBatchedTokens int  `yaml:"max_num_batched_tokens"`
@@ -149,7 +160,7 @@ func runRuleTestFile(path string, stdout, stderr io.Writer) int {
 		for i, p := range tf.Rulesets {
 			paths[i] = relTo(path, p)
 		}
-		rs, err = rulesets.Load(paths...)
+		rs, err = rulesets.Load(tf.Engine, paths...)
 	} else {
 		engine := tf.Engine
 		if engine == "" {
@@ -167,7 +178,24 @@ func runRuleTestFile(path string, stdout, stderr io.Writer) int {
 		if name == "" {
 			name = fmt.Sprintf("test %d", i+1)
 		}
-		f := rules.Facts{Now: tc.Now, Base: tc.Base, Engine: rs.Engine, GPU: rules.GPU{Class: tc.GPU}, Targets: tc.Targets}
+		var undeclared []string
+		for _, m := range []map[string]float64{tc.Now, tc.Base} {
+			for k := range m {
+				if rs.Declared(k) == nil {
+					undeclared = append(undeclared, k)
+				}
+			}
+		}
+		if len(undeclared) > 0 {
+			sort.Strings(undeclared)
+			fmt.Fprintf(stderr, "%s: %s: undeclared signal(s) %s (the rulebook declares the signals a test may set)\n",
+				path, name, strings.Join(undeclared, ", "))
+			return exitFailed
+		}
+		// Triage computes the attribution from the same values before the walk.
+		attr := triage.Attribute(tc.Now, tc.Base, tc.GPU, tc.Model).AttrMap()
+		f := rules.Facts{Now: tc.Now, Base: tc.Base, Engine: rs.Engine, GPU: rules.GPU{Class: tc.GPU, MemoryGiB: triage.GPUMemoryGiB(tc.GPU)},
+			Targets: tc.Targets, Attr: attr}
 		if tc.Scheduler != nil {
 			f.Scheduler = rules.Scheduler{Known: true, ChunkedPrefill: tc.Scheduler.ChunkedPrefill,
 				MaxNumBatchedTokens: tc.Scheduler.MaxNumBatchedTokens, MaxNumSeqs: tc.Scheduler.MaxNumSeqs, Source: "incident"}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/internal/daemon"
+	"github.com/whyslow/whyslow/internal/redact"
 )
 
 func init() {
@@ -122,15 +123,18 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "serve: --log-level: %v\n", err)
 		return exitFailed
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	cfg, err := f.load()
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitFailed
 	}
-	stack, err := daemon.NewStack(daemon.StackOptions{Config: cfg, LogWriter: stdout, Logger: logger})
+	// Every log line goes through the redaction layer with the config's
+	// secrets; reloads add theirs to the same set.
+	secrets := daemon.ConfigSecrets(cfg)
+	logger := slog.New(redact.Handler(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}), secrets))
+	stack, err := daemon.NewStack(daemon.StackOptions{Config: cfg, LogWriter: stdout, Logger: logger, Secrets: secrets})
 	if err != nil {
-		fmt.Fprintf(stderr, "serve: %v\n", err)
+		fmt.Fprintf(stderr, "serve: %v\n", secrets.Scrub(err.Error()))
 		return exitFailed
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -139,15 +143,26 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		_ = stack.Close(context.Background())
 		return exitFailed
 	}
-	srv := &http.Server{Handler: stack.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: 2 * time.Minute}
+	srv, sln := stack.HTTPServer(ln)
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(sln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("HTTP server failed", "err", err)
 		}
 	}()
-	logger.Info("Serving", "listen", ln.Addr().String(), "engines", strings.Join(cfg.EngineURLs, ","), "data_dir", cfg.DataDir)
+	engines := make([]string, len(cfg.EngineURLs))
+	for i, u := range cfg.EngineURLs {
+		engines[i] = redact.URL(u)
+	}
+	mode, warning := daemon.APIAuth(cfg)
+	logger.Info("Serving", "listen", ln.Addr().String(), "engines", strings.Join(engines, ","), "data_dir", cfg.DataDir, "api_auth", mode)
+	if warning != "" {
+		logger.Warn("API authentication", "api_auth", mode, "warning", warning)
+	}
 	if stack.OTLP != nil {
-		logger.Info("Receiving traces", "otlp_http", stack.OTLP.HTTPAddr(), "otlp_grpc", stack.OTLP.GRPCAddr())
+		logger.Info("Receiving traces", "otlp_http", stack.OTLP.HTTPAddr(), "otlp_grpc", stack.OTLP.GRPCAddr(), "require_token", cfg.OTLP.RequireToken)
+		if w := daemon.OTLPAuthWarning(cfg); w != "" {
+			logger.Warn("OTLP authentication", "warning", w)
+		}
 	}
 
 	hup := make(chan os.Signal, 1)

@@ -22,13 +22,16 @@ func init() {
 }
 
 const simUsage = `usage:
-  whyslow sim list
+  whyslow sim list [--compounds]
   whyslow sim record --scenario NAME --seed N --out DIR [--names v0] [--gpu-series whyslow|dcgm|both|none]
                      [--replicas N] [--policy vllm|sglang|trtllm] [--trim] [--gzip]
-                     [--traces] [--traces-per-window N]
+                     [--traces] [--traces-per-window N] [--wide [--magnitude M]]
   whyslow sim serve --scenario NAME --seed N [--listen 127.0.0.1:8000] [--speed 60] [--replicas N]
                     [--names v0] [--gpu-series ...]
 serve exposes replica 0 on /metrics and replica N on /replica/N/metrics.
+NAME is a scenario of 'whyslow sim list' or two faults "a+b" of 'whyslow sim list --compounds'.
+--wide draws from the accuracy harness's wide ranges (load, cost coefficients, replicas,
+model, GPU) with a fault magnitude M in (0, 1] (default: drawn uniformly).
 `
 
 func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -52,6 +55,16 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 func simList(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && args[0] == "--compounds" {
+		causes := map[string]string{}
+		for _, s := range sim.Scenarios() {
+			causes[s.Name] = s.Cause
+		}
+		for _, c := range sim.CompoundPairs() {
+			fmt.Fprintf(stdout, "%-40s %s,%s\n", c[0]+"+"+c[1], causes[c[0]], causes[c[1]])
+		}
+		return exitOK
+	}
 	if len(args) > 0 {
 		fmt.Fprintf(stderr, "whyslow sim list: unexpected argument %q\n", args[0])
 		return exitFailed
@@ -71,6 +84,8 @@ type simFlags struct {
 	scenario, names, gpuSeries, policy string
 	seed                               int64
 	replicas                           int
+	wide                               bool
+	magnitude                          float64
 }
 
 func (f *simFlags) register(fs *flag.FlagSet) {
@@ -80,18 +95,19 @@ func (f *simFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.gpuSeries, "gpu-series", "whyslow", "GPU counters: whyslow, dcgm, both or none")
 	fs.IntVar(&f.replicas, "replicas", 0, "replicas (0 = the scenario's drawn default)")
 	fs.StringVar(&f.policy, "policy", "vllm", "scheduler policy: vllm, sglang or trtllm")
+	fs.BoolVar(&f.wide, "wide", false, "draw from the accuracy harness's wide ranges (load, cost coefficients, replicas, model, GPU, magnitude)")
+	fs.Float64Var(&f.magnitude, "magnitude", 0, "with --wide: the fault magnitude in (0, 1]; 0 draws it")
 }
 
 func (f *simFlags) options() (sim.Options, error) {
 	if f.scenario == "" {
 		return sim.Options{}, errors.New("--scenario is required (see 'whyslow sim list')")
 	}
-	known := false
-	for _, s := range sim.Scenarios() {
-		known = known || s.Name == f.scenario
-	}
-	if !known {
+	if !sim.ValidScenario(f.scenario) {
 		return sim.Options{}, fmt.Errorf("unknown scenario %q (see 'whyslow sim list')", f.scenario)
+	}
+	if f.magnitude < 0 || f.magnitude > 1 || (f.magnitude > 0 && !f.wide) {
+		return sim.Options{}, fmt.Errorf("--magnitude %v: want a value in (0, 1] with --wide", f.magnitude)
 	}
 	if f.names != "v1" && f.names != "v0" {
 		return sim.Options{}, fmt.Errorf("--names %q: want v1 or v0", f.names)
@@ -108,7 +124,7 @@ func (f *simFlags) options() (sim.Options, error) {
 		return sim.Options{}, fmt.Errorf("--policy: %w", err)
 	}
 	return sim.Options{Scenario: f.scenario, Seed: f.seed, Names: f.names, GPUSeries: f.gpuSeries,
-		Replicas: f.replicas, Policy: f.policy}, nil
+		Replicas: f.replicas, Policy: f.policy, Wide: f.wide, Magnitude: f.magnitude}, nil
 }
 
 func parseSimFlags(fs *flag.FlagSet, args []string, stderr io.Writer) bool {
@@ -168,8 +184,8 @@ func simRecord(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if causes == "" {
 		causes = "none"
 	}
-	fmt.Fprintf(stdout, "wrote %s: scenario %s seed %d, causes %s, onset %s, at %s (%d bytes of metrics, %s)\n",
-		*out, b.Truth.Scenario, b.Truth.Seed, causes, b.Truth.Onset.Format(time.RFC3339),
+	fmt.Fprintf(stdout, "wrote %s: scenario %s seed %d, causes %s (magnitude %.2f, %s), onset %s, at %s (%d bytes of metrics, %s)\n",
+		*out, b.Truth.Scenario, b.Truth.Seed, causes, b.Truth.Magnitude, b.Truth.Band, b.Truth.Onset.Format(time.RFC3339),
 		b.Incident.At.Format(time.RFC3339), len(b.Metrics), time.Since(start).Round(time.Millisecond))
 	return exitOK
 }

@@ -32,6 +32,9 @@ func TestSimBadFlags(t *testing.T) {
 		{"bad speed", []string{"sim", "serve", "--scenario", "healthy", "--speed", "0"}, "--speed"},
 		{"bad flag", []string{"sim", "record", "--bogus"}, "bogus"},
 		{"stray arg", []string{"sim", "list", "extra"}, "unexpected argument"},
+		{"magnitude without wide", []string{"sim", "record", "--scenario", "gpu_throttle", "--out", "x", "--magnitude", "0.5"}, "--magnitude"},
+		{"magnitude range", []string{"sim", "record", "--scenario", "gpu_throttle", "--out", "x", "--wide", "--magnitude", "2"}, "--magnitude"},
+		{"bad compound", []string{"sim", "record", "--scenario", "kv_pressure+context_growth", "--out", "x"}, "unknown scenario"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -57,6 +60,34 @@ func TestSimList(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "kv_pressure") || !strings.Contains(out.String(), "kv_cache_pressure") {
 		t.Errorf("list lacks kv_pressure:\n%s", out.String())
+	}
+}
+
+func TestSimListCompounds(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := dispatch(context.Background(), []string{"sim", "list", "--compounds"}, &out, &errb); code != exitOK {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != len(sim.CompoundPairs()) || !strings.Contains(out.String(), "arrival_surge+gpu_throttle") {
+		t.Errorf("compounds:\n%s", out.String())
+	}
+}
+
+func TestSimRecordWide(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "b")
+	var out, errb bytes.Buffer
+	code := dispatch(context.Background(), []string{"sim", "record", "--scenario", "error_burst+gpu_throttle", "--seed", "3",
+		"--out", dir, "--trim", "--wide", "--magnitude", "0.5", "--replicas", "1", "--gpu-series", "none"}, &out, &errb)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	truth, _ := os.ReadFile(filepath.Join(dir, "truth.yaml"))
+	for _, want := range []string{"request_errors", "gpu_throttling", "magnitude: 0.5", "band: moderate", "observed:",
+		"itl_attribution:", "wide: true"} {
+		if !strings.Contains(string(truth), want) {
+			t.Errorf("truth.yaml lacks %q:\n%s", want, truth)
+		}
 	}
 }
 

@@ -175,11 +175,23 @@ func whyVerdict(ctx context.Context, f *whyFlags, stderr io.Writer) (*triage.Ver
 // loadRulesets puts either the user's rulesets or the shipped ones into opts.
 func loadRulesets(opts *triage.Options, files []string) error {
 	if len(files) > 0 {
-		rs, err := rulesets.Load(files...)
+		if opts.Engine != "" && opts.Engine != "auto" {
+			rs, err := rulesets.Load(opts.Engine, files...)
+			if err != nil {
+				return fmt.Errorf("ruleset: %w", err)
+			}
+			opts.Ruleset = rs
+			return nil
+		}
+		rss, err := rulesets.LoadAll(files...)
 		if err != nil {
 			return fmt.Errorf("ruleset: %w", err)
 		}
-		opts.Ruleset = rs
+		if len(rss) == 1 {
+			opts.Ruleset = rss[0]
+		} else {
+			opts.Rulesets = rss
+		}
 		return nil
 	}
 	all, err := rulesets.All()

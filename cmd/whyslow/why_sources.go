@@ -16,6 +16,7 @@ import (
 	"github.com/whyslow/whyslow/collectors/remote"
 	"github.com/whyslow/whyslow/collectors/scrape"
 	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/internal/redact"
 	"github.com/whyslow/whyslow/triage"
 )
 
@@ -148,24 +149,34 @@ func whyServer(ctx context.Context, f *whyFlags, opts triage.Options) (*triage.V
 		return nil, fmt.Errorf("--server: %w", err)
 	}
 	hr.Header.Set("Content-Type", "application/json")
+	// A server (or a proxy in front of it) may echo the request back in an
+	// error: what it says is scrubbed of the credentials sent.
+	secrets := redact.NewSecrets()
+	secrets.AddURL(f.server, false)
 	if tok := bearerToken(f); tok != "" {
 		hr.Header.Set("Authorization", "Bearer "+tok)
+		secrets.Add(tok)
 	}
+	server := redact.URL(f.server)
 	resp, err := http.DefaultClient.Do(hr)
 	if err != nil {
-		return nil, fmt.Errorf("whyslow server %s unreachable: %w", f.server, unwrapURLError(err))
+		return nil, secrets.Error(fmt.Errorf("whyslow server %s unreachable: %w", server, unwrapURLError(err)))
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return nil, fmt.Errorf("whyslow server %s: read response: %w", f.server, err)
+		return nil, secrets.Error(fmt.Errorf("whyslow server %s: read response: %w", server, err))
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("whyslow server %s: %s: %s", f.server, resp.Status, strings.TrimSpace(string(data)))
+		msg := strings.TrimSpace(secrets.Scrub(string(data)))
+		if len(msg) > 2000 {
+			msg = msg[:2000] + "…"
+		}
+		return nil, fmt.Errorf("whyslow server %s: %s: %s", server, resp.Status, msg)
 	}
 	var v triage.Verdict
 	if err := json.Unmarshal(data, &v); err != nil {
-		return nil, fmt.Errorf("whyslow server %s: bad verdict JSON: %w", f.server, err)
+		return nil, fmt.Errorf("whyslow server %s: bad verdict JSON: %w", server, err)
 	}
 	return &v, nil
 }

@@ -11,7 +11,6 @@ package bundle
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +19,8 @@ import (
 	"path/filepath"
 
 	"github.com/prometheus/prometheus/storage"
+
+	"github.com/whyslow/whyslow/internal/decompress"
 )
 
 // File names inside a bundle.
@@ -113,7 +114,9 @@ func (b *Bundle) ReadMetricsFile() ([]byte, error) {
 	defer f.Close()
 	var r io.Reader = f
 	if filepath.Ext(b.MetricsPath) == ".gz" {
-		zr, err := gzip.NewReader(f)
+		// Bounded in size and in ratio (internal/decompress): a 1 MB gzip
+		// of zeros must not become gigabytes.
+		zr, err := decompress.NewGzip(f, decompress.Limits{MaxBytes: maxMetricsSize})
 		if err != nil {
 			return nil, fmt.Errorf("read %s: not valid gzip: %w", b.MetricsPath, err)
 		}

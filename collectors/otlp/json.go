@@ -10,6 +10,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
@@ -303,11 +304,28 @@ func numText(b []byte) (string, error) {
 // Tempo's {"batches": [...]} and the pre-1.0 instrumentationLibrarySpans
 // names). Malformed ids are a *FieldError naming the field.
 func DecodeJSON(data []byte, ids IDEncoding) (*coltracepb.ExportTraceServiceRequest, error) {
+	// JSON is UTF-8 (RFC 8259) and so are OTLP strings; encoding/json would
+	// quietly replace bad bytes, and echo them in some errors.
+	if !utf8.Valid(data) {
+		return nil, fmt.Errorf("invalid JSON at offset %d: not valid UTF-8", invalidUTF8At(data))
+	}
 	var jr jRequest
 	if err := json.Unmarshal(data, &jr); err != nil {
 		return nil, jsonError(data, err)
 	}
 	return fromJSON(&jr, ids)
+}
+
+// invalidUTF8At returns the offset of the first byte that is not valid UTF-8.
+func invalidUTF8At(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
 }
 
 // jsonError adds the byte offset to a syntax or type error.

@@ -1,8 +1,6 @@
 package otlp
 
 import (
-	"bytes"
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +11,7 @@ import (
 	"net/http"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,11 +22,15 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	_ "google.golang.org/grpc/encoding/gzip" // OTLP/gRPC clients may gzip
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/whyslow/whyslow/internal/decompress"
+	"github.com/whyslow/whyslow/internal/httplimit"
 	"github.com/whyslow/whyslow/triage"
 )
 
@@ -40,6 +43,11 @@ type Sink interface {
 // Defaults for a zero Options.
 const (
 	DefaultMaxRequestBytes = 16 << 20
+	// DefaultBodyBudget bounds the request bytes all OTLP/HTTP uploads
+	// together hold while their bodies arrive.
+	DefaultBodyBudget = 64 << 20
+	// DefaultMaxConns bounds the open connections of each receiver.
+	DefaultMaxConns = 1024
 	// TracesPath is the OTLP/HTTP traces path.
 	TracesPath = "/v1/traces"
 )
@@ -64,8 +72,21 @@ type Options struct {
 	// (default DefaultMaxRequestBytes).
 	MaxRequestBytes int64
 	// MaxInFlight bounds exports decoded at once; beyond it clients get a
-	// retryable 503 / UNAVAILABLE (default 4×GOMAXPROCS).
+	// retryable 503 / UNAVAILABLE (default 4×GOMAXPROCS). A slot is taken
+	// once the body has arrived, so slow uploads never hold one.
 	MaxInFlight int
+	// BodyBudget bounds the bytes of the OTLP/HTTP bodies being received at
+	// once (default DefaultBodyBudget); beyond it clients get 503.
+	BodyBudget int64
+	// HTTP bounds the OTLP/HTTP server: timeouts (a body must arrive within
+	// ReadTimeout, default 30s), header size, open connections (default
+	// DefaultMaxConns). The gRPC server takes MaxConns and uses
+	// ReadHeaderTimeout as its connection handshake timeout.
+	HTTP httplimit.Limits
+	// Token, when set and returning a non-empty token, requires every export
+	// to carry "Authorization: Bearer TOKEN" (the header OTel exporters send
+	// with OTEL_EXPORTER_OTLP_HEADERS): 401 / UNAUTHENTICATED otherwise.
+	Token func() string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -75,12 +96,14 @@ type Receiver struct {
 	opts     Options
 	log      *slog.Logger
 	inFlight chan struct{}
+	budget   *httplimit.Budget
 	spanPool sync.Pool
 	gzPool   sync.Pool
 
-	received *prometheus.CounterVec
-	rejected *prometheus.CounterVec
-	failed   *prometheus.CounterVec
+	received  *prometheus.CounterVec
+	rejected  *prometheus.CounterVec
+	failed    *prometheus.CounterVec
+	connsLost *prometheus.CounterVec
 
 	httpLn, grpcLn net.Listener
 	httpSrv        *http.Server
@@ -101,10 +124,18 @@ func New(opts Options) (*Receiver, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.BodyBudget <= 0 {
+		opts.BodyBudget = DefaultBodyBudget
+	}
+	if opts.HTTP.MaxConns <= 0 {
+		opts.HTTP.MaxConns = DefaultMaxConns
+	}
+	opts.HTTP = opts.HTTP.WithDefaults()
 	r := &Receiver{
 		opts:     opts,
 		log:      opts.Logger.With("collector", "otlp"),
 		inFlight: make(chan struct{}, opts.MaxInFlight),
+		budget:   httplimit.NewBudget(opts.BodyBudget),
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "whyslow_otlp_spans_received_total", Help: "Spans accepted by the OTLP receivers.",
 		}, []string{"transport"}),
@@ -114,12 +145,16 @@ func New(opts Options) (*Receiver, error) {
 		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "whyslow_otlp_requests_failed_total", Help: "Export requests refused whole, by transport and reason.",
 		}, []string{"transport", "reason"}),
+		connsLost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "whyslow_otlp_connections_rejected_total", Help: "Connections closed on accept because the receiver had its maximum open.",
+		}, []string{"transport"}),
 	}
 	for _, t := range []string{"http", "grpc"} {
 		r.received.WithLabelValues(t)
+		r.connsLost.WithLabelValues(t)
 	}
 	if opts.Registerer != nil {
-		for _, c := range []prometheus.Collector{r.received, r.rejected, r.failed} {
+		for _, c := range []prometheus.Collector{r.received, r.rejected, r.failed, r.connsLost} {
 			if err := opts.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("otlp receiver: register metrics: %w", err)
 			}
@@ -179,15 +214,17 @@ func (r *Receiver) Run(ctx context.Context) error {
 	if r.httpLn != nil {
 		mux := http.NewServeMux()
 		mux.Handle(TracesPath, r.Handler())
-		r.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() { errc <- r.httpSrv.Serve(r.httpLn) }()
-		r.log.Info("OTLP/HTTP receiver listening", "addr", r.HTTPAddr())
+		r.httpSrv = httplimit.Server(mux, r.opts.HTTP)
+		ln := httplimit.Listener(r.httpLn, r.opts.HTTP.MaxConns, func() { r.connsLost.WithLabelValues("http").Inc() })
+		go func() { errc <- r.httpSrv.Serve(ln) }()
+		r.log.Info("OTLP/HTTP receiver listening", "addr", r.HTTPAddr(), "auth", r.authState())
 	}
 	if r.grpcLn != nil {
-		r.grpcSrv = grpc.NewServer(grpc.MaxRecvMsgSize(int(r.opts.MaxRequestBytes)))
+		r.grpcSrv = grpc.NewServer(r.grpcOptions()...)
 		coltracepb.RegisterTraceServiceServer(r.grpcSrv, grpcService{r: r})
-		go func() { errc <- r.grpcSrv.Serve(r.grpcLn) }()
-		r.log.Info("OTLP/gRPC receiver listening", "addr", r.GRPCAddr())
+		ln := httplimit.Listener(r.grpcLn, r.opts.HTTP.MaxConns, func() { r.connsLost.WithLabelValues("grpc").Inc() })
+		go func() { errc <- r.grpcSrv.Serve(ln) }()
+		r.log.Info("OTLP/gRPC receiver listening", "addr", r.GRPCAddr(), "auth", r.authState())
 	}
 	var err error
 	select {
@@ -215,6 +252,53 @@ func (r *Receiver) Run(ctx context.Context) error {
 		return fmt.Errorf("otlp receiver: %w", err)
 	}
 	return nil
+}
+
+// grpcOptions bound the gRPC server as httplimit bounds the HTTP one: the
+// message size, a handshake timeout, streams per connection, fixed flow
+// control windows (no growth to 16 MiB per stream), and connections that
+// are closed after a while, so a stalled upload cannot live forever.
+func (r *Receiver) grpcOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(int(r.opts.MaxRequestBytes)),
+		grpc.ConnectionTimeout(r.opts.HTTP.ReadHeaderTimeout),
+		grpc.MaxConcurrentStreams(16),
+		grpc.InitialWindowSize(256 << 10),
+		grpc.InitialConnWindowSize(1 << 20),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle:     r.opts.HTTP.IdleTimeout,
+			MaxConnectionAge:      5 * time.Minute,
+			MaxConnectionAgeGrace: r.opts.HTTP.ReadTimeout,
+		}),
+		grpc.UnaryInterceptor(r.grpcAuth),
+	}
+}
+
+// token is the bearer token exports must carry, "" for none.
+func (r *Receiver) token() string {
+	if r.opts.Token == nil {
+		return ""
+	}
+	return r.opts.Token()
+}
+
+func (r *Receiver) authState() string {
+	if r.token() != "" {
+		return "bearer token"
+	}
+	return "none"
+}
+
+// grpcAuth checks the bearer token in the "authorization" metadata.
+func (r *Receiver) grpcAuth(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+	if tok := r.token(); tok != "" {
+		md, _ := metadata.FromIncomingContext(ctx)
+		if vs := md.Get("authorization"); len(vs) == 0 || !httplimit.BearerOK(vs[0], tok) {
+			r.failed.WithLabelValues("grpc", "unauthorized").Inc()
+			return nil, status.Error(codes.Unauthenticated, "missing or wrong bearer token")
+		}
+	}
+	return next(ctx, req)
 }
 
 // acquire takes an in-flight slot without waiting.
@@ -297,6 +381,11 @@ func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
 		if herr.code == http.StatusMethodNotAllowed {
 			w.Header().Set("Allow", http.MethodPost)
 		}
+		if herr.code == http.StatusUnauthorized {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="whyslow"`)
+		}
+		// A proto string must be valid UTF-8 or the status does not encode.
+		herr.msg = strings.ToValidUTF8(herr.msg, "\uFFFD")
 		r.log.Debug("Refused OTLP/HTTP export", "code", herr.code, "reason", herr.reason, "err", herr.msg)
 		writeMessage(w, ctype, herr.code, &statuspb.Status{Code: int32(grpcCodeFor(herr.code)), Message: herr.msg})
 		return
@@ -310,6 +399,10 @@ func grpcCodeFor(httpCode int) codes.Code {
 		return codes.Unavailable
 	case http.StatusRequestEntityTooLarge:
 		return codes.ResourceExhausted
+	case http.StatusUnauthorized:
+		return codes.Unauthenticated
+	case http.StatusRequestTimeout:
+		return codes.DeadlineExceeded
 	}
 	return codes.InvalidArgument
 }
@@ -336,19 +429,24 @@ func (r *Receiver) handleHTTP(w http.ResponseWriter, req *http.Request) (*coltra
 	if req.Method != http.MethodPost {
 		return nil, &httpError{http.StatusMethodNotAllowed, "method", "only POST is allowed on " + TracesPath}
 	}
+	if tok := r.token(); tok != "" && !httplimit.BearerOK(req.Header.Get("Authorization"), tok) {
+		return nil, &httpError{http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token"}
+	}
 	mt, _, err := mime.ParseMediaType(req.Header.Get("Content-Type"))
 	if err != nil || (mt != contentProtobuf && mt != contentJSON) {
 		return nil, &httpError{http.StatusUnsupportedMediaType, "content_type",
 			fmt.Sprintf("unsupported content type %q: want %s or %s", req.Header.Get("Content-Type"), contentProtobuf, contentJSON)}
 	}
+	// The body first: a slow upload must not hold a decoding slot.
+	body, release, herr := r.readBody(w, req)
+	defer release()
+	if herr != nil {
+		return nil, herr
+	}
 	if !r.acquire() {
 		return nil, &httpError{http.StatusServiceUnavailable, "overloaded", "too many exports in flight; retry later"}
 	}
 	defer r.release()
-	body, herr := r.readBody(w, req)
-	if herr != nil {
-		return nil, herr
-	}
 	var er *coltracepb.ExportTraceServiceRequest
 	if mt == contentJSON {
 		er, err = DecodeJSON(body, IDHex)
@@ -369,52 +467,64 @@ func (r *Receiver) handleHTTP(w http.ResponseWriter, req *http.Request) (*coltra
 	return nil, &httpError{http.StatusBadRequest, "malformed", err.Error()}
 }
 
-// readBody reads the body, gunzipping it when asked, within the size limit.
-func (r *Receiver) readBody(w http.ResponseWriter, req *http.Request) ([]byte, *httpError) {
+// readBody reads the body, gunzipping it when asked, within the size limit
+// (before and after gzip, and the decompression ratio) and the body budget.
+// release returns the body's bytes to the budget.
+func (r *Receiver) readBody(w http.ResponseWriter, req *http.Request) ([]byte, func(), *httpError) {
 	limit := r.opts.MaxRequestBytes
 	tooLarge := &httpError{http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body over %d bytes", limit)}
+	none := func() {}
 	if req.ContentLength > limit {
-		return nil, tooLarge
+		return nil, none, tooLarge
 	}
 	var src io.Reader = http.MaxBytesReader(w, req.Body, limit)
 	switch enc := req.Header.Get("Content-Encoding"); enc {
 	case "", "identity":
 	case "gzip":
-		zr, _ := r.gzPool.Get().(*gzip.Reader)
+		zr, _ := r.gzPool.Get().(*decompress.Reader)
 		var err error
+		lim := decompress.Limits{MaxBytes: limit}
 		if zr == nil {
-			zr, err = gzip.NewReader(src)
+			zr, err = decompress.NewGzip(src, lim)
 		} else {
-			err = zr.Reset(src)
+			err = zr.Reset(src, lim)
 		}
 		if err != nil {
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				return nil, tooLarge
+			if herr := r.bodyError(err, tooLarge); herr != nil {
+				return nil, none, herr
 			}
-			return nil, &httpError{http.StatusBadRequest, "malformed", "invalid gzip body: " + err.Error()}
+			return nil, none, &httpError{http.StatusBadRequest, "malformed", "invalid gzip body: " + err.Error()}
 		}
 		defer r.gzPool.Put(zr)
 		src = zr
 	default:
-		return nil, &httpError{http.StatusUnsupportedMediaType, "content_encoding", fmt.Sprintf("unsupported content encoding %q: want gzip or none", enc)}
+		return nil, none, &httpError{http.StatusUnsupportedMediaType, "content_encoding", fmt.Sprintf("unsupported content encoding %q: want gzip or none", enc)}
 	}
-	var buf bytes.Buffer
-	if req.ContentLength > 0 && req.Header.Get("Content-Encoding") == "" {
-		buf.Grow(int(req.ContentLength))
-	}
-	n, err := buf.ReadFrom(io.LimitReader(src, limit+1))
+	body, release, err := httplimit.ReadBody(src, limit, r.budget)
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, tooLarge
+		if herr := r.bodyError(err, tooLarge); herr != nil {
+			return nil, none, herr
 		}
-		return nil, &httpError{http.StatusBadRequest, "malformed", "read body: " + err.Error()}
+		return nil, none, &httpError{http.StatusBadRequest, "malformed", err.Error()}
 	}
-	if n > limit {
-		return nil, tooLarge
+	return body, release, nil
+}
+
+// bodyError maps the bounds' errors to a refusal; nil for other errors.
+func (r *Receiver) bodyError(err error, tooLarge *httpError) *httpError {
+	var mbe *http.MaxBytesError
+	var le *decompress.LimitError
+	switch {
+	case errors.As(err, &le) && le.Ratio:
+		return &httpError{http.StatusRequestEntityTooLarge, "too_large", le.Error()}
+	case errors.As(err, &mbe), errors.Is(err, httplimit.ErrTooLarge), errors.Is(err, decompress.ErrTooLarge):
+		return tooLarge
+	case errors.Is(err, httplimit.ErrBusy):
+		return &httpError{http.StatusServiceUnavailable, "overloaded", "too many upload bytes in flight; retry later"}
+	case errors.Is(err, httplimit.ErrTimeout):
+		return &httpError{http.StatusRequestTimeout, "timeout", "request body not received in time"}
 	}
-	return buf.Bytes(), nil
+	return nil
 }
 
 type grpcService struct {

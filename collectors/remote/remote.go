@@ -3,9 +3,10 @@
 // client. It answers the same PromQL as the embedded store, so a ruleset
 // behaves the same on a bundle and on the fleet.
 //
-// Secrets never appear in errors: URLs are printed with their password
-// redacted, and the bearer token, the basic-auth password and header values
-// are scrubbed from every error message.
+// Secrets never appear in errors: URLs are printed through the shared
+// redaction layer (internal/redact: password and query values hidden), and
+// the bearer token, the basic-auth password (and its base64), header values
+// and query values are scrubbed from every error message.
 package remote
 
 import (
@@ -21,6 +22,8 @@ import (
 	"github.com/prometheus/client_golang/api"
 	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
+
+	"github.com/whyslow/whyslow/internal/redact"
 )
 
 // DefaultTimeout bounds one query when Options.Timeout is zero.
@@ -50,16 +53,17 @@ type Client struct {
 	api     v1.API
 	url     string // redacted, for messages
 	timeout time.Duration
-	secrets []string
+	secrets *redact.Secrets
 }
 
 // New returns a client for opts.URL. It does not contact the server.
 func New(opts Options) (*Client, error) {
 	u, err := url.Parse(opts.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("prometheus URL %s: want http(s)://host[:port][/path]", redactRaw(opts.URL))
+		return nil, fmt.Errorf("prometheus URL %s: want http(s)://host[:port][/path]", redact.URL(opts.URL))
 	}
-	c := &Client{url: u.Redacted(), timeout: opts.Timeout}
+	c := &Client{url: redact.URL(opts.URL), timeout: opts.Timeout, secrets: redact.NewSecrets()}
+	c.secrets.AddURL(opts.URL, false)
 	if c.timeout <= 0 {
 		c.timeout = DefaultTimeout
 	}
@@ -75,15 +79,10 @@ func New(opts Options) (*Client, error) {
 	if opts.BearerToken != "" && user != "" {
 		return nil, fmt.Errorf("prometheus %s: set a bearer token or basic auth, not both", c.url)
 	}
-	for _, s := range []string{opts.BearerToken, pass} {
-		if s != "" {
-			c.secrets = append(c.secrets, s)
-		}
-	}
+	c.secrets.Add(opts.BearerToken)
+	c.secrets.AddBasic(user, pass)
 	for _, v := range opts.Headers {
-		if v != "" {
-			c.secrets = append(c.secrets, v)
-		}
+		c.secrets.AddHeader(v)
 	}
 	rt := opts.RoundTripper
 	if rt == nil {
@@ -191,11 +190,7 @@ func isConnError(err error) bool {
 // scrub returns err with every secret replaced. The original error is not
 // kept (it may hold the secret).
 func (c *Client) scrub(err error) error {
-	msg := err.Error()
-	for _, s := range c.secrets {
-		msg = strings.ReplaceAll(msg, s, "<redacted>")
-	}
-	return errors.New(msg)
+	return errors.New(c.secrets.Scrub(err.Error()))
 }
 
 // authRoundTripper adds headers and credentials to every request.
@@ -219,15 +214,4 @@ func (rt *authRoundTripper) RoundTrip(req *http.Request) (*http.Response, error)
 		req.SetBasicAuth(rt.user, rt.pass)
 	}
 	return rt.next.RoundTrip(req)
-}
-
-// redactRaw hides the password of a URL that may not parse.
-func redactRaw(raw string) string {
-	if u, err := url.Parse(raw); err == nil {
-		return u.Redacted()
-	}
-	if i := strings.LastIndexByte(raw, '@'); i >= 0 {
-		return "<redacted>" + raw[i:]
-	}
-	return raw
 }

@@ -33,7 +33,6 @@ package scrape
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -47,6 +46,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
+
+	"github.com/whyslow/whyslow/internal/decompress"
+	"github.com/whyslow/whyslow/internal/redact"
 )
 
 // Defaults for zero Options fields.
@@ -77,6 +79,11 @@ type Options struct {
 	// Logger logs failed scrapes at debug level; nil discards.
 	Logger *slog.Logger
 }
+
+// ErrStore is wrapped by a scrape error when the target answered but its
+// samples could not be written (a full disk, a closed store): the target is
+// not down, whyslow is.
+var ErrStore = errors.New("store write failed")
 
 // Scraper scrapes targets into a storage.Appendable (the embedded store).
 // It is safe for concurrent use.
@@ -152,9 +159,9 @@ func New(app storage.Appendable, opts Options) (*Scraper, error) {
 func (s *Scraper) Scrape(ctx context.Context, target string, at time.Time) (int, error) {
 	u, err := url.Parse(target)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return 0, fmt.Errorf("scrape %s: not an http(s) URL", redact(target))
+		return 0, fmt.Errorf("scrape %s: not an http(s) URL", redact.URL(target))
 	}
-	name := u.Redacted()
+	name := redact.URL(target)
 	tl := labels.FromStrings("instance", instanceOf(u.Scheme, u.Host), "job", s.job)
 
 	start := time.Now()
@@ -181,7 +188,7 @@ func (s *Scraper) Scrape(ctx context.Context, target string, at time.Time) (int,
 		report("scrape_samples_scraped", float64(len(samples))),
 	)
 	if err := s.store(ctx, all); err != nil && scrapeErr == nil {
-		scrapeErr = fmt.Errorf("scrape %s: store: %w", name, err)
+		scrapeErr = fmt.Errorf("scrape %s: %w: %w", name, ErrStore, err)
 		samples = nil
 	}
 
@@ -239,7 +246,7 @@ func (s *Scraper) fetch(ctx context.Context, u *url.URL) ([]byte, string, error)
 	}
 	var r io.Reader = resp.Body
 	if resp.Header.Get("Content-Encoding") == "gzip" {
-		zr, err := gzip.NewReader(resp.Body)
+		zr, err := decompress.NewGzip(resp.Body, decompress.Limits{MaxBytes: s.maxBody})
 		if err != nil {
 			return nil, "", fmt.Errorf("gzip body: %w", err)
 		}
@@ -251,6 +258,10 @@ func (s *Scraper) fetch(ctx context.Context, u *url.URL) ([]byte, string, error)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, "", fmt.Errorf("read body: timed out after %s", s.timeout)
+		}
+		var le *decompress.LimitError
+		if errors.As(err, &le) {
+			return nil, "", fmt.Errorf("read body: %w", le)
 		}
 		return nil, "", fmt.Errorf("read body: %w", err)
 	}
@@ -270,15 +281,6 @@ func (s *Scraper) store(ctx context.Context, samples []Sample) error {
 		}
 	}
 	return app.Commit()
-}
-
-// redact returns a raw URL with any password hidden, for messages about
-// URLs that did not parse.
-func redact(raw string) string {
-	if u, err := url.Parse(raw); err == nil {
-		return u.Redacted()
-	}
-	return "<unparseable URL>"
 }
 
 // Loop scrapes a set of targets at a fixed interval.
@@ -317,7 +319,7 @@ func (l *Loop) Run(ctx context.Context) []TargetStatus {
 	}
 	st := make([]TargetStatus, len(l.Targets))
 	for i, t := range l.Targets {
-		st[i].Target = redact(t)
+		st[i].Target = redact.URL(t)
 	}
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()

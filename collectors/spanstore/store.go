@@ -5,8 +5,11 @@ package spanstore
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +21,11 @@ import (
 const (
 	DefaultMaxSpans = 1_000_000
 	DefaultMaxBytes = 256 << 20
+	// DefaultMaxQuerySpans bounds what a SpansBetween without a limit
+	// returns: a triage copies and indexes every span it gets (about 5 kB
+	// and 6 µs each), so a store flooded with spans must not make each
+	// triage hold all of them. 10 000 is about a minute of a busy engine.
+	DefaultMaxQuerySpans = 10_000
 )
 
 // RequestIDKey is the span attribute indexed for ByRequestID.
@@ -43,10 +51,29 @@ type Options struct {
 	// estimate counts the span struct, its attributes, their strings, its
 	// share of the resource attributes and of the indexes.
 	MaxBytes int64
-	// Registerer receives whyslow_spanstore_spans, whyslow_spanstore_bytes
-	// and whyslow_spanstore_evicted_total; nil registers nothing.
+	// MaxQuerySpans bounds the spans one SpansBetween returns when its
+	// caller sets no limit (default DefaultMaxQuerySpans): the newest of the
+	// range are kept.
+	MaxQuerySpans int
+	// MaxSpanBytes bounds one span (its attributes and its resource's), so
+	// that one huge span cannot evict thousands of ordinary ones (default
+	// MaxBytes/1024, between 16 KiB and 1 MiB). A larger span has its
+	// longest string attribute values cut (ending in "…") until it fits, and
+	// is dropped when that is not enough.
+	MaxSpanBytes int64
+	// Registerer receives whyslow_spanstore_spans, whyslow_spanstore_bytes,
+	// whyslow_spanstore_evicted_total and whyslow_spanstore_oversized_total;
+	// nil registers nothing.
 	Registerer prometheus.Registerer
 }
+
+// DefaultMaxSpanBytes returns the per-span bound for a store of maxBytes.
+func DefaultMaxSpanBytes(maxBytes int64) int64 {
+	return min(max(maxBytes/1024, 16<<10), 1<<20)
+}
+
+// minAttrLen is the shortest a cut attribute value gets.
+const minAttrLen = 256
 
 type slot struct {
 	span triage.Span
@@ -61,20 +88,23 @@ type chain struct{ first, last uint64 }
 // Store is a bounded in-memory span store. It is safe for concurrent use.
 // Oldest spans (in arrival order) are evicted first.
 type Store struct {
-	maxSpans int
-	maxBytes int64
+	maxSpans     int
+	maxBytes     int64
+	maxSpanBytes int64
+	maxQuery     int
 
-	mu      sync.RWMutex
-	buf     []slot
-	head    int    // index in buf of the oldest span
-	n       int    // spans held
-	headSeq uint64 // sequence number of the oldest span
-	bytes   int64
-	evicted uint64
-	traces  map[triage.TraceID]chain
-	reqs    map[string]chain
-	buckets map[int64]chain
-	intern  map[string]string
+	mu        sync.RWMutex
+	buf       []slot
+	head      int    // index in buf of the oldest span
+	n         int    // spans held
+	headSeq   uint64 // sequence number of the oldest span
+	bytes     int64
+	evicted   uint64
+	oversized uint64
+	traces    map[triage.TraceID]chain
+	reqs      map[string]chain
+	buckets   map[int64]chain
+	intern    map[string]string
 }
 
 // New returns an empty store and registers its metrics.
@@ -85,13 +115,21 @@ func New(opts Options) (*Store, error) {
 	if opts.MaxBytes <= 0 {
 		opts.MaxBytes = DefaultMaxBytes
 	}
+	if opts.MaxSpanBytes <= 0 {
+		opts.MaxSpanBytes = DefaultMaxSpanBytes(opts.MaxBytes)
+	}
+	if opts.MaxQuerySpans <= 0 {
+		opts.MaxQuerySpans = DefaultMaxQuerySpans
+	}
 	s := &Store{
-		maxSpans: opts.MaxSpans,
-		maxBytes: opts.MaxBytes,
-		traces:   map[triage.TraceID]chain{},
-		reqs:     map[string]chain{},
-		buckets:  map[int64]chain{},
-		intern:   map[string]string{},
+		maxSpans:     opts.MaxSpans,
+		maxBytes:     opts.MaxBytes,
+		maxSpanBytes: min(opts.MaxSpanBytes, opts.MaxBytes),
+		maxQuery:     opts.MaxQuerySpans,
+		traces:       map[triage.TraceID]chain{},
+		reqs:         map[string]chain{},
+		buckets:      map[int64]chain{},
+		intern:       map[string]string{},
 	}
 	if opts.Registerer != nil {
 		cs := []prometheus.Collector{
@@ -101,6 +139,8 @@ func New(opts Options) (*Store, error) {
 				func() float64 { return float64(s.Bytes()) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "whyslow_spanstore_evicted_total", Help: "Spans evicted (or dropped on arrival) to keep the span store within its bounds."},
 				func() float64 { return float64(s.Evicted()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "whyslow_spanstore_oversized_total", Help: "Spans over the per-span bound, cut to fit or dropped."},
+				func() float64 { return float64(s.Oversized()) }),
 		}
 		for _, c := range cs {
 			if err := opts.Registerer.Register(c); err != nil {
@@ -132,6 +172,13 @@ func (s *Store) Evicted() uint64 {
 	return s.evicted
 }
 
+// Oversized returns how many spans were over the per-span bound.
+func (s *Store) Oversized() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.oversized
+}
+
 var (
 	slotSize = int64(unsafe.Sizeof(slot{}))
 	attrSize = int64(unsafe.Sizeof(triage.Attr{}))
@@ -152,16 +199,60 @@ func (s *Store) Append(spans []triage.Span) {
 			j++
 		}
 		res := spans[i].Resource
+		if rawBytes(res) > s.maxSpanBytes/2 {
+			s.oversized += uint64(j - i)
+			cut(res, rawBytes(res)-s.maxSpanBytes/2)
+		}
 		resBytes := s.internAttrs(res, true)
 		share := (resBytes + int64(j-i) - 1) / int64(j-i)
 		for k := i; k < j; k++ {
 			sp := spans[k]
 			sp.Resource = res
+			if own := slotSize + indexOverhead + rawBytes(sp.Attrs) + int64(len(sp.Name)); own+share > s.maxSpanBytes {
+				s.oversized++
+				cut(sp.Attrs, own+share-s.maxSpanBytes)
+				if slotSize+indexOverhead+rawBytes(sp.Attrs)+int64(len(sp.Name))+share > s.maxSpanBytes {
+					s.evicted++ // still too big (a flood of keys): drop it
+					continue
+				}
+			}
 			b := slotSize + indexOverhead + share + s.internAttrs(sp.Attrs, false)
 			sp.Name, b = s.internString(sp.Name, b)
 			s.insert(&sp, b)
 		}
 		i = j
+	}
+}
+
+// rawBytes is what as costs before interning.
+func rawBytes(as triage.Attrs) int64 {
+	b := int64(len(as)) * attrSize
+	for i := range as {
+		b += int64(len(as[i].Key) + len(as[i].Str))
+	}
+	return b
+}
+
+// cut shortens the longest string values of as by at least excess bytes in
+// total, none below minAttrLen, each cut at a rune boundary and ending in "…".
+func cut(as triage.Attrs, excess int64) {
+	for excess > 0 {
+		longest := -1
+		for i := range as {
+			if len(as[i].Str) > minAttrLen+len("…") && (longest < 0 || len(as[i].Str) > len(as[longest].Str)) {
+				longest = i
+			}
+		}
+		if longest < 0 {
+			return
+		}
+		v := as[longest].Str
+		keep := max(int64(minAttrLen), int64(len(v))-excess-int64(len("…")))
+		for keep > 0 && !utf8.RuneStart(v[keep]) {
+			keep--
+		}
+		excess -= int64(len(v)) - keep - int64(len("…"))
+		as[longest].Str = strings.Clone(v[:keep]) + "…"
 	}
 }
 
@@ -296,7 +387,8 @@ func (s *Store) walk(dst []triage.Span, c chain, next func(*slot) uint64) []tria
 }
 
 // SpansBetween implements triage.Traces. The returned spans share their
-// attribute slices with the store: treat them as read-only.
+// attribute slices with the store: treat them as read-only. Without a limit
+// at most MaxQuerySpans are returned, the newest of the range.
 func (s *Store) SpansBetween(ctx context.Context, start, end time.Time, limit int) ([]triage.Span, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -304,6 +396,10 @@ func (s *Store) SpansBetween(ctx context.Context, start, end time.Time, limit in
 	lo, hi := start.UnixNano(), end.UnixNano()
 	if hi <= lo {
 		return nil, nil
+	}
+	newest := 0
+	if limit <= 0 {
+		newest = s.maxQuery
 	}
 	s.mu.RLock()
 	var out []triage.Span
@@ -317,21 +413,33 @@ func (s *Store) SpansBetween(ctx context.Context, start, end time.Time, limit in
 		}
 	}
 	first, last := bucketOf(lo), bucketOf(hi-1)
+	var bks []int64
 	if uint64(last-first) < uint64(len(s.buckets)) {
 		for b := first; b <= last; b++ {
-			if c, ok := s.buckets[b]; ok {
-				collect(c)
+			if _, ok := s.buckets[b]; ok {
+				bks = append(bks, b)
 			}
 		}
 	} else {
-		for b, c := range s.buckets {
+		for b := range s.buckets {
 			if b >= first && b <= last {
-				collect(c)
+				bks = append(bks, b)
 			}
+		}
+		slices.Sort(bks)
+	}
+	// Newest buckets first, so that a bounded query stops early.
+	for i := len(bks) - 1; i >= 0; i-- {
+		collect(s.buckets[bks[i]])
+		if newest > 0 && len(out) >= newest {
+			break
 		}
 	}
 	s.mu.RUnlock()
 	triage.SortByStart(out)
+	if newest > 0 && len(out) > newest {
+		out = out[len(out)-newest:]
+	}
 	if limit > 0 && len(out) > limit {
 		out = out[:limit:limit]
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -229,4 +230,92 @@ func TestBytesPerSpan(t *testing.T) {
 		t.Errorf("estimate %.0f is far below the measured %.0f bytes/span", est, held)
 	}
 	runtime.KeepAlive(s)
+}
+
+// TestHugeSpanDoesNotEvictTheStore is finding 1 of issue 14 (its last
+// part): one 15 MB span evicted about 9000 ordinary spans. A span is now
+// bounded: its long attribute values are cut to fit.
+func TestHugeSpanDoesNotEvictTheStore(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s, err := New(Options{MaxBytes: 16 << 20, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; s.Bytes() < 12<<20; i += 1000 {
+		s.Append(batch(i, 1000, 1))
+	}
+	held, evicted := s.Len(), s.Evicted()
+	huge := batch(10_000_000, 1, 1)
+	huge[0].Attrs = append(huge[0].Attrs, triage.StringAttr("gen_ai.prompt", strings.Repeat("é", 15<<20/2)))
+	s.Append(huge)
+	if s.Len() != held+1 || s.Evicted() != evicted {
+		t.Fatalf("one huge span: %d spans held (was %d), %d evicted (was %d)", s.Len(), held, s.Evicted(), evicted)
+	}
+	spans, err := s.ByRequestID(context.Background(), "chatcmpl-10000000")
+	if err != nil || len(spans) != 1 {
+		t.Fatalf("huge span not kept: %v", err)
+	}
+	p := spans[0].Attrs.String("gen_ai.prompt")
+	if int64(len(p)) > DefaultMaxSpanBytes(16<<20) || !strings.HasSuffix(p, "…") || !utf8.ValidString(p) {
+		t.Errorf("prompt kept at %d bytes, valid UTF-8 %v", len(p), utf8.ValidString(p))
+	}
+	if got := testutil.ToFloat64(collector(t, reg, "whyslow_spanstore_oversized_total")); got != 1 {
+		t.Errorf("oversized = %v", got)
+	}
+	// A huge resource is cut too; a flood of keys that cannot be cut is dropped.
+	res := batch(10_000_001, 2, 1)
+	res[0].Resource[1].Str = strings.Repeat("x", 1<<20)
+	var many triage.Attrs
+	for i := 0; i < 5000; i++ {
+		many = append(many, triage.IntAttr(fmt.Sprintf("k%05d-%s", i, strings.Repeat("y", 20)), 1))
+	}
+	res[1].Attrs = many
+	s.Append(res)
+	if got := s.Oversized(); got != 4 {
+		t.Errorf("oversized = %d, want 4 (the huge span, two sharing a huge resource, a key flood)", got)
+	}
+	if spans, _ := s.ByRequestID(context.Background(), "chatcmpl-10000001"); len(spans) != 1 || len(spans[0].Resource[1].Str) > 16<<10 {
+		t.Errorf("span with a huge resource: %d spans", len(spans))
+	}
+	if s.Bytes() > 16<<20 {
+		t.Errorf("store holds %d bytes", s.Bytes())
+	}
+}
+
+func collector(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			v := mf.GetMetric()[0].GetCounter().GetValue()
+			c := prometheus.NewCounter(prometheus.CounterOpts{Name: name})
+			c.Add(v)
+			return c
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return nil
+}
+
+// TestUnboundedQueryIsCapped: a triage asks for every span of its window;
+// a flooded store answers with the newest MaxQuerySpans, not all of them.
+func TestUnboundedQueryIsCapped(t *testing.T) {
+	s, err := New(Options{MaxQuerySpans: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Append(batch(0, 5000, 1)) // 10 ms apart: 50 s of spans
+	spans, err := s.SpansBetween(context.Background(), t0, t0.Add(time.Hour), 0)
+	if err != nil || len(spans) != 1000 {
+		t.Fatalf("got %d spans, %v", len(spans), err)
+	}
+	if want := t0.Add(4000 * 10 * time.Millisecond).UnixNano(); spans[0].StartUnixNano != want {
+		t.Errorf("oldest kept starts at %d, want the newest 1000 (from %d)", spans[0].StartUnixNano, want)
+	}
+	if spans, _ := s.SpansBetween(context.Background(), t0, t0.Add(time.Hour), 3000); len(spans) != 3000 || spans[0].StartUnixNano != t0.UnixNano() {
+		t.Errorf("an explicit limit keeps the oldest: %d spans", len(spans))
+	}
 }

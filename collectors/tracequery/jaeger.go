@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/whyslow/whyslow/internal/redact"
 	"github.com/whyslow/whyslow/triage"
 )
 
@@ -117,7 +118,7 @@ func ParseJaeger(body []byte) ([]triage.Span, error) {
 		if r.Errors[0].Code == http.StatusNotFound {
 			return nil, triage.ErrTraceNotFound
 		}
-		return nil, fmt.Errorf("jaeger: %s", r.Errors[0].Msg)
+		return nil, fmt.Errorf("jaeger: %s", redact.Text(r.Errors[0].Msg))
 	}
 	var out []triage.Span
 	for ti, tr := range r.Data {

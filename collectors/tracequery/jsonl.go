@@ -3,7 +3,6 @@ package tracequery
 import (
 	"bufio"
 	"bytes"
-	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/whyslow/whyslow/collectors/otlp"
 	"github.com/whyslow/whyslow/collectors/spanstore"
+	"github.com/whyslow/whyslow/internal/decompress"
 	"github.com/whyslow/whyslow/triage"
 )
 
@@ -46,12 +46,14 @@ func OpenJSONL(path string) (*File, error) {
 	if !strings.HasSuffix(path, ".gz") {
 		return ReadJSONL(f, path)
 	}
-	zr, err := gzip.NewReader(f)
+	// Bounded in size and in ratio (see internal/decompress): a small
+	// gzip bomb must not inflate to gigabytes.
+	zr, err := decompress.NewGzip(f, decompress.Limits{MaxBytes: fileMaxBytes})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	defer zr.Close()
-	return ReadJSONL(io.LimitReader(zr, fileMaxBytes), path)
+	return ReadJSONL(zr, path)
 }
 
 // BundleTraces returns the traces file of a bundle directory:
@@ -81,7 +83,7 @@ var offsetRe = regexp.MustCompile(`at offset (\d+)`)
 // ReadJSONL loads OTLP/JSON ExportTraceServiceRequest lines (hex ids; blank
 // lines skipped). Errors name the file, line and, for JSON errors, column.
 func ReadJSONL(r io.Reader, name string) (*File, error) {
-	store, err := spanstore.New(spanstore.Options{MaxSpans: fileMaxSpans, MaxBytes: fileMaxBytes})
+	store, err := spanstore.New(spanstore.Options{MaxSpans: fileMaxSpans, MaxBytes: fileMaxBytes, MaxQuerySpans: fileMaxSpans})
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ package tracequery
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/collectors/otlp"
+	"github.com/whyslow/whyslow/internal/redact"
 	"github.com/whyslow/whyslow/triage"
 )
 
@@ -50,37 +52,34 @@ func get(ctx context.Context, c *http.Client, u string) ([]byte, error) {
 		return nil, err
 	}
 	req.Header.Set("Accept", "application/json")
+	// What the server echoes back may hold the credentials it was sent
+	// (an error page quoting the request's Authorization header).
+	secrets := redact.NewSecrets()
+	secrets.AddURL(u, false)
 	resp, err := client(c).Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("get %s: %w", redact(u), err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // the URL is in the message already, redacted
+		}
+		return nil, secrets.Error(fmt.Errorf("get %s: %w", redact.URL(u), err))
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
 	if err != nil {
-		return nil, fmt.Errorf("get %s: %w", redact(u), err)
+		return nil, secrets.Error(fmt.Errorf("get %s: %w", redact.URL(u), err))
 	}
 	switch {
 	case resp.StatusCode == http.StatusNotFound:
 		return nil, triage.ErrTraceNotFound
 	case resp.StatusCode/100 != 2:
-		msg := strings.TrimSpace(string(body))
+		msg := strings.ToValidUTF8(strings.TrimSpace(secrets.Scrub(string(body))), "\uFFFD")
 		if len(msg) > 200 {
 			msg = msg[:200]
 		}
-		return nil, fmt.Errorf("get %s: %s: %s", redact(u), resp.Status, msg)
+		return nil, fmt.Errorf("get %s: %s: %s", redact.URL(u), resp.Status, msg)
 	}
 	return body, nil
-}
-
-// redact drops credentials and the query from a URL for errors.
-func redact(u string) string {
-	p, err := url.Parse(u)
-	if err != nil {
-		return "(invalid url)"
-	}
-	p.User = nil
-	p.RawQuery = ""
-	return p.String()
 }
 
 // parseLooseTraceID accepts hex trace ids with leading zeros trimmed (as

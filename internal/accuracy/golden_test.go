@@ -15,8 +15,13 @@ import (
 	"github.com/whyslow/whyslow/triage"
 )
 
-// incidentsDir holds the committed bundles (go generate ./internal/sim).
-const incidentsDir = "../../testdata/incidents"
+// incidentsDir holds the committed bundles of internal/sim (go generate
+// ./internal/sim), fluidDir those of the second engine model (go generate
+// ./internal/fluid).
+const (
+	incidentsDir = "../../testdata/incidents"
+	fluidDir     = "../../testdata/fluid"
+)
 
 // truthFile is the part of a bundle's truth.yaml the golden test reads.
 type truthFile struct {
@@ -51,6 +56,9 @@ func bundleOptions(b *bundle.Bundle, m triage.Metrics, rss []*rules.Ruleset) tri
 // ranks first, and a healthy bundle (no causes) is stated healthy.
 func TestIncidentBundles(t *testing.T) {
 	dirs, err := filepath.Glob(filepath.Join(incidentsDir, "*", "truth.yaml"))
+	if more, err2 := filepath.Glob(filepath.Join(fluidDir, "*", "truth.yaml")); err2 == nil {
+		dirs = append(dirs, more...)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +71,11 @@ func TestIncidentBundles(t *testing.T) {
 	}
 	for _, tf := range dirs {
 		dir := filepath.Dir(tf)
-		t.Run(filepath.Base(dir), func(t *testing.T) {
+		name := filepath.Base(dir)
+		if filepath.Dir(dir) == filepath.Clean(fluidDir) {
+			name = "fluid/" + name
+		}
+		t.Run(name, func(t *testing.T) {
 			raw, err := os.ReadFile(tf)
 			if err != nil {
 				t.Fatal(err)

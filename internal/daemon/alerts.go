@@ -174,6 +174,11 @@ func parseMatchers(sel string) ([]string, error) {
 		if !model.LabelName(m.Name).IsValidLegacy() {
 			return nil, fmt.Errorf("invalid label name %q", m.Name)
 		}
+		if m.Name == model.MetricNameLabel {
+			// The scope narrows every rule's query by labels; each query
+			// names its own metric, and a second name is a query error.
+			return nil, errors.New("__name__ cannot be part of a scope: give label matchers such as model_name=\"llama\"")
+		}
 		out = append(out, fmt.Sprintf("%s%s%q", m.Name, m.Type, m.Value))
 	}
 	return out, nil

@@ -3,8 +3,6 @@ package daemon
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +10,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/model"
 
+	"github.com/whyslow/whyslow/internal/httplimit"
 	"github.com/whyslow/whyslow/notifiers/render"
 	"github.com/whyslow/whyslow/triage"
 )
@@ -30,8 +30,8 @@ func (d *Daemon) Handler() http.Handler {
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !d.Ready() {
-			http.Error(w, "not ready: no successful scrape yet", http.StatusServiceUnavailable)
+		if ps := d.Problems(); len(ps) > 0 {
+			http.Error(w, d.secrets.Scrub("not ready: "+joinProblems(ps)), http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = io.WriteString(w, "ready\n")
@@ -67,24 +67,6 @@ func (d *Daemon) Handler() http.Handler {
 	return mux
 }
 
-// authorize requires the configured bearer token, compared in constant time.
-func (d *Daemon) authorize(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		token := d.Config().API.Token
-		if token != "" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			want := sha256.Sum256([]byte(token))
-			have := sha256.Sum256([]byte(got))
-			if !ok || subtle.ConstantTimeCompare(want[:], have[:]) != 1 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="whyslow"`)
-				writeError(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token"))
-				return
-			}
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
@@ -93,22 +75,36 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_ = enc.Encode(v)
 }
 
-func writeError(w http.ResponseWriter, code int, err error) {
-	writeJSON(w, code, map[string]string{"error": err.Error()})
+// writeError answers {"error": ...}, the message scrubbed of secrets.
+func (d *Daemon) writeError(w http.ResponseWriter, code int, err error) {
+	writeJSON(w, code, map[string]string{"error": d.secrets.Scrub(err.Error())})
 }
 
-// readBody reads a size-limited request body; it writes 413 or 400 itself
-// and returns ok false then.
+// retryLater answers 429 or 503 with Retry-After.
+func (d *Daemon) retryLater(w http.ResponseWriter, code int, after time.Duration, err error) {
+	w.Header().Set("Retry-After", strconv.Itoa(max(1, int(after/time.Second))))
+	d.writeError(w, code, err)
+}
+
+// bodyBudget bounds the request bytes the API's handlers hold at once.
+const bodyBudget = 32 << 20
+
+// readBody reads a size-limited request body within the API's body budget;
+// it writes 413, 503, 408 or 400 itself and returns ok false then.
 func (d *Daemon) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	limit := d.Config().API.MaxBodyBytes
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	body, release, err := httplimit.ReadBody(http.MaxBytesReader(w, r.Body, limit), limit, d.budget)
+	release() // the handlers copy what they keep
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("request body larger than %d bytes", limit))
+		code := httplimit.Status(err)
+		switch code {
+		case http.StatusRequestEntityTooLarge:
+			err = fmt.Errorf("request body larger than %d bytes", limit)
+		case http.StatusServiceUnavailable:
+			d.retryLater(w, code, time.Second, err)
 			return nil, false
 		}
-		writeError(w, http.StatusBadRequest, fmt.Errorf("read body: %w", err))
+		d.writeError(w, code, err)
 		return nil, false
 	}
 	return body, true
@@ -117,7 +113,7 @@ func (d *Daemon) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool)
 func (d *Daemon) handleIncidents(w http.ResponseWriter, r *http.Request) {
 	status := r.URL.Query().Get("status")
 	if status != "" && status != "open" && status != "resolved" {
-		writeError(w, http.StatusBadRequest, fmt.Errorf("status: %q (want open or resolved)", status))
+		d.writeError(w, http.StatusBadRequest, fmt.Errorf("status: %q (want open or resolved)", status))
 		return
 	}
 	out := []triage.Incident{}
@@ -135,18 +131,18 @@ func (d *Daemon) handleIncidents(w http.ResponseWriter, r *http.Request) {
 func (d *Daemon) handleVerdict(w http.ResponseWriter, r *http.Request) {
 	scope, ok := r.URL.Query()["scope"]
 	if !ok || len(scope) != 1 {
-		writeError(w, http.StatusBadRequest, errors.New("scope: give exactly one scope selector, e.g. scope=model_name=\"llama\""))
+		d.writeError(w, http.StatusBadRequest, errors.New("scope: give exactly one scope selector, e.g. scope=model_name=\"llama\""))
 		return
 	}
 	if scope[0] != "" {
 		if _, err := parseMatchers(strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(scope[0]), "{"), "}")); err != nil {
-			writeError(w, http.StatusBadRequest, fmt.Errorf("scope: %w", err))
+			d.writeError(w, http.StatusBadRequest, fmt.Errorf("scope: %w", err))
 			return
 		}
 	}
 	v, ok := d.Verdict(scope[0])
 	if !ok {
-		writeError(w, http.StatusNotFound, fmt.Errorf("no verdict for scope %q yet", scope[0]))
+		d.writeError(w, http.StatusNotFound, fmt.Errorf("no verdict for scope %q yet", truncate(scope[0], 200)))
 		return
 	}
 	writeJSON(w, http.StatusOK, render.Normalize(v))
@@ -182,7 +178,11 @@ func ParseTriageBody(body []byte, cfg Config, now time.Time) (TriageRequest, err
 		req.Selector = cfg.Detect.Selector
 	}
 	var errs []error
-	if req.Selector != "" {
+	if len(req.Selector) > DefaultMaxSelectorBytes {
+		// A selector is a few label matchers; a megabyte of them is a
+		// denial of service (minutes of PromQL parsing and matching).
+		errs = append(errs, fmt.Errorf("selector: %d bytes, more than the %d allowed", len(req.Selector), DefaultMaxSelectorBytes))
+	} else if req.Selector != "" {
 		if _, err := parseMatchers(strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(req.Selector), "{"), "}")); err != nil {
 			errs = append(errs, fmt.Errorf("selector: %w", err))
 		}
@@ -218,17 +218,56 @@ func (d *Daemon) handleTriage(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	req, err := ParseTriageBody(body, d.Config(), d.opts.Now())
+	cfg := d.Config()
+	req, err := ParseTriageBody(body, cfg, d.opts.Now())
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err)
+		d.writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	v, err := d.runTriage(r.Context(), "api", req)
+	release, ok := d.tryTriageSlot()
+	if !ok {
+		d.stats.triageRefused.WithLabelValues("api", "busy").Inc()
+		d.retryLater(w, http.StatusTooManyRequests, 5*time.Second,
+			fmt.Errorf("%d triages are running, the most allowed (api.max_concurrent_triages); retry later", cfg.API.MaxConcurrentTriages))
+		return
+	}
+	defer release()
+	ctx, cancel := context.WithTimeout(r.Context(), cfg.API.TriageTimeout)
+	defer cancel()
+	v, err := d.runTriage(ctx, "api", req)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, fmt.Errorf("triage: %w", err))
+		if errors.Is(err, context.DeadlineExceeded) || ctx.Err() == context.DeadlineExceeded {
+			d.stats.triageRefused.WithLabelValues("api", "timeout").Inc()
+			d.retryLater(w, http.StatusServiceUnavailable, 10*time.Second,
+				fmt.Errorf("triage took longer than %s (api.triage_timeout); retry later or narrow the selector", cfg.API.TriageTimeout))
+			return
+		}
+		d.writeError(w, http.StatusInternalServerError, fmt.Errorf("triage: %w", err))
 		return
 	}
 	writeJSON(w, http.StatusOK, render.Normalize(v))
+}
+
+// tryTriageSlot takes a slot for an ad-hoc triage without waiting.
+func (d *Daemon) tryTriageSlot() (func(), bool) {
+	slots := *d.triages.Load()
+	select {
+	case slots <- struct{}{}:
+		return func() { <-slots }, true
+	default:
+		return nil, false
+	}
+}
+
+// waitTriageSlot takes a slot, waiting until ctx ends.
+func (d *Daemon) waitTriageSlot(ctx context.Context) (func(), error) {
+	slots := *d.triages.Load()
+	select {
+	case slots <- struct{}{}:
+		return func() { <-slots }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // AlertsResult is the response to an Alertmanager webhook.
@@ -236,6 +275,11 @@ type AlertsResult struct {
 	Processed  int      `json:"processed"`
 	Duplicates int      `json:"duplicates"`
 	Incidents  []string `json:"incidents"`
+	// Refused counts alerts not taken because the open incidents of
+	// Alertmanager reached alerts.max_open_incidents; a later delivery of
+	// them is processed once there is room.
+	Refused int    `json:"refused,omitempty"`
+	Error   string `json:"error,omitempty"`
 }
 
 func (d *Daemon) handleAlerts(w http.ResponseWriter, r *http.Request) {
@@ -245,26 +289,75 @@ func (d *Daemon) handleAlerts(w http.ResponseWriter, r *http.Request) {
 	}
 	p, err := ParseAlertmanager(body)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err)
+		d.writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	if code, err := d.checkAlertBounds(p); err != nil {
+		d.writeError(w, code, err)
 		return
 	}
 	res := d.IngestAlerts(r.Context(), p, d.opts.Now())
+	if res.Refused > 0 {
+		w.Header().Set("Retry-After", "60")
+		writeJSON(w, http.StatusTooManyRequests, res)
+		return
+	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+// checkAlertBounds refuses a webhook whole when it has more alerts than
+// alerts.max_alerts (413) or a label value longer than
+// alerts.max_label_bytes (422), and counts it.
+func (d *Daemon) checkAlertBounds(p *AlertmanagerPayload) (int, error) {
+	cfg := d.Config().Alerts
+	if len(p.Alerts) > cfg.MaxAlerts {
+		d.stats.alertsRefused.WithLabelValues("too_many_alerts").Add(float64(len(p.Alerts)))
+		return http.StatusRequestEntityTooLarge, fmt.Errorf("alerts: %d in one webhook, more than alerts.max_alerts %d "+
+			"(set max_alerts in the Alertmanager receiver, or group alerts more finely)", len(p.Alerts), cfg.MaxAlerts)
+	}
+	for i, a := range p.Alerts {
+		for k, v := range a.Labels {
+			if len(v) > cfg.MaxLabelBytes || len(k) > cfg.MaxLabelBytes {
+				d.stats.alertsRefused.WithLabelValues("label_too_long").Add(float64(len(p.Alerts)))
+				return http.StatusUnprocessableEntity, fmt.Errorf("alerts[%d].labels.%s: %d bytes, more than alerts.max_label_bytes %d",
+					i, truncate(k, 64), max(len(v), len(k)), cfg.MaxLabelBytes)
+			}
+		}
+	}
+	return 0, nil
+}
+
+// alertTriage is a scope the intake triages once its bookkeeping is done.
+type alertTriage struct {
+	key, incident string
+	scope         triage.Scope
 }
 
 // IngestAlerts applies a validated Alertmanager payload at time at: firing
 // alerts open or join the incident of their scope, which is triaged once;
 // resolved ones detach and may close it. Deliveries seen before (same
-// fingerprint, status and start) are skipped.
+// fingerprint, status and start) are skipped. A firing alert that would
+// open more than alerts.max_open_incidents incidents is refused (and not
+// remembered). The bookkeeping holds the daemon's lock briefly; the
+// triages run outside it, bounded by the triage slots and
+// api.triage_timeout, so the detect loop keeps its interval.
 func (d *Daemon) IngestAlerts(ctx context.Context, p *AlertmanagerPayload, at time.Time) AlertsResult {
-	d.work.Lock()
-	defer d.work.Unlock()
 	cfg := d.Config()
 	res := AlertsResult{Incidents: []string{}}
+	var todo []alertTriage
+
+	d.work.Lock()
 	var events []triage.Event
 	toTriage := map[string]triage.Scope{}
 	touched := map[string]bool{}
+	open := d.openAlertIncidents()
 	for _, a := range p.Alerts {
+		key, scope := AlertScope(a.Labels, cfg.Alerts.ScopeLabels, cfg.Detect.Selector)
+		if a.Status == alertFiring && !d.tracker.Open(key) && open >= cfg.Alerts.MaxOpenIncidents {
+			res.Refused++
+			d.stats.alertsRefused.WithLabelValues("open_incidents").Inc()
+			continue
+		}
 		if d.tracker.SeenAlert(a.Fingerprint, a.Status, a.StartsAt, at) {
 			res.Duplicates++
 			d.stats.alerts.WithLabelValues(a.Status, "duplicate").Inc()
@@ -272,9 +365,11 @@ func (d *Daemon) IngestAlerts(ctx context.Context, p *AlertmanagerPayload, at ti
 		}
 		res.Processed++
 		d.stats.alerts.WithLabelValues(a.Status, "processed").Inc()
-		key, scope := AlertScope(a.Labels, cfg.Alerts.ScopeLabels, cfg.Detect.Selector)
 		touched[key] = true
 		if a.Status == alertFiring {
+			if !d.tracker.Open(key) {
+				open++
+			}
 			d.tracker.AlertFiring(key, scope, triage.AlertRef{
 				Fingerprint: a.Fingerprint, Name: a.Labels["alertname"], StartsAt: a.StartsAt, Labels: a.Labels,
 			}, alertSeverity(a.Labels), at)
@@ -284,39 +379,142 @@ func (d *Daemon) IngestAlerts(ctx context.Context, p *AlertmanagerPayload, at ti
 		events = append(events, d.tracker.AlertResolved(key, a.Fingerprint, at)...)
 		delete(toTriage, key)
 	}
-	keys := make([]string, 0, len(toTriage))
-	for k := range toTriage {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, key := range keys {
-		if !d.tracker.Open(key) {
-			continue
-		}
-		v, err := d.runTriage(ctx, "alert", TriageRequest{
-			Selector: toTriage[key].Selector, At: at, Window: cfg.Triage.Window, Baseline: cfg.Triage.Baseline, Engine: cfg.Engine,
-		})
-		if err != nil {
-			continue
-		}
-		events = append(events, d.tracker.Record(key, v, at)...)
-	}
 	for key := range touched {
 		if in, ok := d.tracker.Get(key); ok {
 			res.Incidents = append(res.Incidents, in.ID)
 		}
 	}
 	sort.Strings(res.Incidents)
-	d.enqueue(events, at)
-	d.persist()
-	d.publish()
+	for key, scope := range toTriage {
+		if in, ok := d.tracker.Get(key); ok && in.Status == triage.IncidentOpen {
+			todo = append(todo, alertTriage{key: key, incident: in.ID, scope: scope})
+		}
+	}
+	d.commit(events, at)
+	d.work.Unlock()
+	if res.Refused > 0 {
+		res.Error = fmt.Sprintf("%d alerts refused: %d incidents opened by alerts are open, the most allowed (alerts.max_open_incidents)",
+			res.Refused, cfg.Alerts.MaxOpenIncidents)
+		d.log.Warn("Alertmanager alerts refused", "refused", res.Refused, "max_open_incidents", cfg.Alerts.MaxOpenIncidents)
+	}
+
+	sort.Slice(todo, func(i, j int) bool { return todo[i].key < todo[j].key })
+	type result struct {
+		alertTriage
+		v *triage.Verdict
+	}
+	var done []result
+	for _, tr := range todo {
+		v, err := d.alertTriage(ctx, cfg, tr.scope, at)
+		if err != nil {
+			continue // the detect loop triages the open incident next tick
+		}
+		done = append(done, result{tr, v})
+	}
+	if len(done) == 0 {
+		return res
+	}
+	d.work.Lock()
+	defer d.work.Unlock()
+	events = nil
+	for _, r := range done {
+		// The incident may have resolved (and another opened) meanwhile.
+		if in, ok := d.tracker.Get(r.key); ok && in.ID == r.incident && in.Status == triage.IncidentOpen {
+			events = append(events, d.tracker.Record(r.key, r.v, at)...)
+		}
+	}
+	d.commit(events, at)
 	return res
 }
+
+// alertTriage runs one Alertmanager triage outside the daemon's lock,
+// waiting for a triage slot and bounded by api.triage_timeout.
+func (d *Daemon) alertTriage(ctx context.Context, cfg Config, scope triage.Scope, at time.Time) (*triage.Verdict, error) {
+	ctx, cancel := context.WithTimeout(ctx, cfg.API.TriageTimeout)
+	defer cancel()
+	release, err := d.waitTriageSlot(ctx)
+	if err != nil {
+		d.stats.triageRefused.WithLabelValues("alert", "busy").Inc()
+		return nil, err
+	}
+	defer release()
+	v, err := d.runTriage(ctx, "alert", TriageRequest{
+		Selector: scope.Selector, At: at, Window: cfg.Triage.Window, Baseline: cfg.Triage.Baseline, Engine: cfg.Engine,
+	})
+	if err != nil && ctx.Err() == context.DeadlineExceeded {
+		d.stats.triageRefused.WithLabelValues("alert", "timeout").Inc()
+	}
+	return v, err
+}
+
+// openAlertIncidents counts the open incidents that alerts alone hold
+// (the detector's are bounded by the engine's label values).
+func (d *Daemon) openAlertIncidents() int {
+	n := 0
+	for _, key := range d.tracker.OpenKeys() {
+		if in, _ := d.tracker.Get(key); !in.Detected && len(in.Alerts) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// pruneAlertIncidents applies the intake's bounds to a restored state (one
+// written before they existed): alert incidents whose scope has a label
+// value over alerts.max_label_bytes, and those beyond
+// alerts.max_open_incidents (newest first), are resolved, with an error
+// line, so a restart does not keep triaging them every cycle.
+func (d *Daemon) pruneAlertIncidents(at time.Time) {
+	cfg := d.Config()
+	var keep, drop []triage.Incident
+	for _, key := range d.tracker.OpenKeys() {
+		in, _ := d.tracker.Get(key)
+		if in.Detected || len(in.Alerts) == 0 {
+			continue
+		}
+		long := false
+		for _, v := range in.Scope.Labels {
+			long = long || len(v) > cfg.Alerts.MaxLabelBytes
+		}
+		if long {
+			drop = append(drop, in)
+			continue
+		}
+		keep = append(keep, in)
+	}
+	sort.Slice(keep, func(i, j int) bool { return keep[i].OpenedAt.Before(keep[j].OpenedAt) })
+	if len(keep) > cfg.Alerts.MaxOpenIncidents {
+		drop = append(drop, keep[cfg.Alerts.MaxOpenIncidents:]...)
+	}
+	if len(drop) == 0 {
+		return
+	}
+	var events []triage.Event
+	for _, in := range drop {
+		fps := make([]string, 0, len(in.Alerts))
+		for fp := range in.Alerts {
+			fps = append(fps, fp)
+		}
+		sort.Strings(fps)
+		for _, fp := range fps {
+			events = append(events, d.tracker.AlertResolved(in.Key, fp, at)...)
+		}
+	}
+	d.log.Error("Restored state had alert incidents beyond the intake's bounds; resolved them",
+		"resolved", len(drop), "max_open_incidents", cfg.Alerts.MaxOpenIncidents, "max_label_bytes", cfg.Alerts.MaxLabelBytes)
+	d.stats.alertsRefused.WithLabelValues("open_incidents").Add(float64(len(drop)))
+	d.commit(events, at)
+}
+
+// ErrBusy is returned by TriageNow when every triage slot is taken.
+var ErrBusy = errors.New("whyslow is busy with other triages; try again in a minute")
 
 // TriageNow runs an ad-hoc triage of scope (PromQL matchers; "" for the
 // detector's selector) over the last window, now. The baseline offset is the
 // configured one, or the window when that is longer (so the windows never
-// overlap). The slash command uses it; source labels the metrics.
+// overlap). The slash command uses it; source labels the metrics. It takes
+// a triage slot (ErrBusy when none is free) and is bounded by
+// api.triage_timeout.
 func (d *Daemon) TriageNow(ctx context.Context, source, scope string, window time.Duration) (*triage.Verdict, error) {
 	cfg := d.Config()
 	if scope == "" {
@@ -325,7 +523,23 @@ func (d *Daemon) TriageNow(ctx context.Context, source, scope string, window tim
 	if window <= 0 {
 		window = cfg.Triage.Window
 	}
+	release, ok := d.tryTriageSlot()
+	if !ok {
+		d.stats.triageRefused.WithLabelValues(source, "busy").Inc()
+		return nil, ErrBusy
+	}
+	defer release()
+	ctx, cancel := context.WithTimeout(ctx, cfg.API.TriageTimeout)
+	defer cancel()
 	return d.runTriage(ctx, source, TriageRequest{
 		Selector: scope, At: d.opts.Now(), Window: window, Baseline: max(cfg.Triage.Baseline, window), Engine: cfg.Engine,
 	})
+}
+
+// truncate shortens s to n bytes for a message.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }

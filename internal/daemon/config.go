@@ -32,6 +32,20 @@ const (
 	// DefaultSpanBytes bounds the span store of a sidecar (the spanstore
 	// package's own default, 256 MiB, suits a fleet daemon).
 	DefaultSpanBytes = 64 << 20
+	// DefaultTriageTimeout bounds one ad-hoc or Alertmanager triage.
+	DefaultTriageTimeout = 30 * time.Second
+	// DefaultMaxConcurrentTriages bounds the ad-hoc, Alertmanager and Slack
+	// triages that run at once (the detector's own run in its loop).
+	DefaultMaxConcurrentTriages = 2
+	// DefaultMaxSelectorBytes bounds a triage request's selector.
+	DefaultMaxSelectorBytes = 4 << 10
+	// DefaultMaxAlerts bounds the alerts of one Alertmanager webhook.
+	DefaultMaxAlerts = 256
+	// DefaultMaxLabelBytes bounds one alert label value.
+	DefaultMaxLabelBytes = 1 << 10
+	// DefaultMaxOpenAlertIncidents bounds the incidents Alertmanager alerts
+	// keep open at once.
+	DefaultMaxOpenAlertIncidents = 64
 )
 
 // DefaultScopeLabels maps Alertmanager alert labels to scope labels when
@@ -85,8 +99,20 @@ type Config struct {
 
 // APIConfig configures the HTTP API.
 type APIConfig struct {
-	// Token, when set, is required as "Authorization: Bearer TOKEN" on /api/*.
+	// Token, when set, is required as "Authorization: Bearer TOKEN" on /api/*
+	// (and /debug/pprof/). Without one, /api/* answers only on a loopback
+	// listen address: on any other it refuses every request (403) unless
+	// Insecure is set. /metrics, /healthz and /readyz are always open.
 	Token string `yaml:"token,omitempty" json:"-"`
+	// Insecure serves /api/* without a token on a non-loopback address.
+	Insecure bool `yaml:"insecure,omitempty" json:"insecure,omitempty"`
+	// TriageTimeout bounds one ad-hoc or Alertmanager triage (default 30s);
+	// POST /api/v1/triage answers 503 with Retry-After past it.
+	TriageTimeout time.Duration `yaml:"triage_timeout,omitempty" json:"triage_timeout,omitempty"`
+	// MaxConcurrentTriages bounds the ad-hoc, Alertmanager and Slack
+	// triages running at once (default 2); POST /api/v1/triage answers 429
+	// with Retry-After beyond it.
+	MaxConcurrentTriages int `yaml:"max_concurrent_triages,omitempty" json:"max_concurrent_triages,omitempty"`
 	// MaxBodyBytes limits request bodies (default 1 MiB); larger ones get 413.
 	MaxBodyBytes int64 `yaml:"max_body_bytes,omitempty" json:"max_body_bytes,omitempty"`
 	// ExternalURL is how people reach this daemon; notifications link to
@@ -143,6 +169,16 @@ type AlertsConfig struct {
 	// model_name, namespace, pod to themselves). Alert labels not listed are
 	// ignored for the scope.
 	ScopeLabels map[string]string `yaml:"scope_labels,omitempty" json:"scope_labels,omitempty"`
+	// MaxAlerts bounds the alerts of one webhook (default 256): a larger
+	// one is refused whole with 413.
+	MaxAlerts int `yaml:"max_alerts,omitempty" json:"max_alerts,omitempty"`
+	// MaxLabelBytes bounds an alert label value (default 1024): a webhook
+	// with a longer one is refused whole with 422.
+	MaxLabelBytes int `yaml:"max_label_bytes,omitempty" json:"max_label_bytes,omitempty"`
+	// MaxOpenIncidents bounds the incidents Alertmanager alerts keep open
+	// (default 64): alerts that would open more are refused (429) and not
+	// remembered, so a later delivery opens them once there is room.
+	MaxOpenIncidents int `yaml:"max_open_incidents,omitempty" json:"max_open_incidents,omitempty"`
 }
 
 // ReceiverConfig is one notification receiver. Exactly one of Webhook,
@@ -187,6 +223,18 @@ type OTLPConfig struct {
 	MaxSpans int `yaml:"max_spans,omitempty" json:"max_spans,omitempty"`
 	// MaxBytes bounds the estimated bytes the spans hold (default 64 MiB).
 	MaxBytes int64 `yaml:"max_bytes,omitempty" json:"max_bytes,omitempty"`
+	// MaxSpanBytes bounds one span (default max_bytes/1024, 16 KiB to 1
+	// MiB): longer attribute values are cut to fit, so one huge span cannot
+	// evict the others.
+	MaxSpanBytes int64 `yaml:"max_span_bytes,omitempty" json:"max_span_bytes,omitempty"`
+	// MaxTriageSpans bounds the spans one triage reads (default 10000, the
+	// newest of its window): a triage's cost grows with them (about 5 kB
+	// and 6 µs each), and a flood of spans must not make every triage slow.
+	MaxTriageSpans int `yaml:"max_triage_spans,omitempty" json:"max_triage_spans,omitempty"`
+	// RequireToken makes the receivers require api.token as
+	// "Authorization: Bearer TOKEN" on every export (the header OTel
+	// exporters send with OTEL_EXPORTER_OTLP_HEADERS).
+	RequireToken bool `yaml:"require_token,omitempty" json:"require_token,omitempty"`
 }
 
 // OTLPDisabled returns an OTLPConfig with both receivers off.
@@ -224,6 +272,21 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.API.MaxBodyBytes == 0 {
 		c.API.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.API.TriageTimeout == 0 {
+		c.API.TriageTimeout = DefaultTriageTimeout
+	}
+	if c.API.MaxConcurrentTriages == 0 {
+		c.API.MaxConcurrentTriages = DefaultMaxConcurrentTriages
+	}
+	if c.Alerts.MaxAlerts == 0 {
+		c.Alerts.MaxAlerts = DefaultMaxAlerts
+	}
+	if c.Alerts.MaxLabelBytes == 0 {
+		c.Alerts.MaxLabelBytes = DefaultMaxLabelBytes
+	}
+	if c.Alerts.MaxOpenIncidents == 0 {
+		c.Alerts.MaxOpenIncidents = DefaultMaxOpenAlertIncidents
 	}
 	if c.Triage.Window == 0 {
 		c.Triage.Window = DefaultTriageWindow
@@ -288,6 +351,15 @@ func (c Config) Validate() error {
 	if c.API.MaxBodyBytes < 0 {
 		add("api.max_body_bytes", "must not be negative")
 	}
+	if c.API.TriageTimeout < 0 || c.API.MaxConcurrentTriages < 0 {
+		add("api", "triage_timeout and max_concurrent_triages must not be negative")
+	}
+	if c.Alerts.MaxAlerts < 0 || c.Alerts.MaxLabelBytes < 0 || c.Alerts.MaxOpenIncidents < 0 {
+		add("alerts", "max_alerts, max_label_bytes and max_open_incidents must not be negative")
+	}
+	if c.OTLP.RequireToken && c.API.Token == "" {
+		add("otlp.require_token", "needs api.token (the receivers require the same token)")
+	}
 	if c.API.ExternalURL != "" {
 		if p, err := url.Parse(c.API.ExternalURL); err != nil || p.Host == "" {
 			add("api.external_url", "%q is not a URL", c.API.ExternalURL)
@@ -309,7 +381,7 @@ func (c Config) Validate() error {
 		wrap("incidents", err)
 	}
 	for from, to := range c.Alerts.ScopeLabels {
-		if !model.LabelName(from).IsValidLegacy() || !model.LabelName(to).IsValidLegacy() {
+		if !model.LabelName(from).IsValidLegacy() || !model.LabelName(to).IsValidLegacy() || to == model.MetricNameLabel {
 			add("alerts.scope_labels", "invalid label name in %q: %q", from, to)
 		}
 	}
@@ -332,8 +404,8 @@ func (c Config) Validate() error {
 			add("gpu.labels", "invalid label name %q", name)
 		}
 	}
-	if c.OTLP.MaxSpans < 0 || c.OTLP.MaxBytes < 0 {
-		add("otlp", "max_spans and max_bytes must not be negative")
+	if c.OTLP.MaxSpans < 0 || c.OTLP.MaxBytes < 0 || c.OTLP.MaxSpanBytes < 0 || c.OTLP.MaxTriageSpans < 0 {
+		add("otlp", "max_spans, max_bytes, max_span_bytes and max_triage_spans must not be negative")
 	}
 	names := map[string]bool{}
 	for i, r := range c.Receivers {

@@ -7,7 +7,6 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -23,6 +22,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/prometheus/promql/parser"
 
+	"github.com/whyslow/whyslow/collectors/scrape"
+	"github.com/whyslow/whyslow/internal/httplimit"
+	"github.com/whyslow/whyslow/internal/redact"
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/triage"
@@ -64,6 +66,8 @@ type TriageFunc func(ctx context.Context, req TriageRequest) (*triage.Verdict, e
 type Outbox interface {
 	// Enqueue stores n for delivery. It returns false (and no error) when a
 	// notification with the same ID is pending or was delivered recently.
+	// An error wrapping outbox.ErrRejected is permanent (n is dropped);
+	// others keep n pending and are retried every cycle.
 	Enqueue(n *notifiers.Notification) (bool, error)
 	// Depth is the number of notifications not yet delivered.
 	Depth() int
@@ -96,31 +100,43 @@ type Options struct {
 	// serves them all.
 	Registry *prometheus.Registry
 	// Now is the clock for API requests that do not say when (default time.Now).
-	Now    func() time.Time
-	Logger *slog.Logger
+	Now func() time.Time
+	// Secrets are scrubbed from every error an API response carries and
+	// every line the daemon logs (default: the secrets of Config, see
+	// ConfigSecrets); reloads add the new configuration's.
+	Secrets *redact.Secrets
+	Logger  *slog.Logger
 }
 
-// Daemon is the sidecar loop and its API state. Tick, the Alertmanager
-// intake and Reload are serialised; reads are served from a published view.
+// Daemon is the sidecar loop and its API state. Changes to the incident
+// state (Tick, the Alertmanager intake's bookkeeping, Reload, Shutdown) are
+// serialised by one lock; triages other than the detector's run outside it,
+// bounded in number and time, so a slow request never holds the loop up.
+// Reads are served from a published view.
 type Daemon struct {
-	work sync.Mutex // serialises Tick, alert intake, Reload, Shutdown
+	work sync.Mutex // serialises Tick, alert bookkeeping, Reload, Shutdown
 
 	cfg       atomic.Pointer[Config]
 	receivers atomic.Pointer[[]string]
 	opts      Options
 	log       *slog.Logger
+	secrets   *redact.Secrets
 	detector  *triage.Detector
 	tracker   *triage.Tracker
 	stats     *stats
-	ready     atomic.Bool
+	scraped   atomic.Bool                   // a scrape has succeeded
+	triages   atomic.Pointer[chan struct{}] // slots for ad-hoc, alert and Slack triages
+	budget    *httplimit.Budget
 	down      map[string]time.Time // target → down since; guarded by viewMu
 	closed    bool
-	persisted []byte // the state last written to the data dir
+	persisted []byte                    // the state last written to the data dir
+	pending   []*notifiers.Notification // not yet taken by the outbox (guarded by work)
 
 	viewMu   sync.RWMutex
 	verdicts map[string]*triage.Verdict // last verdict per scope key
 	view     []triage.Incident
-	gaps     []triage.DataGap // from the sources' last cycle
+	gaps     []triage.DataGap  // from the sources' last cycle
+	problems map[string]string // readiness problems by key (see Problems)
 }
 
 // TargetLabeler is implemented by scrapers that can name the single engine
@@ -146,6 +162,12 @@ func New(opts Options) (*Daemon, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.Secrets == nil {
+		opts.Secrets = ConfigSecrets(cfg)
+	}
+	// Whatever logger comes in, the daemon's lines go through the redaction
+	// layer (a triage error may quote a URL with a token).
+	opts.Logger = slog.New(redact.Handler(opts.Logger.Handler(), opts.Secrets))
 	det, err := triage.NewDetector(cfg.Detect)
 	if err != nil {
 		return nil, fmt.Errorf("new daemon: %w", err)
@@ -153,28 +175,27 @@ func New(opts Options) (*Daemon, error) {
 	d := &Daemon{
 		opts:     opts,
 		log:      opts.Logger.With("component", "daemon"),
+		secrets:  opts.Secrets,
 		detector: det,
 		tracker:  triage.NewTracker(cfg.Incidents),
+		budget:   httplimit.NewBudget(bodyBudget),
 		down:     map[string]time.Time{},
 		verdicts: map[string]*triage.Verdict{},
+		problems: map[string]string{},
 	}
 	d.cfg.Store(&cfg)
+	slots := make(chan struct{}, cfg.API.MaxConcurrentTriages)
+	d.triages.Store(&slots)
 	recv := append([]string(nil), opts.Receivers...)
 	d.receivers.Store(&recv)
-	if cfg.DataDir != "" {
-		b, err := os.ReadFile(filepath.Join(cfg.DataDir, stateFile))
-		switch {
-		case err == nil:
-			t, err := triage.LoadTracker(cfg.Incidents, b)
-			if err != nil {
-				return nil, fmt.Errorf("new daemon: %s: %w", filepath.Join(cfg.DataDir, stateFile), err)
-			}
-			d.tracker = t
-		case !errors.Is(err, os.ErrNotExist):
-			return nil, fmt.Errorf("new daemon: %w", err)
-		}
-	}
 	d.stats = newStats(d, opts.Registry)
+	if cfg.DataDir != "" {
+		d.loadState(cfg.DataDir, opts.Now())
+	}
+	d.pruneAlertIncidents(opts.Now())
+	if len(d.pending) > 0 && d.flushPending() {
+		d.persist()
+	}
 	d.publish()
 	return d, nil
 }
@@ -182,8 +203,10 @@ func New(opts Options) (*Daemon, error) {
 // Config returns the current configuration (with defaults).
 func (d *Daemon) Config() Config { return *d.cfg.Load() }
 
-// Ready reports whether a scrape has succeeded.
-func (d *Daemon) Ready() bool { return d.ready.Load() }
+// Ready reports whether the daemon is ready: a scrape has succeeded and
+// nothing in Problems is set (state saved, outbox taking notifications,
+// store writable).
+func (d *Daemon) Ready() bool { return len(d.Problems()) == 0 }
 
 // Tick runs one cycle at time at: scrape, detect, triage every open
 // incident, queue notifications, attempt deliveries, persist the state. A
@@ -198,6 +221,9 @@ func (d *Daemon) Tick(ctx context.Context, at time.Time) error {
 	cfg := d.Config()
 	allUp := d.scrape(ctx, at)
 	d.collectSources(ctx, at)
+	if len(d.pending) > 0 && d.persist() && d.flushPending() {
+		d.persist() // what an earlier cycle could not hand to the outbox
+	}
 
 	dets, err := d.detector.Evaluate(ctx, d.opts.Metrics, at)
 	if err != nil {
@@ -231,9 +257,7 @@ func (d *Daemon) Tick(ctx context.Context, at time.Time) error {
 		}
 		events = append(events, d.tracker.Record(key, v, at)...)
 	}
-	d.enqueue(events, at)
-	d.persist()
-	d.publish()
+	d.commit(events, at)
 	return nil
 }
 
@@ -266,8 +290,16 @@ func (d *Daemon) scrape(ctx context.Context, at time.Time) bool {
 	allUp := len(results) > 0
 	d.viewMu.Lock()
 	defer d.viewMu.Unlock()
+	storeErr := ""
 	for _, r := range results {
 		d.stats.observeScrape(r, at)
+		if r.Err != nil && errors.Is(r.Err, scrape.ErrStore) {
+			// The engine answered; whyslow could not keep what it said
+			// (a full disk). Not "engine down".
+			storeErr = r.Err.Error()
+			allUp = false
+			continue
+		}
 		if r.Err != nil {
 			if _, ok := d.down[r.Target]; !ok {
 				d.down[r.Target] = at
@@ -280,7 +312,16 @@ func (d *Daemon) scrape(ctx context.Context, at time.Time) bool {
 			d.log.Info("Engine scrape recovered", "target", r.Target, "down_for", at.Sub(since))
 			delete(d.down, r.Target)
 		}
-		d.ready.Store(true)
+		d.scraped.Store(true)
+	}
+	_, had := d.problems[problemStore]
+	switch {
+	case storeErr != "" && !had:
+		d.problems[problemStore] = "store refuses writes: " + storeErr
+		d.log.Error("Writing scraped samples to the store failed", "err", storeErr)
+	case storeErr == "" && had:
+		delete(d.problems, problemStore)
+		d.log.Info("Store takes samples again")
 	}
 	return allUp
 }
@@ -332,55 +373,14 @@ func (d *Daemon) runTriage(ctx context.Context, source string, req TriageRequest
 			Reason: fmt.Sprintf("engine target %s down since %s", target, d.down[target].UTC().Format(time.RFC3339)),
 		})
 	}
+	if msg, ok := d.problems[problemStore]; ok {
+		v.DataGaps = append(v.DataGaps, triage.DataGap{Signal: "scrape", Reason: msg})
+	}
 	v.DataGaps = append(v.DataGaps, d.gaps...)
 	if source != "api" {
 		d.verdicts[req.Selector] = v
 	}
 	return v, nil
-}
-
-// enqueue turns incident events into one notification per receiver.
-func (d *Daemon) enqueue(events []triage.Event, at time.Time) {
-	cfg := d.Config()
-	for _, ev := range events {
-		d.log.Info("Incident "+ev.Kind.String(), "incident", ev.Incident.ID, "scope", ev.Incident.Key,
-			"top_cause", ev.Incident.TopCause, "severity", ev.Incident.Severity)
-		for _, recv := range *d.receivers.Load() {
-			n := notificationFor(ev, recv, cfg.API.ExternalURL, at)
-			added, err := d.opts.Outbox.Enqueue(n)
-			switch {
-			case err != nil:
-				d.stats.notifications.WithLabelValues(recv, string(n.Kind), "error").Inc()
-				d.log.Error("Enqueue notification failed", "receiver", recv, "id", n.ID, "err", err)
-			case !added:
-				d.stats.notifications.WithLabelValues(recv, string(n.Kind), "duplicate").Inc()
-			default:
-				d.stats.notifications.WithLabelValues(recv, string(n.Kind), "enqueued").Inc()
-			}
-		}
-	}
-}
-
-// persist writes the incident state to the data dir (atomically).
-func (d *Daemon) persist() {
-	dir := d.Config().DataDir
-	if dir == "" {
-		return
-	}
-	b, err := d.tracker.Snapshot()
-	if err == nil && bytes.Equal(b, d.persisted) {
-		return
-	}
-	if err == nil {
-		err = writeFileAtomic(filepath.Join(dir, stateFile), b)
-	}
-	if err == nil {
-		d.persisted = b
-	}
-	if err != nil {
-		d.stats.persistErrors.Inc()
-		d.log.Error("Persist incidents failed", "err", err)
-	}
 }
 
 func writeFileAtomic(path string, b []byte) error {
@@ -412,6 +412,7 @@ func (d *Daemon) publish() {
 	d.view = incs
 	d.viewMu.Unlock()
 	d.stats.publish(incs)
+	d.stats.pending.Set(float64(len(d.pending)))
 }
 
 // Incidents returns the open incidents followed by the resolved ones.
@@ -466,6 +467,7 @@ func (d *Daemon) Reload(cfg Config, scraper Scraper, receivers []string) error {
 	}
 	d.work.Lock()
 	defer d.work.Unlock()
+	before, _ := APIAuth(d.Config())
 	d.detector = det
 	d.tracker.SetConfig(cfg.Incidents)
 	if scraper != nil {
@@ -475,9 +477,25 @@ func (d *Daemon) Reload(cfg Config, scraper Scraper, receivers []string) error {
 		recv := append([]string(nil), receivers...)
 		d.receivers.Store(&recv)
 	}
+	if cfg.API.MaxConcurrentTriages != cap(*d.triages.Load()) {
+		// Triages running now release their old slot.
+		slots := make(chan struct{}, cfg.API.MaxConcurrentTriages)
+		d.triages.Store(&slots)
+	}
 	d.cfg.Store(&cfg)
+	// The new secrets (a new token) are scrubbed from now on; the old ones
+	// stay scrubbed too, as logs may still quote them.
+	d.secrets.Merge(ConfigSecrets(cfg))
 	d.stats.reloads.WithLabelValues("ok").Inc()
-	d.log.Info("Configuration reloaded")
+	after, warning := APIAuth(cfg)
+	switch {
+	case after != before && warning != "":
+		d.log.Warn("Configuration reloaded; API authentication changed", "api_auth", after, "was", before, "warning", warning)
+	case after != before:
+		d.log.Info("Configuration reloaded; API authentication changed", "api_auth", after, "was", before)
+	default:
+		d.log.Info("Configuration reloaded", "api_auth", after)
+	}
 	return nil
 }
 
@@ -513,7 +531,9 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	d.work.Lock()
 	defer d.work.Unlock()
 	d.closed = true
-	d.persist()
+	if d.persist() && len(d.pending) > 0 && d.flushPending() {
+		d.persist()
+	}
 	if d.opts.Flush == nil {
 		return nil
 	}

@@ -85,9 +85,20 @@ type fakeTriage struct {
 	runs  int
 	err   error
 	last  TriageRequest
+	// hook, when set, runs first (outside the lock): tests block or fail
+	// a triage with it.
+	hook func(ctx context.Context, req TriageRequest) error
 }
 
-func (f *fakeTriage) run(_ context.Context, req TriageRequest) (*triage.Verdict, error) {
+func (f *fakeTriage) run(ctx context.Context, req TriageRequest) (*triage.Verdict, error) {
+	f.mu.Lock()
+	hook := f.hook
+	f.mu.Unlock()
+	if hook != nil {
+		if err := hook(ctx, req); err != nil {
+			return nil, err
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.runs++
@@ -109,11 +120,17 @@ type memOutbox struct {
 	mu  sync.Mutex
 	ids map[string]bool
 	all []*notifiers.Notification
+	err error // Enqueue fails with it while set (a full disk)
 }
+
+func (o *memOutbox) setErr(err error) { o.mu.Lock(); o.err = err; o.mu.Unlock() }
 
 func (o *memOutbox) Enqueue(n *notifiers.Notification) (bool, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.err != nil {
+		return false, o.err
+	}
 	if o.ids == nil {
 		o.ids = map[string]bool{}
 	}
@@ -152,6 +169,8 @@ type harness struct {
 
 func testConfig() Config {
 	return Config{
+		// Loopback: without a token the API answers (see APIAuth).
+		Listen: "127.0.0.1:9109",
 		// A one-interval hold: these tests are about the incident lifecycle
 		// (the default hold is covered in package triage and the e2e tests).
 		Detect:    triage.DetectConfig{Baseline: 10 * time.Minute, For: 5 * time.Second},
@@ -162,16 +181,27 @@ func testConfig() Config {
 
 func newHarness(t *testing.T, cfg Config) *harness {
 	t.Helper()
+	return newHarnessWith(t, cfg, nil)
+}
+
+// newHarnessWith is newHarness with the options edited by edit (a logger, a
+// triage function).
+func newHarnessWith(t *testing.T, cfg Config, edit func(*Options)) *harness {
+	t.Helper()
 	st, err := store.Open(store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
 	h := &harness{eng: &synthEngine{st: st}, tri: &fakeTriage{}, ob: &memOutbox{}, now: t0, config: cfg}
-	h.d, err = New(Options{
+	o := Options{
 		Config: cfg, Metrics: st, Scraper: h.eng, Triage: h.tri.run, Outbox: h.ob,
 		Receivers: []string{"hook"}, Now: func() time.Time { return h.now }, Logger: quietLogger(),
-	})
+	}
+	if edit != nil {
+		edit(&o)
+	}
+	h.d, err = New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,7 +444,7 @@ func TestAPIBadInput(t *testing.T) {
 	// The daemon keeps serving.
 	h.get(t, "/healthz", "", http.StatusOK)
 	code, got := h.do(t, http.MethodPost, "/api/v1/triage", "tok", bytes.NewBufferString(`{"selector":"model_name=\"m\"","window":"1m","baseline":"10m"}`))
-	if code != http.StatusOK || !strings.Contains(got, `"schema_version":1`) {
+	if code != http.StatusOK || !strings.Contains(got, `"schema_version":2`) {
 		t.Fatalf("triage: %d %s", code, got)
 	}
 }

@@ -21,6 +21,11 @@ type stats struct {
 	topCause       *prometheus.GaugeVec
 	notifications  *prometheus.CounterVec
 	alerts         *prometheus.CounterVec
+	alertsRefused  *prometheus.CounterVec
+	triageRefused  *prometheus.CounterVec
+	authFailures   *prometheus.CounterVec
+	stateCorrupt   prometheus.Counter
+	pending        prometheus.Gauge
 	reloads        *prometheus.CounterVec
 }
 
@@ -56,17 +61,34 @@ func newStats(d *Daemon, reg *prometheus.Registry) *stats {
 			Name: "whyslow_incident_top_cause", Help: "1 for the current top cause of each open incident's scope.",
 		}, []string{"scope", "cause", "severity"}),
 		notifications: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "whyslow_notifications_enqueued_total", Help: "Notifications handed to the outbox by receiver, kind and result (enqueued, duplicate, error); delivery results are whyslow_notifications_total.",
+			Name: "whyslow_notifications_enqueued_total", Help: "Notifications handed to the outbox by receiver, kind and result (enqueued, duplicate, error: kept and retried, rejected: dropped); delivery results are whyslow_notifications_total.",
 		}, []string{"receiver", "kind", "result"}),
 		alerts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "whyslow_alertmanager_alerts_total", Help: "Alertmanager alerts received by status and result (processed, duplicate).",
 		}, []string{"status", "result"}),
+		alertsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "whyslow_alertmanager_refused_total",
+			Help: "Alertmanager alerts refused by a bound, by reason (too_many_alerts, label_too_long, open_incidents).",
+		}, []string{"reason"}),
+		triageRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "whyslow_triage_refused_total",
+			Help: "Triages not run or cut short by a bound, by source and reason (busy, timeout, selector_too_long).",
+		}, []string{"source", "reason"}),
+		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "whyslow_api_auth_failures_total", Help: "API requests refused by authentication, by reason (token, locked).",
+		}, []string{"reason"}),
+		stateCorrupt: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "whyslow_state_corrupt_total", Help: "Unreadable incident state files moved aside at start.",
+		}),
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "whyslow_notifications_pending", Help: "Notifications the outbox has not taken yet (kept in the incident state, retried every cycle).",
+		}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "whyslow_config_reloads_total", Help: "Configuration reloads by result.",
 		}, []string{"result"}),
 	}
 	ready := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "whyslow_ready", Help: "1 once the first scrape succeeded.",
+		Name: "whyslow_ready", Help: "1 when ready: a scrape succeeded, the state is saved, the outbox takes notifications, the store takes samples.",
 	}, func() float64 {
 		if d.Ready() {
 			return 1
@@ -75,7 +97,8 @@ func newStats(d *Daemon, reg *prometheus.Registry) *stats {
 	})
 	s.reg.MustRegister(s.scrapes, s.lastScrape,
 		s.triageRuns, s.triageDuration, s.detectErrors, s.persistErrors, s.incidentsOpen,
-		s.topCause, s.notifications, s.alerts, s.reloads, ready)
+		s.topCause, s.notifications, s.alerts, s.alertsRefused, s.triageRefused, s.authFailures,
+		s.stateCorrupt, s.pending, s.reloads, ready)
 	return s
 }
 

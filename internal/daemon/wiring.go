@@ -21,6 +21,7 @@ import (
 	"github.com/whyslow/whyslow/collectors/otlp"
 	"github.com/whyslow/whyslow/collectors/spanstore"
 	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/internal/redact"
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/notifiers/chart"
 	"github.com/whyslow/whyslow/notifiers/logsink"
@@ -76,8 +77,11 @@ type StackOptions struct {
 	// posted to (tests; default https on slack.com).
 	SlackResponseURL func(u *url.URL) bool
 	// Retry overrides the retry stage's options (Clock, Metrics and Logger are set here).
-	Retry  notifiers.RetryOptions
-	Logger *slog.Logger
+	Retry notifiers.RetryOptions
+	// Secrets are scrubbed from API errors (default ConfigSecrets(Config));
+	// pass the set the Logger's redact.Handler uses, so reloads update both.
+	Secrets *redact.Secrets
+	Logger  *slog.Logger
 }
 
 // Stack is a daemon wired to the embedded store, the engine scraper, the GPU
@@ -119,6 +123,11 @@ func NewStack(o StackOptions) (*Stack, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.Secrets == nil {
+		o.Secrets = ConfigSecrets(cfg)
+	}
+	// Receivers, outbox and collectors log through the redaction layer too.
+	o.Logger = slog.New(redact.Handler(o.Logger.Handler(), o.Secrets))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s := &Stack{Registry: reg}
@@ -169,12 +178,18 @@ func NewStack(o StackOptions) (*Stack, error) {
 
 	var traces triage.Traces
 	if cfg.OTLP.Enabled() {
-		s.Spans, err = spanstore.New(spanstore.Options{MaxSpans: cfg.OTLP.MaxSpans, MaxBytes: cfg.OTLP.MaxBytes, Registerer: reg})
+		s.Spans, err = spanstore.New(spanstore.Options{MaxSpans: cfg.OTLP.MaxSpans, MaxBytes: cfg.OTLP.MaxBytes,
+			MaxSpanBytes: cfg.OTLP.MaxSpanBytes, MaxQuerySpans: cfg.OTLP.MaxTriageSpans, Registerer: reg})
 		if err != nil {
 			return fail(fmt.Errorf("span store: %w", err))
 		}
 		traces = s.Spans
-		s.OTLP, err = otlp.New(otlp.Options{HTTPAddr: *cfg.OTLP.HTTP, GRPCAddr: *cfg.OTLP.GRPC, Sink: s.Spans, Registerer: reg, Logger: o.Logger})
+		oo := otlp.Options{HTTPAddr: *cfg.OTLP.HTTP, GRPCAddr: *cfg.OTLP.GRPC, Sink: s.Spans, Registerer: reg, Logger: o.Logger}
+		if cfg.OTLP.RequireToken {
+			// The token of the running configuration (a reload may change it).
+			oo.Token = func() string { return s.Daemon.Config().API.Token }
+		}
+		s.OTLP, err = otlp.New(oo)
 		if err != nil {
 			return fail(err)
 		}
@@ -241,7 +256,7 @@ func NewStack(o StackOptions) (*Stack, error) {
 	s.Daemon, err = New(Options{
 		Config: cfg, Metrics: st, Scraper: scraper, Triage: tri, Outbox: s.Outbox, Receivers: names,
 		Sources: sources, Gatherers: gatherers, Routes: routes, APIRoutes: apiRoutes,
-		Flush: s.Dispatcher.Shutdown, Registry: reg, Now: o.Clock.Now, Logger: o.Logger,
+		Flush: s.Dispatcher.Shutdown, Registry: reg, Now: o.Clock.Now, Secrets: o.Secrets, Logger: o.Logger,
 	})
 	if err != nil {
 		return fail(err)

@@ -39,13 +39,35 @@ type Scheduler struct {
 	MaxNumSeqs          int  `yaml:"max_num_seqs"`
 }
 
-// Truth is truth.yaml: what was injected.
+// Truth is truth.yaml: what was injected (plan/models.md).
 type Truth struct {
 	Scenario string
 	Seed     int64
-	Causes   []string // cause ids; empty for healthy
+	Causes   []string // cause ids; empty for healthy; two for a compound, the larger magnitude first
 	Onset    time.Time
-	Params   map[string]any
+	// Magnitude is the fault's magnitude in [0, 1] (a compound's larger
+	// one; 0 for healthy), Magnitudes a compound's per cause, in Causes
+	// order.
+	Magnitude  float64
+	Magnitudes []float64
+	Band       string // subtle, moderate, severe, or none for healthy
+	Params     map[string]any
+	// Observed is what the model saw in the baseline and incident windows.
+	Observed Observed
+	// ITLAttribution splits the change of the step cost over its drivers.
+	ITLAttribution ITLAttribution
+}
+
+// Band names the magnitude band of m: subtle below 1/3, moderate below 2/3,
+// severe otherwise.
+func Band(m float64) string {
+	switch {
+	case m < 1.0/3:
+		return "subtle"
+	case m < 2.0/3:
+		return "moderate"
+	}
+	return "severe"
 }
 
 type incidentYAML struct {
@@ -60,11 +82,16 @@ type incidentYAML struct {
 }
 
 type truthYAML struct {
-	Scenario string         `yaml:"scenario"`
-	Seed     int64          `yaml:"seed"`
-	Causes   []string       `yaml:"causes"`
-	Onset    string         `yaml:"onset"`
-	Params   map[string]any `yaml:"params,omitempty"`
+	Scenario       string          `yaml:"scenario"`
+	Seed           int64           `yaml:"seed"`
+	Causes         []string        `yaml:"causes"`
+	Onset          string          `yaml:"onset"`
+	Magnitude      float64         `yaml:"magnitude"`
+	Magnitudes     []float64       `yaml:"magnitudes,omitempty"`
+	Band           string          `yaml:"band,omitempty"`
+	Params         map[string]any  `yaml:"params,omitempty"`
+	Observed       *Observed       `yaml:"observed,omitempty"`
+	ITLAttribution *ITLAttribution `yaml:"itl_attribution,omitempty"`
 }
 
 // MarshalYAML writes times as RFC 3339 and durations as Prometheus
@@ -104,8 +131,10 @@ func (t Truth) MarshalYAML() (any, error) {
 	if c == nil {
 		c = []string{}
 	}
+	obs, attr := t.Observed, t.ITLAttribution
 	return truthYAML{Scenario: t.Scenario, Seed: t.Seed, Causes: c, Onset: t.Onset.UTC().Format(time.RFC3339),
-		Params: t.Params}, nil
+		Magnitude: t.Magnitude, Magnitudes: t.Magnitudes, Band: t.Band, Params: t.Params, Observed: &obs,
+		ITLAttribution: &attr}, nil
 }
 
 // UnmarshalYAML reads what MarshalYAML writes.
@@ -118,7 +147,14 @@ func (t *Truth) UnmarshalYAML(n *yaml.Node) error {
 	if err != nil {
 		return fmt.Errorf("line %d: onset: %w", n.Line, err)
 	}
-	*t = Truth{Scenario: y.Scenario, Seed: y.Seed, Causes: y.Causes, Onset: on, Params: y.Params}
+	*t = Truth{Scenario: y.Scenario, Seed: y.Seed, Causes: y.Causes, Onset: on, Magnitude: y.Magnitude,
+		Magnitudes: y.Magnitudes, Band: y.Band, Params: y.Params}
+	if y.Observed != nil {
+		t.Observed = *y.Observed
+	}
+	if y.ITLAttribution != nil {
+		t.ITLAttribution = *y.ITLAttribution
+	}
 	return nil
 }
 
@@ -141,10 +177,7 @@ func (w *world) bundle() (*Bundle, error) {
 	} else if w.tele != PolicyVLLM {
 		inc.Notes += fmt.Sprintf("; %s scheduler and telemetry", w.tele)
 	}
-	var causes []string
-	if p.def.Cause != "" {
-		causes = []string{p.def.Cause}
-	}
+	causes := p.causes
 	params := map[string]any{}
 	for k, v := range p.params {
 		params[k] = v
@@ -153,8 +186,13 @@ func (w *world) bundle() (*Bundle, error) {
 	params["gpu_series"] = w.opt.GPUSeries
 	params["policy"] = p.cfg.policy.String()
 	params["telemetry"] = w.tele.String()
-	truth := Truth{Scenario: p.def.Name, Seed: p.seed, Causes: causes, Onset: sinceStart(w.opt.Start, p.onset),
-		Params: params}
+	obs := w.obs.observed()
+	truth := Truth{Scenario: p.name, Seed: p.seed, Causes: causes, Onset: sinceStart(w.opt.Start, p.onset),
+		Magnitude: p.magnitude, Magnitudes: p.magnitudes, Band: "none", Params: params, Observed: obs,
+		ITLAttribution: attributeITL(&p.cfg, obs.Baseline, obs.Incident)}
+	if len(causes) > 0 {
+		truth.Band = Band(p.magnitude)
+	}
 	var keep func(ms int64) bool
 	if w.opt.Trim {
 		a := at.UnixMilli()

@@ -1,6 +1,6 @@
 // Package sim is a discrete-event model of an LLM inference engine doing
 // continuous batching, on a virtual clock, that emits the telemetry a real
-// vLLM V1 emits (names, types, labels and buckets of engines.md §1) plus GPU
+// vLLM V1 emits (names, types, labels and buckets of docs/engines.md §2) plus GPU
 // counters (whyslow_gpu_* as the NVML collector names them, or the
 // dcgm-exporter names). It is for the demo, tests, the accuracy benchmark
 // and performance runs; production code must not import it.
@@ -24,7 +24,7 @@
 //   - TensorRT-LLM: no chunking; GUARANTEED_NO_EVICT admission reserves
 //     prompt + max_tokens blocks, so nothing is ever preempted.
 //
-// Defaults per GPU class follow engines.md §9. A step's duration is a
+// Defaults per GPU class follow docs/engines.md §2.10, §3.5 and §4.4. A step's duration is a
 // roofline: FLOPs (2 × params per token plus attention) over effective
 // FLOP/s against bytes (weights plus KV read and written) over effective
 // HBM bandwidth, scaled by a clock factor for throttling, plus a small CPU
@@ -62,6 +62,26 @@
 //	abort_storm        request_errors            8–25% of requests abort early (finished_reason="abort")
 //	router_skew        load_imbalance            one replica gets most traffic and saturates
 //	frontend_delay     outside_engine            0.6–2.5 s spent in the API server before the engine queue
+//	capacity_loss      capacity_loss             of 2–8 replicas, some stop at the onset (their series end); the router moves their share
+//	context_growth     memory_bandwidth_saturation  each request carries a long cached context: KV per running ×2–12, prefill flat, ITL up
+//	error_burst        request_errors            3–25% of requests fail in the server (finished_reason="error")
+//	diurnal_growth     -                         hard negative: arrivals +15–35% over the hour, latency means within ×1.25
+//	new_tenant         -                         hard negative: +5–15% requests with 2–4× prompts, latency means within ×1.25
+//
+// # Wide draws, magnitude, compounds (plan/models.md)
+//
+// Options.Wide draws from the accuracy harness's ranges: baseline load
+// 0.2–0.9 of the estimated capacity (lowered by pilot runs where the
+// configuration does not reach it), compute and bandwidth efficiency, step
+// overhead and KV pool ×0.5–1.5, 1–8 replicas, 8B/70B, H100/A100/H200, each
+// as far as the scenario allows, from a random stream of its own. Every
+// fault has a magnitude m in [0, 1] mapped monotonically onto its knob (m = 0
+// barely visible, m = 1 severe); narrow draws of the older scenarios report
+// the magnitude their knob implies. Options.Scenario "a+b" injects two
+// faults of CompoundPairs at the same onset. The truth carries the
+// magnitude and its band, what the model saw in both windows (observed,
+// from request and step records) and the Shapley split of the step cost
+// over batch, context, prefill and clock (itl_attribution).
 //
 // The committed bundles under testdata/incidents are regenerated with
 // go generate ./internal/sim (seeds in gen/main.go).

@@ -12,6 +12,7 @@ type request struct {
 	prefixID  int // shared prefix id, -1 for none
 	prefixLen int // tokens of the shared prefix (multiple of blockSize)
 	abortAt   float64
+	errorAt   float64 // when the server fails it; 0 for never
 
 	arrival float64 // frontend arrival (TTFT and e2e start here)
 	queued  float64 // engine arrival (QUEUED)
@@ -156,7 +157,9 @@ type engine struct {
 	clock     float64 // current clock factor
 	peakUsed  int
 
-	tel *telemetry
+	tel     *telemetry
+	obs     *observer // the truth's window statistics; nil outside a world
+	stopped bool      // out of service (capacity_loss)
 
 	// hooks for invariant tests
 	onPreempt func(free, need int)
@@ -242,6 +245,9 @@ func (e *engine) preempt(r *request, now float64) {
 	r.running = false
 	r.preempts++
 	e.tel.preemptions++
+	if e.obs != nil {
+		e.obs.preempt(now)
+	}
 	e.tel.retractedIn += float64(r.prompt)
 	e.tel.retractedOut += float64(r.gen)
 	e.waiting.pushFront(r)
@@ -397,6 +403,9 @@ func (e *engine) start(now float64) {
 func (e *engine) complete(w *world) {
 	now := e.stepEnd
 	t := e.tel
+	if e.obs != nil {
+		e.obs.step(e, now)
+	}
 	t.addStep(&e.cost, e.clock)
 	t.iterationTokens.observe(float64(e.cost.tokens), 1)
 	t.observeBatch(e.batch)
@@ -424,10 +433,18 @@ func (e *engine) complete(w *world) {
 			r.firstToken = now
 			t.promptTokens += float64(r.prompt)
 			t.ttft.observe(now-r.arrival, 1)
-		} else if it.last == e.stepStart {
-			itlBatch++
+			if e.obs != nil {
+				e.obs.first(r, now)
+			}
 		} else {
-			t.itl.observe(now-it.last, 1)
+			if it.last == e.stepStart {
+				itlBatch++
+			} else {
+				t.itl.observe(now-it.last, 1)
+			}
+			if e.obs != nil {
+				e.obs.gap(now, now-it.last)
+			}
 		}
 		r.lastToken = now
 		if r.gen >= r.target {

@@ -97,10 +97,23 @@ func (w *world) buildRegistry() *registry {
 	}
 	c("generation_tokens", "Number of generation tokens processed.",
 		func(t *telemetry) float64 { return t.generationTokens })
+	// vLLM V1 exports one series per FinishReason; "error" came with
+	// later releases (vllm/v1/engine/__init__.py FINISH_REASON_STRINGS), so
+	// only the plans that model such a release have it. Without it a
+	// server-side failure is aborted by the API server (V0 does the same).
+	reasons := []string{"abort", "length", "stop"}
+	errSeries := !v0 && w.plan.errorReason
+	if errSeries {
+		reasons = []string{"abort", "error", "length", "stop"}
+	}
 	succ := f("request_success", "Count of successfully processed requests.", counterType)
 	defs = append(defs, def{succ, func(fam *family, i int, _ *engine, t *telemetry, own, tgt labelSet) {
-		for _, reason := range []string{"abort", "length", "stop"} {
-			fam.add(i, own.with(labelSet{"finished_reason": reason}), tgt, func() float64 { return t.success[reason] })
+		for _, reason := range reasons {
+			get := func() float64 { return t.success[reason] }
+			if reason == "abort" && !errSeries {
+				get = func() float64 { return t.success["abort"] + t.success["error"] }
+			}
+			fam.add(i, own.with(labelSet{"finished_reason": reason}), tgt, get)
 		}
 	}})
 	h("iteration_tokens_total", "Histogram of number of tokens per engine_step.",
@@ -247,7 +260,7 @@ func (w *world) gpuFamilies(reg *registry) {
 	}
 }
 
-// dcgmFamilies declares dcgm-exporter series (engines.md §8 names, units
+// dcgmFamilies declares dcgm-exporter series (docs/engines.md §5.2 names, units
 // and labels, with the Kubernetes pod mapping).
 func (w *world) dcgmFamilies(reg *registry) {
 	type ddef struct {

@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-// engines.md §1.2/§1.3: V1 names, types and buckets, written out here
+// docs/engines.md §2.1–§2.3 (vllm/v1/metrics/loggers.py, buckets.py): V1 names, types and buckets, written out here
 // independently of the model's own tables.
 var wantV1 = map[string]struct {
 	typ     string
@@ -66,7 +66,7 @@ func bucketList(h *dto.Histogram) string {
 }
 
 // TestServeOutputParses scrapes a live replica and checks every name, type,
-// label and bucket against engines.md with Prometheus's text parser.
+// label and bucket against docs/engines.md §2 with Prometheus's text parser.
 func TestServeOutputParses(t *testing.T) {
 	live, err := NewLive(Options{Scenario: "healthy", Seed: 3, Replicas: 2})
 	if err != nil {
@@ -244,6 +244,10 @@ func TestOptionsErrors(t *testing.T) {
 		{"replicas", Options{Scenario: "healthy", Replicas: -1}, "replicas"},
 		{"policy", Options{Scenario: "healthy", Policy: "tgi"}, "policy"},
 		{"scrape", Options{Scenario: "healthy", ScrapeInterval: time.Millisecond}, "scrape interval"},
+		{"magnitude range", Options{Scenario: "gpu_throttle", Wide: true, Magnitude: 1.5}, "magnitude"},
+		{"magnitude narrow", Options{Scenario: "gpu_throttle", Magnitude: 0.5}, "only wide draws"},
+		{"compound", Options{Scenario: "kv_pressure+context_growth"}, "not a pair"},
+		{"capacity loss on one replica", Options{Scenario: "capacity_loss", Replicas: 1}, "at least 2"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -103,7 +103,7 @@ func ParsePolicy(s string) (Policy, error) {
 }
 
 // defaultScheduler returns the engine's defaults for a GPU class
-// (engines.md §9): vLLM serve uses 8192/1024 on ≥70 GiB cards other than
+// (docs/engines.md §2.10, §3.5, §4.4): vLLM serve uses 8192/1024 on ≥70 GiB cards other than
 // A100 and 2048/256 otherwise; SGLang chunks at 8192 on H100/H200/A100-80G;
 // TensorRT-LLM does not chunk (max_num_tokens 8192, max_batch_size 2048).
 func defaultScheduler(p Policy, g gpuSpec) Scheduler {
@@ -141,6 +141,9 @@ type engineConfig struct {
 	maxModelLen int
 	mfu         float64 // achievable fraction of peak FLOP/s
 	bwEff       float64 // achievable fraction of peak HBM bandwidth
+	// overhead and overheadPerSeq are the CPU time of a step: fixed and
+	// per scheduled sequence, in seconds.
+	overhead, overheadPerSeq float64
 }
 
 const blockSize = 16
@@ -151,7 +154,7 @@ const blockSize = 16
 func newEngineConfig(p Policy, m modelSpec, g gpuSpec, memUtil float64) engineConfig {
 	tp := tensorParallel(m, g)
 	c := engineConfig{policy: p, sched: defaultScheduler(p, g), model: m, gpu: g, tp: tp, gpuMemUtil: memUtil,
-		blockSize: blockSize, maxModelLen: 131072, mfu: 0.55, bwEff: 0.93}
+		blockSize: blockSize, maxModelLen: 131072, mfu: 0.55, bwEff: 0.93, overhead: 0.002, overheadPerSeq: 3e-6}
 	c.numBlocks = blocksFor(m, g, tp, memUtil)
 	return c
 }
@@ -201,16 +204,41 @@ func (c *engineConfig) itemCost(s *stepCost, ctx, n int) {
 // (1 = full clocks). Memory-bound kernels slow down less than compute-bound
 // ones when SM clocks drop.
 func (c *engineConfig) finish(s *stepCost, cf float64) {
+	c.finishAt(s, cf, float64(s.batchLen), float64(s.tokens))
+}
+
+// finishAt is finish with the batch length and token count as reals, so
+// that stepSecondsAt can evaluate it at mean drivers.
+func (c *engineConfig) finishAt(s *stepCost, cf, batchLen, tokens float64) {
 	s.bytes += c.model.weightBytes()
 	tp := float64(c.tp)
 	s.compute = s.flops / (c.gpu.flops * tp * c.mfu * cf)
 	s.memory = s.bytes / (c.gpu.bw * tp * c.bwEff * (0.3 + 0.7*cf))
 	s.gpu = math.Max(s.compute, s.memory)
-	overhead := 0.002 + 3e-6*float64(s.batchLen)
+	overhead := c.overhead + c.overheadPerSeq*batchLen
 	if c.tp > 1 {
 		// Two all-reduces per layer; latency plus volume over NVLink.
-		s.nvlink = 2 * float64(c.model.layers) * float64(s.tokens) * float64(c.model.dModel) * 2 * (tp - 1) / tp
+		s.nvlink = 2 * float64(c.model.layers) * tokens * float64(c.model.dModel) * 2 * (tp - 1) / tp
 		s.gpu += 2*float64(c.model.layers)*8e-6 + s.nvlink/c.gpu.nvlinkBW
 	}
 	s.seconds = overhead + s.gpu
+}
+
+// stepSecondsAt is the duration of a step of n running requests each
+// reading ctx tokens of context, plus prefill new prompt tokens (one
+// chunk without cached context), at clock factor cf: the engine's own
+// cost function (itemCost and finish) evaluated at mean drivers.
+func (c *engineConfig) stepSecondsAt(n, ctx, prefill, cf float64) float64 {
+	lin := 2 * c.model.params
+	att := 4 * float64(c.model.layers*c.model.dModel)
+	kv := c.model.kvBytesPerToken()
+	s := stepCost{}
+	s.flops = n*(lin+att*(ctx+0.5)) + prefill*(lin+att*prefill/2)
+	s.bytes = (n*(ctx+1) + prefill) * kv
+	items := n
+	if prefill > 0 {
+		items++
+	}
+	c.finishAt(&s, math.Max(cf, 0.05), items, n+prefill)
+	return s.seconds
 }

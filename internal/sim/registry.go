@@ -55,6 +55,17 @@ type series struct {
 type registry struct {
 	fams  []*family
 	ticks []int64 // recorded tick times, ms since epoch
+	// gone are the replicas that stopped serving: their series get no
+	// more samples, like a pod that is no longer scraped.
+	gone map[int]bool
+}
+
+// stop ends the samples of a replica's series from the next tick on.
+func (r *registry) stop(replica int) {
+	if r.gone == nil {
+		r.gone = map[int]bool{}
+	}
+	r.gone[replica] = true
 }
 
 func (r *registry) family(name, help string, typ famType) *family {
@@ -118,6 +129,9 @@ func (r *registry) record(tsMs int64) {
 	r.ticks = append(r.ticks, tsMs)
 	for _, f := range r.fams {
 		for _, s := range f.series {
+			if r.gone[s.replica] {
+				continue
+			}
 			if s.hist == nil {
 				s.rec = append(s.rec, s.get())
 				continue
@@ -202,6 +216,9 @@ func (r *registry) writeOpenMetrics(w io.Writer, keep func(ms int64) bool) error
 			if s.hist == nil {
 				lb := braces(s.full)
 				for _, i := range idx {
+					if i >= len(s.rec) {
+						break // the replica stopped
+					}
 					bw.WriteString(name)
 					bw.WriteString(lb)
 					bw.WriteByte(' ')
@@ -221,6 +238,9 @@ func (r *registry) writeOpenMetrics(w io.Writer, keep func(ms int64) bool) error
 			les[nb] = withLE(s.full, "+Inf")
 			lb := braces(s.full)
 			for _, i := range idx {
+				if (i+1)*stride > len(s.rec) {
+					break // the replica stopped
+				}
 				v := s.rec[i*stride : (i+1)*stride]
 				for j := 0; j <= nb; j++ {
 					bw.WriteString(f.name)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -56,6 +57,10 @@ type traffic struct {
 	throttle                string  // active throttle reason
 	router                  routerMode
 	hotFrac                 float64 // share of traffic sent to replica 0 when skewed
+	errorProb               float64 // probability that the server fails a request
+	errorMin, errorMax      float64 // failure delay after reaching the engine, seconds
+	tenantRate              float64 // a new tenant's requests per second (fleet), from the onset
+	tenantPrompt            float64 // mean prompt of the tenant's requests (lognormal, no shared prefix)
 }
 
 // burst is a short rise of the arrival rate.
@@ -63,7 +68,9 @@ type burst struct{ start, end, mul float64 }
 
 // plan is one drawn instance of a scenario.
 type plan struct {
-	def        *scenarioDef
+	def        *scenarioDef // the first scenario of a compound
+	name       string       // scenario name, "a+b" for a compound
+	causes     []string
 	seed       int64
 	cfg        engineConfig
 	replicas   int
@@ -77,11 +84,34 @@ type plan struct {
 	load       float64 // baseline load relative to estimated capacity
 	params     map[string]any
 	notes      string
+
+	magnitude  float64   // the fault's magnitude (a compound's larger one)
+	magnitudes []float64 // a compound's, in causes order
+	// errorReason says the replicas model a vLLM release that exports
+	// finished_reason="error": every draw except the narrow draws of the
+	// scenarios that predate it.
+	errorReason bool
+	stopped     []int // replicas that stop serving at the onset
+	// growth is the relative rise of arrivals from growthFrom to growthTo
+	// (diurnal_growth), held after.
+	growth, growthFrom, growthTo float64
+	// pilotSpan, on a pilot run's plan, is how long its measured window is.
+	pilotSpan float64
+	negBase   *negBase // hard negatives: the baseline's pilot
 }
 
 type scenarioDef struct {
 	ScenarioInfo
+	// setup is the narrow draw. The scenarios that predate wide draws keep
+	// theirs as it was, so a seed draws the same instance.
 	setup func(r *rand.Rand, p *plan)
+	// wide is the wide draw of a healthy variant.
+	wide func(r *rand.Rand, p *plan)
+	// fault is a fault scenario's injection for wide, compound and (for the
+	// newer scenarios) narrow draws.
+	fault *fault
+	// legacy marks the scenarios whose narrow draw predates wide draws.
+	legacy bool
 }
 
 const (
@@ -224,6 +254,7 @@ func (p *plan) trafficAt(t float64) traffic {
 	c.frontend = lerp(p.base.frontend, p.inc.frontend)
 	c.clock = lerp(p.base.clock, p.inc.clock)
 	c.hotFrac = lerp(1/float64(p.replicas), p.inc.hotFrac)
+	c.errorProb = lerp(p.base.errorProb, p.inc.errorProb)
 	return c
 }
 
@@ -235,6 +266,9 @@ func (p *plan) rateAt(t float64, tr *traffic) float64 {
 			rate *= b.mul
 		}
 	}
+	if p.growth > 0 && t > p.growthFrom {
+		rate *= 1 + p.growth*math.Min(1, (t-p.growthFrom)/(p.growthTo-p.growthFrom))
+	}
 	return rate
 }
 
@@ -243,47 +277,36 @@ func (p *plan) maxRate() float64 {
 	for _, b := range p.bursts {
 		m = math.Max(m, b.mul)
 	}
-	return math.Max(p.base.rate, p.inc.rate) * (1 + p.diurnalAmp) * m * 1.01
+	return math.Max(p.base.rate, p.inc.rate) * (1 + p.diurnalAmp) * m * 1.01 * (1 + p.growth)
 }
 
 // scenarios is the catalogue.
 var scenarios = []*scenarioDef{
-	{ScenarioInfo{"healthy", "", "noisy but fine: diurnal drift and short bursts within capacity"}, func(r *rand.Rand, p *plan) {
+	{ScenarioInfo: ScenarioInfo{"healthy", "", "noisy but fine: diurnal drift and short bursts within capacity"}, setup: func(r *rand.Rand, p *plan) {
 		p.baseDraw(r, []string{"8B", "70B"}, []string{"H100", "A100", "H200"}, []int{1, 1, 2, 3}, uni(r, 0.3, 0.5))
 		p.inc = p.base
 	}},
-	{ScenarioInfo{"healthy_busy", "", "hard negative: a busy but stable hour (load ≈0.7, no queue growth, no preemption)"}, func(r *rand.Rand, p *plan) {
+	{ScenarioInfo: ScenarioInfo{"healthy_busy", "", "hard negative: a busy but stable hour (load ≈0.7, no queue growth, no preemption)"}, setup: func(r *rand.Rand, p *plan) {
 		p.baseDraw(r, []string{"8B", "70B"}, []string{"H100", "A100", "H200"}, []int{1, 2}, uni(r, 0.62, 0.72))
 		for i := range p.bursts {
 			p.bursts[i].mul = 1.08
 		}
 		p.inc = p.base
 	}},
-	{ScenarioInfo{"healthy_burst", "", "hard negative: a 15–30 s arrival burst, briefly past capacity, early in the incident window; drained well before its end"}, func(r *rand.Rand, p *plan) {
+	{ScenarioInfo: ScenarioInfo{"healthy_burst", "", "hard negative: a 15–30 s arrival burst, briefly past capacity, early in the incident window; drained well before its end"}, setup: func(r *rand.Rand, p *plan) {
 		p.baseDraw(r, []string{"8B", "70B"}, []string{"H100", "A100", "H200"}, []int{1, 2}, uni(r, 0.3, 0.4))
 		p.inc = p.base
 		peak, dur := uni(r, 0.95, 1.2), uni(r, 15, 30)
-		// The burst is over at `at` by construction: the queue it builds,
-		// (peak-1) × dur seconds of work, drains at the spare capacity
-		// (1-load); the requests it admitted finish within their
-		// end-to-end time. All of that ends before the last recentWindow
-		// of the incident window (the span an on-call engineer asks "is it
-		// still slow?" about), with a margin.
-		drain := math.Max(0, peak-1) * dur / (1 - p.load)
-		p.at = p.onset + math.Max(4*60, dur+drain+burstTail+recentWindow)
-		p.bursts = append(p.bursts, burst{start: p.onset, end: p.onset + dur, mul: peak / p.load})
-		p.params["burst_load"] = peak
-		p.params["burst_seconds"] = math.Round(dur)
-		p.params["burst_over_before_at_seconds"] = math.Round(p.at - p.onset - dur - drain)
+		p.drainingBurst(peak, dur)
 	}},
-	{ScenarioInfo{"arrival_surge", "queue_saturation", "arrival rate rises beyond capacity; the waiting queue grows"}, func(r *rand.Rand, p *plan) {
+	{ScenarioInfo: ScenarioInfo{"arrival_surge", "queue_saturation", "arrival rate rises beyond capacity; the waiting queue grows"}, setup: func(r *rand.Rand, p *plan) {
 		p.baseDraw(r, []string{"8B", "70B"}, []string{"H100", "A100", "H200"}, []int{1, 1, 2, 3}, uni(r, 0.35, 0.5))
 		p.inc = p.base
 		l := uni(r, 1.1, 1.3)
 		p.inc.rate = p.base.rate * l / p.load
 		p.params["onset_load"] = l
 	}},
-	{ScenarioInfo{"long_prompt_burst", "prefill_contention", "a few 32k–100k-token prompts occupy the token budget; prefills of other requests stall"}, func(r *rand.Rand, p *plan) {
+	{ScenarioInfo: ScenarioInfo{"long_prompt_burst", "prefill_contention", "a few 32k–100k-token prompts occupy the token budget; prefills of other requests stall"}, setup: func(r *rand.Rand, p *plan) {
 		p.baseDraw(r, []string{"8B", "70B"}, []string{"H100", "A100", "H200"}, []int{1, 1, 2}, uni(r, 0.3, 0.45))
 		p.inc = p.base
 		// The long prompts keep coming until `at`: each replica gets five
@@ -293,20 +316,9 @@ var scenarios = []*scenarioDef{
 		// shorter long prompts, so the replica is not mostly prefilling;
 		// and a long prompt holds at most 12% of the KV pool, so the
 		// mechanism is prefill contention, not a memory wall.
-		busy := uni(r, 0.15, 0.25)
-		minRate := 5.0 / recentWindow
-		lo, hi := 32000, 100000
-		for hi > lo+4000 && (p.longPromptSeconds((lo+hi)/2)*minRate > busy || float64(hi) > 0.12*float64(p.cfg.numBlocks*blockSize)) {
-			hi -= 4000
-		}
-		perReplica := math.Max(busy/p.longPromptSeconds((lo+hi)/2), minRate)
-		p.inc.longMin, p.inc.longMax = lo, hi
-		p.inc.longRate = perReplica * float64(p.replicas)
-		p.params["long_prompts_per_minute"] = p.inc.longRate * 60
-		p.params["long_prompt_max_tokens"] = hi
-		p.params["long_prompt_busy_fraction"] = math.Round(perReplica*p.longPromptSeconds((lo+hi)/2)*100) / 100
+		p.longPrompts(uni(r, 0.15, 0.25), 5.0/recentWindow)
 	}},
-	{ScenarioInfo{"prompt_shift", "chunked_prefill_mismatch", "mean prompt length ×4 against a fixed chunk budget; prefills take many steps and waiting requests stall"}, func(r *rand.Rand, p *plan) {
+	{ScenarioInfo: ScenarioInfo{"prompt_shift", "chunked_prefill_mismatch", "mean prompt length ×4 against a fixed chunk budget; prefills take many steps and waiting requests stall"}, setup: func(r *rand.Rand, p *plan) {
 		p.baseDraw(r, []string{"8B", "70B"}, []string{"H100", "A100", "H200"}, []int{1, 1, 2}, 0.3)
 		budget := float64(p.cfg.sched.MaxNumBatchedTokens)
 		p.base.promptMean = budget * uni(r, 0.25, 0.4)
@@ -318,59 +330,14 @@ var scenarios = []*scenarioDef{
 		p.inc.rate = uni(r, 0.85, 0.95) * p.capacity(p.inc) * float64(p.replicas)
 		p.params["prompt_mul"] = mul
 	}},
-	{ScenarioInfo{"kv_pressure", "kv_cache_pressure", "outputs grow several-fold on a small KV cache; the block pool fills and requests are preempted"}, func(r *rand.Rand, p *plan) {
+	{ScenarioInfo: ScenarioInfo{"kv_pressure", "kv_cache_pressure", "outputs grow several-fold on a small KV cache; the block pool fills and requests are preempted"}, setup: func(r *rand.Rand, p *plan) {
 		p.baseDraw(r, []string{"8B", "70B"}, []string{"H100", "A100", "H200"}, []int{1, 1, 2}, uni(r, 0.3, 0.4))
 		p.base.maxTokens = 8192
 		p.inc = p.base
-		// Size the pool from the demand, so the truth holds by construction:
-		// the incident's KV demand (running sequences × the tokens each
-		// holds, from the mean-value model with an unbounded pool, counting
-		// shared prefixes once) exceeds the pool by `over`, while the
-		// baseline's, counted without any prefix sharing (a small pool
-		// evicts cached prefixes), stays at most 35% of it so that its
-		// peaks stay clear of the wall; and the incident traffic would fit
-		// the GPU's compute and max_num_seqs if the pool were large enough.
-		mul, over := uni(r, 2.5, 4), uni(r, 1.2, 1.5)
-		var kvBase, kvInc, pool float64
-		for try := 0; ; try++ {
-			p.inc.outMean = p.base.outMean * mul
-			var okBase, okInc bool
-			kvBase, okBase = p.kvDemand(p.base, false)
-			kvInc, okInc = p.kvDemand(p.inc, true)
-			pool = math.Max(kvInc/over, kvBase/0.35)
-			if okBase && okInc && kvInc/pool >= 1.2 || try == 20 {
-				break
-			}
-			if !okInc {
-				mul *= 0.92 // compute or max_num_seqs would bind: smaller outputs
-			} else {
-				mul *= 1.1 // not enough demand over the baseline's
-			}
-		}
-		blocks := int(math.Ceil(pool / blockSize))
-		// Check the baseline against the engine model itself: a pilot run
-		// of the baseline traffic on the chosen pool must keep the peak
-		// below 75% (a baseline already at the wall collapses into
-		// recompute storms); otherwise grow the pool and the outputs
-		// together, which keeps the incident's demand over the pool.
-		for try := 0; try < 4; try++ {
-			p.cfg.gpuMemUtil = memUtilForBlocks(p.cfg.model, p.cfg.gpu, p.cfg.tp, blocks)
-			p.cfg.numBlocks = blocksFor(p.cfg.model, p.cfg.gpu, p.cfg.tp, p.cfg.gpuMemUtil)
-			peak := float64(p.pilotPeakBlocks(600)) / float64(p.cfg.numBlocks)
-			if peak < 0.75 {
-				break
-			}
-			grow := peak / 0.6
-			blocks = int(float64(blocks) * grow)
-			mul *= grow
-			p.inc.outMean = p.base.outMean * mul
-			kvInc, _ = p.kvDemand(p.inc, true)
-		}
-		p.params["output_mul"] = mul
-		p.params["kv_demand_over_pool"] = math.Round(kvInc/float64(p.cfg.numBlocks*blockSize)*100) / 100
-		p.params["baseline_kv_demand_fraction"] = math.Round(kvBase/float64(p.cfg.numBlocks*blockSize)*100) / 100
+		// Size the pool from the demand (kvPool).
+		p.kvPool(uni(r, 2.5, 4), uni(r, 1.2, 1.5))
 	}},
-	{ScenarioInfo{"bandwidth_bound", "memory_bandwidth_saturation", "long shared contexts and large decode batches make decode steps HBM-bound"}, func(r *rand.Rand, p *plan) {
+	{ScenarioInfo: ScenarioInfo{"bandwidth_bound", "memory_bandwidth_saturation", "long shared contexts and large decode batches make decode steps HBM-bound"}, setup: func(r *rand.Rand, p *plan) {
 		p.baseDraw(r, []string{"8B"}, []string{"H100", "H200"}, []int{1, 1, 2}, uni(r, 0.3, 0.4))
 		for i := 16; i < 24; i++ {
 			p.prefixLens[i] = round16(uni(r, 8000, 14000))
@@ -381,7 +348,7 @@ var scenarios = []*scenarioDef{
 		p.inc.outMean = p.base.outMean * uni(r, 2, 3)
 		p.inc.rate = uni(r, 0.9, 0.96) * p.capacity(p.inc) * float64(p.replicas)
 	}},
-	{ScenarioInfo{"gpu_throttle", "gpu_throttling", "GPU clocks drop (thermal or power cap); every step is slower"}, func(r *rand.Rand, p *plan) {
+	{ScenarioInfo: ScenarioInfo{"gpu_throttle", "gpu_throttling", "GPU clocks drop (thermal or power cap); every step is slower"}, setup: func(r *rand.Rand, p *plan) {
 		p.baseDraw(r, []string{"8B", "70B"}, []string{"H100", "A100", "H200"}, []int{1, 1, 2}, uni(r, 0.25, 0.35))
 		p.inc = p.base
 		p.inc.clock = uni(r, 0.45, 0.65)
@@ -390,7 +357,7 @@ var scenarios = []*scenarioDef{
 		p.params["clock_factor"] = p.inc.clock
 		p.params["throttle_reason"] = p.inc.throttle
 	}},
-	{ScenarioInfo{"prefix_cache_loss", "prefix_cache_regression", "shared system prompts stop matching (e.g. a timestamp in the prefix); hit rate falls and prefill work rises"}, func(r *rand.Rand, p *plan) {
+	{ScenarioInfo: ScenarioInfo{"prefix_cache_loss", "prefix_cache_regression", "shared system prompts stop matching (e.g. a timestamp in the prefix); hit rate falls and prefill work rises"}, setup: func(r *rand.Rand, p *plan) {
 		p.baseDraw(r, []string{"8B", "70B"}, []string{"H100", "A100", "H200"}, []int{1, 1, 2}, 0.3)
 		for i := 0; i < 16; i++ {
 			p.prefixLens[i] = round16(uni(r, 1500, 4000))
@@ -406,14 +373,14 @@ var scenarios = []*scenarioDef{
 		p.inc.rate = p.base.rate
 		p.params["cacheable_after"] = p.inc.cacheable
 	}},
-	{ScenarioInfo{"abort_storm", "request_errors", "clients abort many requests early (finished_reason=\"abort\")"}, func(r *rand.Rand, p *plan) {
+	{ScenarioInfo: ScenarioInfo{"abort_storm", "request_errors", "clients abort many requests early (finished_reason=\"abort\")"}, setup: func(r *rand.Rand, p *plan) {
 		p.baseDraw(r, []string{"8B", "70B"}, []string{"H100", "A100", "H200"}, []int{1, 1, 2}, uni(r, 0.3, 0.45))
 		p.inc = p.base
 		p.inc.abortProb = uni(r, 0.08, 0.25)
 		p.inc.abortMin, p.inc.abortMax = 0.2, 4
 		p.params["abort_probability"] = p.inc.abortProb
 	}},
-	{ScenarioInfo{"router_skew", "load_imbalance", "the router sends most traffic to one replica, which saturates while the others idle"}, func(r *rand.Rand, p *plan) {
+	{ScenarioInfo: ScenarioInfo{"router_skew", "load_imbalance", "the router sends most traffic to one replica, which saturates while the others idle"}, setup: func(r *rand.Rand, p *plan) {
 		p.baseDraw(r, []string{"8B", "70B"}, []string{"H100", "A100", "H200"}, []int{3, 4}, uni(r, 0.45, 0.55))
 		p.base.router = routeRoundRobin
 		p.inc = p.base
@@ -421,12 +388,76 @@ var scenarios = []*scenarioDef{
 		p.inc.hotFrac = math.Min(0.92, uni(r, 1.15, 1.4)/(float64(p.replicas)*p.load))
 		p.params["hot_fraction"] = p.inc.hotFrac
 	}},
-	{ScenarioInfo{"frontend_delay", "outside_engine", "the API server (tokenizer/HTTP) adds 0.6–2.5 s before requests reach the engine queue"}, func(r *rand.Rand, p *plan) {
+	{ScenarioInfo: ScenarioInfo{"frontend_delay", "outside_engine", "the API server (tokenizer/HTTP) adds 0.6–2.5 s before requests reach the engine queue"}, setup: func(r *rand.Rand, p *plan) {
 		p.baseDraw(r, []string{"8B", "70B"}, []string{"H100", "A100", "H200"}, []int{1, 1, 2}, uni(r, 0.3, 0.45))
 		p.inc = p.base
 		p.inc.frontend = uni(r, 0.6, 2.5)
 		p.params["frontend_delay_seconds"] = p.inc.frontend
 	}},
+}
+
+// drainingBurst adds a burst at the onset to peak × capacity for dur
+// seconds. It is over at `at` by construction: the queue it builds,
+// (peak-1) × dur seconds of work, drains at the spare capacity (1-load);
+// the requests it admitted finish within their end-to-end time. All of
+// that ends before the last recentWindow of the incident window (the span
+// an on-call engineer asks "is it still slow?" about), with a margin.
+func (p *plan) drainingBurst(peak, dur float64) {
+	drain := math.Max(0, peak-1) * dur / (1 - p.load)
+	p.at = p.onset + math.Max(4*60, dur+drain+burstTail+recentWindow)
+	p.bursts = append(p.bursts, burst{start: p.onset, end: p.onset + dur, mul: peak / p.load})
+	p.params["burst_load"] = peak
+	p.params["burst_seconds"] = math.Round(dur)
+	p.params["burst_over_before_at_seconds"] = math.Round(p.at - p.onset - dur - drain)
+}
+
+// kvPool sizes the block pool of kv_pressure for outputs ×mul, so the
+// truth holds by construction: the incident's KV demand (running sequences
+// × the tokens each holds, from the mean-value model with an unbounded
+// pool, counting shared prefixes once) exceeds the pool by over, while the
+// baseline's, counted without any prefix sharing (a small pool evicts
+// cached prefixes), stays at most 35% of it so that its peaks stay clear of
+// the wall; and the incident traffic would fit the GPU's compute and
+// max_num_seqs if the pool were large enough.
+func (p *plan) kvPool(mul, over float64) {
+	var kvBase, kvInc, pool float64
+	for try := 0; ; try++ {
+		p.inc.outMean = p.base.outMean * mul
+		var okBase, okInc bool
+		kvBase, okBase = p.kvDemand(p.base, false)
+		kvInc, okInc = p.kvDemand(p.inc, true)
+		pool = math.Max(kvInc/over, kvBase/0.35)
+		if okBase && okInc && kvInc/pool >= math.Min(1.2, over) || try == 20 {
+			break
+		}
+		if !okInc {
+			mul *= 0.92 // compute or max_num_seqs would bind: smaller outputs
+		} else {
+			mul *= 1.1 // not enough demand over the baseline's
+		}
+	}
+	blocks := int(math.Ceil(pool / blockSize))
+	// Check the baseline against the engine model itself: a pilot run
+	// of the baseline traffic on the chosen pool must keep the peak
+	// below 75% (a baseline already at the wall collapses into
+	// recompute storms); otherwise grow the pool and the outputs
+	// together, which keeps the incident's demand over the pool.
+	for try := 0; try < 4; try++ {
+		p.cfg.gpuMemUtil = memUtilForBlocks(p.cfg.model, p.cfg.gpu, p.cfg.tp, blocks)
+		p.cfg.numBlocks = blocksFor(p.cfg.model, p.cfg.gpu, p.cfg.tp, p.cfg.gpuMemUtil)
+		peak := float64(p.pilotPeakBlocks(600)) / float64(p.cfg.numBlocks)
+		if peak < 0.75 {
+			break
+		}
+		grow := peak / 0.6
+		blocks = int(float64(blocks) * grow)
+		mul *= grow
+		p.inc.outMean = p.base.outMean * mul
+		kvInc, _ = p.kvDemand(p.inc, true)
+	}
+	p.params["output_mul"] = mul
+	p.params["kv_demand_over_pool"] = math.Round(kvInc/float64(p.cfg.numBlocks*blockSize)*100) / 100
+	p.params["baseline_kv_demand_fraction"] = math.Round(kvBase/float64(p.cfg.numBlocks*blockSize)*100) / 100
 }
 
 // pilotPeakBlocks runs the baseline alone (no bursts) for d simulated
@@ -480,6 +511,22 @@ func (p *plan) kvDemand(t traffic, sharing bool) (tokens float64, ok bool) {
 	return kv + n*blockSize/2 + shared, ok
 }
 
+// longPrompts adds a stream of 32k–100k-token prompts that keeps each
+// replica prefilling them about busy of the time, and at least minRate per
+// second per replica.
+func (p *plan) longPrompts(busy, minRate float64) {
+	lo, hi := 32000, 100000
+	for hi > lo+4000 && (p.longPromptSeconds((lo+hi)/2)*minRate > busy || float64(hi) > 0.12*float64(p.cfg.numBlocks*blockSize)) {
+		hi -= 4000
+	}
+	perReplica := math.Max(busy/p.longPromptSeconds((lo+hi)/2), minRate)
+	p.inc.longMin, p.inc.longMax = lo, hi
+	p.inc.longRate = perReplica * float64(p.replicas)
+	p.params["long_prompts_per_minute"] = p.inc.longRate * 60
+	p.params["long_prompt_max_tokens"] = hi
+	p.params["long_prompt_busy_fraction"] = math.Round(perReplica*p.longPromptSeconds((lo+hi)/2)*100) / 100
+}
+
 // longPromptSeconds estimates how long one replica spends prefilling a
 // prompt of n tokens alone.
 func (p *plan) longPromptSeconds(n int) float64 {
@@ -517,19 +564,48 @@ func findScenario(name string) (*scenarioDef, error) {
 	return nil, fmt.Errorf("unknown scenario %q (known: %v)", name, names)
 }
 
-// newPlan draws one instance of a scenario.
-func newPlan(name string, seed int64) (*plan, error) {
-	def, err := findScenario(name)
+// newPlan draws one narrow instance of a scenario.
+func newPlan(name string, seed int64) (*plan, error) { return drawPlan(name, seed, false, 0) }
+
+// drawPlan draws one instance of a scenario or compound "a+b": narrow or
+// wide, with the fault magnitude fixed when m > 0.
+func drawPlan(name string, seed int64, wide bool, m float64) (*plan, error) {
+	defs, err := parseScenario(name)
 	if err != nil {
 		return nil, err
 	}
+	def := defs[0]
 	h := uint64(14695981039346656037)
 	for _, c := range []byte(name) {
 		h = (h ^ uint64(c)) * 1099511628211
 	}
 	r := rand.New(rand.NewPCG(uint64(seed), h))
-	p := &plan{def: def, seed: seed, params: map[string]any{}}
-	def.setup(r, p)
+	p := &plan{def: def, name: name, seed: seed, params: map[string]any{}}
+	switch {
+	case len(defs) == 1 && def.legacy && !wide:
+		def.setup(r, p)
+		if def.Cause != "" {
+			p.causes = []string{def.Cause}
+		}
+		if def.fault != nil && def.fault.legacyM != nil {
+			p.magnitude = math.Round(def.fault.legacyM(p)*1000) / 1000
+		}
+	default:
+		// Newer scenarios and wide draws: a stream of their own, so the
+		// narrow draws above stay as they are.
+		p.errorReason = true
+		if wide {
+			r = rand.New(rand.NewPCG(uint64(seed), h^wideStream))
+		}
+		switch {
+		case len(defs) > 1 || def.fault != nil:
+			p.drawFaults(r, defs, wide, m)
+		case wide:
+			def.wide(r, p)
+		default:
+			def.setup(r, p)
+		}
+	}
 	if p.inc.rate == 0 {
 		p.inc.rate = p.base.rate
 	}
@@ -553,8 +629,15 @@ func newPlan(name string, seed int64) (*plan, error) {
 	p.params["output_mean_tokens"] = math.Round(p.base.outMean)
 	p.params["incident_output_mean_tokens"] = math.Round(p.inc.outMean)
 	p.params["router"] = p.base.router.String()
+	summary := def.Summary
+	for _, d := range defs[1:] {
+		summary += "; " + d.Summary
+	}
 	p.notes = fmt.Sprintf("simulated %s: %s (whyslow sim, seed %d); %d× %s on %s (TP=%d)",
-		def.Name, def.Summary, seed, p.replicas, p.cfg.model.name, p.cfg.gpu.class, p.cfg.tp)
+		name, summary, seed, p.replicas, p.cfg.model.name, p.cfg.gpu.class, p.cfg.tp)
+	if wide {
+		p.notes = strings.Replace(p.notes, "(whyslow sim, seed", "(whyslow sim, wide draw, seed", 1)
+	}
 	return p, nil
 }
 

@@ -201,7 +201,7 @@ func signalsFor(d *omData, end time.Time, win time.Duration) windowSignals {
 	q := sumMap(d.increaseBy("vllm:prefix_cache_queries_total", "", from, to))
 	s.hitRate = hits / q
 	fin := d.increaseBy("vllm:request_success_total", "finished_reason", from, to)
-	s.success = (sumMap(fin) - fin["abort"]) / sumMap(fin)
+	s.success = (sumMap(fin) - fin["abort"] - fin["error"]) / sumMap(fin)
 	s.smClock = d.meanOver("whyslow_gpu_sm_clock_mhz", from, to, "avg")
 	return s
 }
@@ -303,13 +303,13 @@ func TestTestdataSignals(t *testing.T) {
 			cause = tr.Causes[0]
 		}
 		rows = append(rows, signalRow(tr.Scenario, cause, base, now))
-		t.Run(tr.Scenario, func(t *testing.T) { checkCauseShows(t, cause, base, now) })
+		t.Run(tr.Scenario, func(t *testing.T) { checkCauseShows(t, tr.Scenario, cause, base, now) })
 	}
 	t.Logf("signals, baseline → incident window:\n%s\n%s", signalHeader, strings.Join(rows, "\n"))
 }
 
 // checkCauseShows asserts the mechanism's signature for a cause.
-func checkCauseShows(t *testing.T, cause string, b, n windowSignals) {
+func checkCauseShows(t *testing.T, scenario, cause string, b, n windowSignals) {
 	t.Helper()
 	fail := func(what string) { t.Errorf("%s: %s (baseline %+v, incident %+v)", cause, what, b, n) }
 	if b.preemptRate > 0 {
@@ -336,6 +336,13 @@ func checkCauseShows(t *testing.T, cause string, b, n windowSignals) {
 			fail("no preemptions at a full pool")
 		}
 	case "memory_bandwidth_saturation":
+		if scenario == "context_growth" {
+			// Longer contexts, not a busier replica: KV grows, steps slow.
+			if n.kv < 2*b.kv || n.itlP95 < 1.1*b.itlP95 || n.preemptRate > 0 {
+				fail("context did not grow the KV read per step")
+			}
+			break
+		}
 		if n.dram < 0.78 || n.itlP95 < 1.2*b.itlP95 || n.preemptRate > 0 {
 			fail("decode not bandwidth bound")
 		}
@@ -350,6 +357,10 @@ func checkCauseShows(t *testing.T, cause string, b, n windowSignals) {
 	case "request_errors":
 		if n.success > 0.95 {
 			fail("success rate did not fall")
+		}
+	case "capacity_loss":
+		if n.ttftP95 < 1.5*b.ttftP95 {
+			fail("TTFT did not grow on the remaining replicas")
 		}
 	case "load_imbalance":
 		if n.ttftP95 < 3*b.ttftP95 {
@@ -387,7 +398,7 @@ func TestScenarioSignals(t *testing.T) {
 			base, now := bundleSignals(t, b.Metrics, b.Incident)
 			rows = append(rows, signalRow(fmt.Sprintf("%s/%d", sc.Name, seed), sc.Cause, base, now)+
 				fmt.Sprintf(" %v %v rep=%v load=%v", b.Truth.Params["model"], b.Truth.Params["gpu"], b.Truth.Params["replicas"], b.Truth.Params["baseline_load"]))
-			t.Run(fmt.Sprintf("%s/%d", sc.Name, seed), func(t *testing.T) { checkCauseShows(t, sc.Cause, base, now) })
+			t.Run(fmt.Sprintf("%s/%d", sc.Name, seed), func(t *testing.T) { checkCauseShows(t, sc.Name, sc.Cause, base, now) })
 		}
 	}
 	t.Logf("\n%s\n%s", signalHeader, strings.Join(rows, "\n"))

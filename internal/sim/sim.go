@@ -27,12 +27,21 @@ type Options struct {
 	// "trtllm".
 	Policy string
 	// Telemetry is whose metric names the replicas expose: "" (the
-	// policy's engine), "vllm", "sglang" (engines.md §5) or "trtllm"
-	// (trtllm-serve, engines.md §6.2). Names "v0" applies to vllm (the
+	// policy's engine), "vllm", "sglang" (docs/engines.md §3) or "trtllm"
+	// (trtllm-serve, docs/engines.md §4.1). Names "v0" applies to vllm (the
 	// pre-0.11 names) and sglang (the old sglang:time_per_output_token_seconds).
 	Telemetry string
 	// OnRequest is called for every finished or aborted request.
 	OnRequest func(RequestRecord)
+	// Wide draws the instance from the accuracy harness's wide ranges
+	// (plan/models.md): baseline load 0.2–0.9 of the estimated capacity,
+	// cost coefficients perturbed ±50%, 1–8 replicas, 8B/70B, H100/A100/H200
+	// (each as far as the scenario allows) and a fault magnitude in [0, 1].
+	// false draws what the scenario always drew for the seed.
+	Wide bool
+	// Magnitude fixes the fault magnitude of a wide draw, in (0, 1]; 0
+	// draws it uniformly from [0, 1].
+	Magnitude float64
 }
 
 // DefaultStart is the virtual clock start when Options.Start is zero.
@@ -50,7 +59,7 @@ type RequestRecord struct {
 	Arrival, Queued, Scheduled, FirstToken, Finished time.Time
 	PromptTokens, OutputTokens, CachedTokens         int
 	MaxTokens                                        int
-	FinishedReason                                   string // stop, length or abort
+	FinishedReason                                   string // stop, length, abort or error
 	Preemptions                                      int
 }
 
@@ -95,6 +104,12 @@ func (o *Options) normalise() error {
 	if tel == PolicyTRTLLM && o.Names == "v0" {
 		return fmt.Errorf("names v0: trtllm telemetry has one generation of names (want v1)")
 	}
+	if o.Magnitude < 0 || o.Magnitude > 1 {
+		return fmt.Errorf("magnitude %v: want 0 (drawn) or a value in (0, 1]", o.Magnitude)
+	}
+	if o.Magnitude > 0 && !o.Wide {
+		return fmt.Errorf("magnitude %v: only wide draws take a magnitude", o.Magnitude)
+	}
 	return nil
 }
 
@@ -103,6 +118,8 @@ type evKind int
 const (
 	evEngineArrive evKind = iota
 	evAbort
+	evError // a server-side failure of the request
+	evStop  // a replica stops serving (capacity_loss)
 )
 
 type event struct {
@@ -110,6 +127,7 @@ type event struct {
 	kind evKind
 	seq  int64
 	r    *request
+	e    *engine // evStop
 }
 
 type eventHeap []event
@@ -140,14 +158,15 @@ type world struct {
 	engines []*engine
 	reg     *registry
 
-	now      float64
-	nextArr  float64
-	nextLong float64
-	events   eventHeap
-	evSeq    int64
-	reqSeq   int64
-	rr       int
-	maxRate  float64
+	now        float64
+	nextArr    float64
+	nextLong   float64
+	nextTenant float64
+	events     eventHeap
+	evSeq      int64
+	reqSeq     int64
+	rr         int
+	maxRate    float64
 
 	interval  float64
 	nextTick  float64
@@ -155,6 +174,7 @@ type world struct {
 	inflight  int
 	finished  int64
 	aborted   int64
+	obs       observer
 
 	// test hooks
 	trackAll   bool
@@ -166,7 +186,7 @@ func newWorld(opt Options) (*world, error) {
 	if err := opt.normalise(); err != nil {
 		return nil, err
 	}
-	p, err := newPlan(opt.Scenario, opt.Seed)
+	p, err := drawPlan(opt.Scenario, opt.Seed, opt.Wide, opt.Magnitude)
 	if err != nil {
 		return nil, err
 	}
@@ -180,6 +200,19 @@ func newWorld(opt Options) (*world, error) {
 		p.base.rate *= scale
 		p.inc.rate *= scale
 		p.inc.longRate *= scale
+		p.inc.tenantRate *= scale
+		if len(p.stopped) > 0 {
+			// Keep the share of replicas that stop.
+			k := min(max(int(math.Round(float64(len(p.stopped))*scale)), 1), opt.Replicas-1)
+			if k < 1 {
+				return nil, fmt.Errorf("scenario %s: replicas %d: a capacity loss needs at least 2", opt.Scenario, opt.Replicas)
+			}
+			p.stopped = p.stopped[:0]
+			for i := opt.Replicas - k; i < opt.Replicas; i++ {
+				p.stopped = append(p.stopped, i)
+			}
+			p.params["replicas_stopped"] = k
+		}
 		p.replicas = opt.Replicas
 		p.params["replicas"] = opt.Replicas
 	}
@@ -202,7 +235,19 @@ func newWorldFromPlan(p *plan, opt Options) *world {
 	if p.inc.longRate > 0 {
 		w.nextLong = p.onset + w.rng.ExpFloat64()/p.inc.longRate
 	}
+	w.nextTenant = math.Inf(1)
+	if p.inc.tenantRate > 0 {
+		w.nextTenant = p.onset + w.rng.ExpFloat64()/p.inc.tenantRate
+	}
 	w.reg = w.buildRegistry()
+	w.obs.init(p, len(w.engines))
+	for _, e := range w.engines {
+		e.obs = &w.obs
+	}
+	for _, i := range p.stopped {
+		w.evSeq++
+		heap.Push(&w.events, event{t: p.onset, kind: evStop, seq: w.evSeq, e: w.engines[i]})
+	}
 	return w
 }
 
@@ -227,19 +272,30 @@ func lognormal(r *rand.Rand, mean, sigma float64) float64 {
 	return math.Exp(mu + sigma*r.NormFloat64())
 }
 
-// newRequest draws a request arriving at t.
-func (w *world) newRequest(t float64, long bool) *request {
+// Arrival streams: the traffic mix, long prompts, a new tenant's requests.
+const (
+	arrMix = iota
+	arrLong
+	arrTenant
+)
+
+// newRequest draws a request of stream kind arriving at t.
+func (w *world) newRequest(t float64, kind int) *request {
 	tr := w.plan.trafficAt(t)
 	r := w.rng
 	w.reqSeq++
 	q := &request{seq: w.reqSeq, arrival: t, prefixID: -1, abortAt: math.Inf(1), maxTokens: tr.maxTokens}
+	// Drawn for every stream, as it always was.
 	unique := int(lognormal(r, tr.promptMean, tr.promptSigma))
-	if long {
+	switch kind {
+	case arrLong:
 		unique = tr.longMin + r.IntN(tr.longMax-tr.longMin+1)
+	case arrTenant:
+		unique = int(lognormal(r, tr.tenantPrompt, 0.35))
 	}
 	unique = max(unique, 4)
 	prompt := unique
-	if !long && r.Float64() < tr.sharedFrac && tr.prefixN > 0 {
+	if kind == arrMix && r.Float64() < tr.sharedFrac && tr.prefixN > 0 {
 		id := tr.prefixFrom + r.IntN(tr.prefixN)
 		q.prefixLen = w.plan.prefixLens[id]
 		prompt += q.prefixLen
@@ -264,6 +320,11 @@ func (w *world) newRequest(t float64, long bool) *request {
 	}
 	q.queued = t + tr.frontend*(0.8+0.4*r.Float64()) + float64(prompt)*2e-7
 	q.replica = w.route(&tr)
+	// Drawn only when the mix has failures, so that the other scenarios'
+	// draws stay what they were.
+	if tr.errorProb > 0 && r.Float64() < tr.errorProb {
+		q.errorAt = q.queued + tr.errorMin + (tr.errorMax-tr.errorMin)*r.Float64()
+	}
 	return q
 }
 
@@ -285,13 +346,21 @@ func (w *world) route(tr *traffic) int {
 		for k := 0; k < n; k++ {
 			i := (start + k) % n
 			e := w.engines[i]
+			if e.stopped {
+				continue
+			}
 			if l := e.nWait*4 + len(e.running); l < bestLoad {
 				best, bestLoad = i, l
 			}
 		}
 		return best
 	}
-	w.rr = (w.rr + 1) % n
+	for k := 0; k < n; k++ {
+		w.rr = (w.rr + 1) % n
+		if !w.engines[w.rr].stopped {
+			break
+		}
+	}
 	return w.rr
 }
 
@@ -300,15 +369,19 @@ func (w *world) push(t float64, k evKind, r *request) {
 	heap.Push(&w.events, event{t: t, kind: k, seq: w.evSeq, r: r})
 }
 
-func (w *world) arrive(t float64, long bool) {
-	q := w.newRequest(t, long)
+func (w *world) arrive(t float64, kind int) {
+	q := w.newRequest(t, kind)
 	w.inflight++
+	w.obs.arrive(t)
 	if w.trackAll {
 		w.all = append(w.all, q)
 	}
 	w.push(q.queued, evEngineArrive, q)
 	if !math.IsInf(q.abortAt, 1) {
 		w.push(q.abortAt, evAbort, q)
+	}
+	if q.errorAt > 0 {
+		w.push(q.errorAt, evError, q)
 	}
 }
 
@@ -332,7 +405,8 @@ func (w *world) finish(e *engine, r *request, now float64, reason string) {
 	t.paramsN.observe(1, 1)
 	t.numPreemptions.observe(float64(r.preempts), 1)
 	t.finishExtra(r)
-	if reason != "abort" {
+	w.obs.finish(r, now)
+	if reason != "abort" && reason != "error" {
 		t.queue.observe(r.sched-r.queued, 1)
 		t.prefill.observe(r.firstToken-r.sched, 1)
 		t.decode.observe(r.lastToken-r.firstToken, 1)
@@ -343,7 +417,7 @@ func (w *world) finish(e *engine, r *request, now float64, reason string) {
 			tpot = (r.lastToken - r.firstToken) / float64(r.gen-1)
 		}
 		t.reqTPOT.observe(tpot, 1)
-	} else {
+	} else if reason == "abort" {
 		w.aborted++
 	}
 	if r.hasFirst {
@@ -376,7 +450,11 @@ func (w *world) record(r *request, now float64) RequestRecord {
 	}
 }
 
-func (w *world) abort(r *request, now float64) {
+func (w *world) abort(r *request, now float64) { w.drop(r, now, "abort") }
+
+// drop ends a request that did not finish: a client abort or a
+// server-side error.
+func (w *world) drop(r *request, now float64, reason string) {
 	if r.done {
 		return
 	}
@@ -384,7 +462,32 @@ func (w *world) abort(r *request, now float64) {
 	if r.enq && !r.running {
 		e.nWait-- // lazily dropped from the deque
 	}
-	w.finish(e, r, now, "abort")
+	w.finish(e, r, now, reason)
+}
+
+// stopReplica takes a replica out of service, like a crashed pod: what it
+// held fails, the router stops sending to it and its series end.
+func (w *world) stopReplica(e *engine, now float64) {
+	var held []*request
+	for _, r := range e.running {
+		if !r.done {
+			held = append(held, r)
+		}
+	}
+	for i := 0; i < e.waiting.size; i++ {
+		if r := e.waiting.buf[(e.waiting.head+i)%len(e.waiting.buf)]; !r.done && !r.running {
+			held = append(held, r)
+		}
+	}
+	for _, r := range held {
+		w.drop(r, now, "error")
+	}
+	e.waiting = deque{}
+	e.nWait = 0
+	e.running = e.running[:0]
+	e.busy = false
+	e.stopped = true
+	w.reg.stop(e.idx)
 }
 
 // tick updates the GPU counters and records a scrape when recording.
@@ -419,6 +522,9 @@ func (w *world) run(ctx context.Context, until float64) error {
 		if w.nextLong < t {
 			t, kind = w.nextLong, 1
 		}
+		if w.nextTenant < t {
+			t, kind = w.nextTenant, 4
+		}
 		if len(w.events) > 0 && w.events[0].t < t {
 			t, kind = w.events[0].t, 2
 		}
@@ -441,22 +547,36 @@ func (w *world) run(ctx context.Context, until float64) error {
 		w.now = t
 		switch kind {
 		case 0:
-			w.arrive(t, false)
+			w.arrive(t, arrMix)
 			w.nextArr = w.drawArrival(t)
 		case 1:
-			w.arrive(t, true)
+			w.arrive(t, arrLong)
 			w.nextLong = t + w.rng.ExpFloat64()/w.plan.inc.longRate
+		case 4:
+			w.arrive(t, arrTenant)
+			w.nextTenant = t + w.rng.ExpFloat64()/w.plan.inc.tenantRate
 		case 2:
 			ev := heap.Pop(&w.events).(event)
 			switch ev.kind {
 			case evEngineArrive:
 				if !ev.r.done {
 					e := w.engines[ev.r.replica]
+					if e.stopped {
+						// Routed before the replica went away: the
+						// gateway retries on a live one.
+						tr := w.plan.trafficAt(t)
+						ev.r.replica = w.route(&tr)
+						e = w.engines[ev.r.replica]
+					}
 					e.enqueue(ev.r)
 					w.startEngine(e, t)
 				}
 			case evAbort:
 				w.abort(ev.r, t)
+			case evError:
+				w.drop(ev.r, t, "error")
+			case evStop:
+				w.stopReplica(ev.e, t)
 			}
 		case 3:
 			eng.complete(w)
@@ -475,7 +595,7 @@ func (w *world) run(ctx context.Context, until float64) error {
 }
 
 func (w *world) startEngine(e *engine, t float64) {
-	if e.busy {
+	if e.busy || e.stopped {
 		return
 	}
 	tr := w.plan.trafficAt(t)
@@ -513,7 +633,7 @@ func (w *world) recordBundle(ctx context.Context) (*Bundle, error) {
 	p := w.plan
 	w.recording = true
 	if err := w.run(ctx, p.at); err != nil {
-		return nil, fmt.Errorf("sim record %s: %w", p.def.Name, err)
+		return nil, fmt.Errorf("sim record %s: %w", p.name, err)
 	}
 	return w.bundle()
 }
@@ -560,9 +680,13 @@ func (l *Live) Handler(replica int) http.Handler {
 			http.Error(rw, fmt.Sprintf("no replica %d", replica), http.StatusNotFound)
 			return
 		}
-		rw.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		l.mu.Lock()
 		defer l.mu.Unlock()
+		if l.w.engines[replica].stopped {
+			http.Error(rw, fmt.Sprintf("replica %d is gone", replica), http.StatusServiceUnavailable)
+			return
+		}
+		rw.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		_ = l.w.reg.writeText(rw, replica)
 	})
 }

@@ -27,7 +27,7 @@ func (h *histogram) observe(v, n float64) {
 	h.count += n
 }
 
-// Bucket layouts (engines.md §1.3).
+// Bucket layouts (docs/engines.md §2.3; vllm/v1/metrics/buckets.py, vllm/engine/metrics.py for v0).
 var (
 	bucketsTTFTv1 = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
 		10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}
@@ -101,7 +101,7 @@ func newTelemetry(names string, maxModelLen int) *telemetry {
 	}
 	tok := buckets125(maxModelLen)
 	t := &telemetry{
-		success:           map[string]float64{"stop": 0, "length": 0, "abort": 0},
+		success:           map[string]float64{"stop": 0, "length": 0, "abort": 0, "error": 0},
 		iterationTokens:   newHistogram(iter),
 		ttft:              newHistogram(ttft),
 		itl:               newHistogram(itl),

@@ -29,7 +29,7 @@ type engineExtra struct {
 	intervalHitRate                             float64 // prefix-cache hit rate of the last interval's admissions
 }
 
-// Bucket layouts of SGLang (engines.md §5; python/sglang/srt/metrics/collector.py defaults).
+// Bucket layouts of SGLang (docs/engines.md §3.2; python/sglang/srt/metrics/collector.py defaults).
 var (
 	bucketsSGLangTTFT = []float64{0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400}
 	bucketsSGLangITL  = []float64{0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040,
@@ -43,7 +43,7 @@ var (
 		9000, 10000, 12000, 15000, 20000, 22000, 25000, 30000, 35000, 40000, 66000, 99000, 132000, 300000, 600000,
 		900000, 1100000}
 
-	// trtllm-serve (engines.md §6.2): TTFT, TPOT and latency reuse the vLLM V1 lists.
+	// trtllm-serve (docs/engines.md §4.1; tensorrt_llm/metrics/collector.py): TTFT, TPOT and latency reuse the vLLM V1 lists.
 	bucketsTRTLLMPrefillBatch = []float64{64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768}
 	bucketsTRTLLMCached       = []float64{0, 64, 128, 256, 512, 1024, 2048, 4096, 8192}
 )

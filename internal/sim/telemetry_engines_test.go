@@ -25,7 +25,7 @@ const (
 	trtllmOwn   = "engine_type,model_name"
 )
 
-// engines.md §5 (SGLang collector defaults), written out independently of
+// docs/engines.md §3.1–§3.2 (SGLang collector defaults, python/sglang/srt/metrics/collector.py), written out independently of
 // the model's tables.
 var wantSGLang = map[string]famWant{
 	"sglang:num_running_reqs":                  {"gauge", "", sglangSched},
@@ -55,7 +55,7 @@ var wantSGLang = map[string]famWant{
 	"sglang:num_retractions": {"histogram", "0,1,2,3,4,5,6,7,8,9,10,15,20,25,30,40,50,75,100", sglangTok},
 }
 
-// engines.md §6.2 (trtllm-serve collector; vLLM V1 bucket families).
+// docs/engines.md §4.1 (trtllm-serve collector, tensorrt_llm/metrics/collector.py; vLLM V1 bucket families, §2.3).
 var wantTRTLLM = map[string]famWant{
 	"trtllm_request_success_total":            {"counter", "", trtllmOwn},
 	"trtllm_e2e_request_latency_seconds":      {"histogram", latencyV1, trtllmOwn},
@@ -130,7 +130,7 @@ func scrapeLive(t *testing.T, opt Options, d time.Duration) (*Live, []map[string
 }
 
 // TestEngineTelemetryParses scrapes live SGLang and trtllm-serve replicas
-// and checks every name, type, label set and bucket list against engines.md
+// and checks every name, type, label set and bucket list against docs/engines.md §3 and §4
 // with Prometheus's text parser.
 func TestEngineTelemetryParses(t *testing.T) {
 	for _, tc := range []struct {

@@ -1,7 +1,7 @@
 package sim
 
 // buildSGLangRegistry declares the series an SGLang server started with
-// --enable-metrics (and --collect-tokens-histogram) exposes (engines.md §5).
+// --enable-metrics (and --collect-tokens-histogram) exposes (docs/engines.md §3).
 //
 // Scheduler-side series carry model_name, engine_type ("unified"), tp_rank
 // and pp_rank (only TP rank 0 exports, SGLang's default); tokenizer-side
@@ -65,8 +65,9 @@ func (w *world) buildSGLangRegistry() *registry {
 		func(t *telemetry) float64 { return t.promptCacheHit })
 	b.counter(p+"num_requests", "Number of requests processed.", tok,
 		func(t *telemetry) float64 { return t.e2e.count })
+	// A request that fails in the server is aborted with an error status.
 	b.counter(p+"num_aborted_requests", "Number of requests aborted.", tok,
-		func(t *telemetry) float64 { return t.success["abort"] })
+		func(t *telemetry) float64 { return t.success["abort"] + t.success["error"] })
 	b.hist(p+"time_to_first_token_seconds", "Histogram of time to first token in seconds.", tok,
 		func(t *telemetry) *histogram { return t.ttft })
 	itl := "inter_token_latency_seconds"

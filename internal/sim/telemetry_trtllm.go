@@ -1,12 +1,14 @@
 package sim
 
 // trtllmFinishReason maps the model's finish reasons to the LLM API's
-// (stop, length, cancelled); a client abort is a cancelled request.
+// (stop, length, cancelled); a client abort is a cancelled request. A
+// request that fails in the server has no finish reason and is not
+// counted.
 var trtllmFinishReason = map[string]string{"stop": "stop", "length": "length", "abort": "cancelled"}
 
 // buildTRTLLMRegistry declares the series trtllm-serve exposes on
 // /prometheus/metrics with return_perf_metrics and enable_iter_perf_stats
-// on (engines.md §6.2), labelled with model_name and engine_type="trtllm".
+// on (docs/engines.md §4), labelled with model_name and engine_type="trtllm".
 //
 // Notes on the mapping from the model:
 //   - per-request series (success, e2e, TTFT, TPOT, queue, prompt,

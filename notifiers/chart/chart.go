@@ -286,7 +286,7 @@ func quantile95(family string) string {
 }
 
 // signals are the four panels, with the metric names of every engine
-// (the names in reference/engines.md, old names after new ones).
+// (the names in docs/engines.md §7, old names after new ones).
 var signals = []signal{
 	{"TTFT p95", UnitSeconds, []string{
 		quantile95("vllm:time_to_first_token_seconds"),

@@ -24,7 +24,7 @@ func TestFormats(t *testing.T) {
 	}{
 		{"text", []string{"== whyslow open: incident inc-1 #1 ==", "ANOMALY (critical)", "fix: Add replicas"}},
 		{"markdown", []string{"## whyslow open: incident inc-1 #1", "### ANOMALY (critical)"}},
-		{"json", []string{`"schema_version":1`}},
+		{"json", []string{`"schema_version":2`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.format, func(t *testing.T) {

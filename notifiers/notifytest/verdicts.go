@@ -47,7 +47,12 @@ func Anomaly() *triage.Verdict {
 		},
 		Causes: []triage.Cause{
 			{
-				ID: "queue_saturation", Rank: 1, Score: 0.86, Title: "Requests are queueing: the engine is saturated",
+				ID: "queue_saturation", Rank: 1, Score: 0.86, Confidence: 0.83, Title: "Requests are queueing: the engine is saturated",
+				Chain: []triage.ChainLink{
+					{Signal: "arrival_rate", Label: "arrivals", Now: f(9.1), Baseline: f(7), Unit: "req/s", Text: "arrivals ×1.3"},
+					{Signal: "queue_time_p95", Label: "queue time", Now: f(1.9), Unit: "seconds", Text: "queue time 1.90s"},
+					{Signal: "ttft_p95", Label: "TTFT", Now: f(2.41), Baseline: f(0.31), Unit: "seconds", Text: "TTFT ×7.8 (310ms → 2.41s)"},
+				},
 				Evidence: []triage.Evidence{
 					{Step: "split", Rule: "queue_time_dominates_ttft", Signal: "queue_time_p95", Now: f(1.9), Baseline: f(0.004), Weight: 0.5,
 						Text: "Queue time p95 is 1.9 s and makes up 79% of TTFT p95"},
@@ -60,7 +65,7 @@ func Anomaly() *triage.Verdict {
 				},
 			},
 			{
-				ID: "chunked_prefill_mismatch", Rank: 2, Score: 0.54, Title: "Prompt length outgrew the chunked-prefill budget",
+				ID: "chunked_prefill_mismatch", Rank: 2, Score: 0.54, Confidence: 0.31, Title: "Prompt length outgrew the chunked-prefill budget",
 				Evidence: []triage.Evidence{
 					{Step: "scheduler", Rule: "prompt_vs_budget", Signal: "prompt_tokens_mean", Now: f(11800), Baseline: f(2100), Weight: 0.4,
 						Text: "Mean prompt is 11800 tokens against max_num_batched_tokens=8192: every prompt needs two chunks"},
@@ -68,13 +73,24 @@ func Anomaly() *triage.Verdict {
 				Remediation: []string{"Raise max_num_batched_tokens to 16384 or split long-prompt traffic onto its own pool."},
 			},
 			{
-				ID: "kv_cache_pressure", Rank: 3, Score: 0.21, Title: "KV cache near capacity",
+				ID: "kv_cache_pressure", Rank: 3, Score: 0.21, Confidence: 0.08, Title: "KV cache near capacity",
 				Evidence: []triage.Evidence{
 					{Step: "kv_cache", Rule: "kv_usage_high", Signal: "kv_cache_usage", Now: f(0.93), Baseline: f(0.61), Weight: 0.2,
 						Text: "KV cache usage 93% (baseline 61%)"},
 				},
 				Remediation: []string{"Lower max_num_seqs or raise gpu_memory_utilization."},
 			},
+		},
+		Attribution: &triage.Attribution{
+			TTFT: &triage.LatencySplit{Baseline: 0.31, Now: 2.41, Delta: 2.1, Parts: []triage.Part{
+				{Component: triage.CompQueue, Seconds: 1.9, Share: 0.905, Driver: "queue time mean 4.0ms → 1.90s"},
+				{Component: triage.CompPrefill, Seconds: 0.15, Share: 0.071, Driver: "prefill time mean 80ms → 230ms"},
+				{Component: triage.CompOutside, Seconds: 0.05, Share: 0.024},
+			}},
+			ITL: &triage.LatencySplit{Baseline: 0.040, Now: 0.042, Delta: 0.002, Parts: []triage.Part{
+				{Component: triage.CompBatch, Seconds: 0.0015, Share: 0.75, Driver: "requests decoding per target 180 → 256"},
+			}, Unexplained: 0.0005, UnexplainedShare: 0.25},
+			Model: "step model: R 0.96 from a 70B model on H100 (TP 4); ρ 0.0054",
 		},
 		RuledOut: []triage.RuledOut{
 			{ID: "gpu_throttling", Title: "GPU clocks throttled", Reason: "no throttle reason was active in the incident window"},

@@ -23,6 +23,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -160,6 +161,11 @@ const (
 // ErrClosed is returned by operations on a closed outbox.
 var ErrClosed = errors.New("outbox closed")
 
+// ErrRejected is wrapped by Enqueue errors that retrying cannot fix (an
+// invalid notification, one larger than the outbox): the caller drops the
+// notification instead of holding it. Other errors (a full disk) may pass.
+var ErrRejected = errors.New("notification rejected")
+
 // Open opens (creating if needed) the outbox in dir and indexes the pending
 // entries left by a previous run; corrupt entries are moved to corrupt/ with
 // a log line. Entries already recorded as delivered are removed.
@@ -223,18 +229,16 @@ func (ob *Outbox) loadDelivered() error {
 	path := filepath.Join(ob.dir, "delivered.log")
 	var ids []string
 	if f, err := os.Open(path); err == nil {
-		sc := bufio.NewScanner(f)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			if line := strings.TrimSpace(sc.Text()); line != "" {
-				ids = append(ids, line)
-			}
-		}
-		serr := sc.Err()
+		var skipped int
+		ids, skipped, err = readIDs(f)
 		f.Close()
-		if serr != nil {
-			ob.log.Warn("Outbox delivered log unreadable, starting it afresh", "err", serr)
-			ids = nil
+		if skipped > 0 {
+			ob.log.Warn("Outbox delivered log has over-long lines; skipped them", "lines", skipped, "max_bytes", maxIDLen)
+		}
+		if err != nil {
+			// Keep what was read: forgetting delivered ids would deliver
+			// them again.
+			ob.log.Warn("Outbox delivered log partly unreadable, keeping the ids read", "ids", len(ids), "err", err)
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("open outbox: %w", err)
@@ -259,6 +263,38 @@ func (ob *Outbox) loadDelivered() error {
 	}
 	ob.dlog = f
 	return nil
+}
+
+// maxIDLen bounds a line of delivered.log; notification ids are short, so a
+// longer line is garbage (a torn write, a stray file) and is skipped.
+const maxIDLen = 4 << 10
+
+// readIDs reads delivered.log line by line, skipping lines over maxIDLen
+// instead of giving up on the file.
+func readIDs(r io.Reader) (ids []string, skipped int, err error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		line, isPrefix, rerr := br.ReadLine()
+		if rerr != nil {
+			if errors.Is(rerr, io.EOF) {
+				return ids, skipped, nil
+			}
+			return ids, skipped, rerr
+		}
+		if isPrefix || len(line) > maxIDLen {
+			skipped++
+			for isPrefix && rerr == nil {
+				_, isPrefix, rerr = br.ReadLine()
+			}
+			if rerr != nil && !errors.Is(rerr, io.EOF) {
+				return ids, skipped, rerr
+			}
+			continue
+		}
+		if id := strings.TrimSpace(string(line)); id != "" {
+			ids = append(ids, id)
+		}
+	}
 }
 
 func (ob *Outbox) rememberLocked(id string) {
@@ -370,7 +406,7 @@ func (ob *Outbox) moveAside(path string, why error) {
 // recently. When the outbox is full the oldest entries are dropped.
 func (ob *Outbox) Enqueue(n *notifiers.Notification) (bool, error) {
 	if err := n.Validate(); err != nil {
-		return false, fmt.Errorf("enqueue: %w", err)
+		return false, fmt.Errorf("enqueue: %w: %w", ErrRejected, err)
 	}
 	ob.mu.Lock()
 	defer ob.mu.Unlock()
@@ -389,11 +425,11 @@ func (ob *Outbox) Enqueue(n *notifiers.Notification) (bool, error) {
 	rec := record{Version: entryVersion, Seq: seq, EnqueuedAt: ob.o.Clock.Now().UTC(), Notification: n}
 	body, err := json.Marshal(&rec)
 	if err != nil {
-		return false, fmt.Errorf("enqueue %s: %w", n.ID, err)
+		return false, fmt.Errorf("enqueue %s: %w: %w", n.ID, ErrRejected, err)
 	}
 	size := int64(len(body))
 	if size > ob.o.MaxBytes {
-		return false, fmt.Errorf("enqueue %s: %d bytes exceeds the outbox limit of %d", n.ID, size, ob.o.MaxBytes)
+		return false, fmt.Errorf("enqueue %s: %w: %d bytes exceeds the outbox limit of %d", n.ID, ErrRejected, size, ob.o.MaxBytes)
 	}
 	for len(ob.entries) >= ob.o.MaxEntries || ob.bytes+size > ob.o.MaxBytes {
 		ob.dropOldestLocked()

@@ -58,7 +58,7 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "down for maintenance", http.StatusServiceUnavailable)
 		return
 	}
-	if !webhook.Verify([]byte(hmacSecret), body, req.Header.Get(webhook.SignatureHeader)) {
+	if webhook.Verify([]byte(hmacSecret), body, req.Header.Get(webhook.TimestampHeader), req.Header.Get(webhook.SignatureHeader), r.clock.Now(), 0) != nil {
 		r.badSig++
 		http.Error(w, "bad signature", http.StatusUnauthorized)
 		return

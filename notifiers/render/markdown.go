@@ -49,6 +49,13 @@ func Markdown(w io.Writer, v *triage.Verdict, opts Options) error {
 		}
 	}
 
+	if lines := AttributionLines(v); len(lines) > 0 {
+		p("\n#### Where the time went\n\n")
+		for _, l := range lines {
+			p("- %s\n", mdEscape(l))
+		}
+	}
+
 	if len(v.Causes) > 0 {
 		p("\n#### Causes, most likely first\n\n")
 		for i, c := range v.Causes {
@@ -56,9 +63,15 @@ func Markdown(w io.Writer, v *triage.Verdict, opts Options) error {
 			if rank == 0 {
 				rank = i + 1
 			}
-			p("%d. **%s** (`%s`, score %s)\n", rank, mdEscape(c.Title), mdCode(c.ID), num(c.Score))
+			p("%d. **%s** (`%s`, confidence %s, score %s)\n", rank, mdEscape(c.Title), mdCode(c.ID), confidenceText(c), num(c.Score))
+			if ch := ChainText(c); ch != "" {
+				p("   - *Chain:* %s\n", mdEscape(ch))
+			}
 			for _, e := range c.Evidence {
 				p("   - %s\n", mdEvidence(e, u))
+			}
+			for _, e := range c.Against {
+				p("   - *Against:* %s\n", mdEscape(e.Text))
 			}
 			for j, r := range c.Remediation {
 				if j == 0 {
@@ -69,7 +82,7 @@ func Markdown(w io.Writer, v *triage.Verdict, opts Options) error {
 			}
 		}
 	} else if v.Status == triage.StatusAnomaly {
-		p("\nNo cause in the catalogue matched the evidence.\n")
+		p("\nNo cause could be ranked: see the data gaps for the series that would have told.\n")
 	}
 
 	if len(v.RuledOut) > 0 {
@@ -149,7 +162,7 @@ func mdEvidence(e triage.Evidence, u units) string {
 		}
 		parts = append(parts, n)
 	}
-	parts = append(parts, "weight "+num(e.Weight))
+	parts = append(parts, weightText(e))
 	return s + " (" + strings.Join(parts, "; ") + ")"
 }
 

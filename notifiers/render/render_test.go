@@ -142,7 +142,7 @@ func TestTextContent(t *testing.T) {
 		{"anomaly", notifytest.Anomaly(), []string{
 			"ANOMALY (critical): prefill is slower (TTFT)",
 			"TTFT p95 2.41 s vs 310 ms ×7.77", "TPOT p95 42 ms vs 40 ms ×1.05",
-			"1. Requests are queueing", "[queue_saturation] score 0.86",
+			"1. Requests are queueing", "[queue_saturation] confidence 83%, score 0.86", "chain: arrivals ×1.3 → queue time 1.90s → TTFT ×7.8", "TTFT +2.1 s (310 ms → 2.41 s): queue +1.9 s (90%), prefill +150 ms (7%)",
 			"queue_time_p95: now 1.9 s, baseline 4 ms",
 			"fix: Add replicas", "KV cache usage 93%", "Ruled out", "GPU clocks throttled [gpu_throttling]",
 			"Data gaps", "99.71%",

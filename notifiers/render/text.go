@@ -43,7 +43,10 @@ func (t *textWriter) paint(code, s string) string {
 func (t *textWriter) line(indent, hang int, code, s string) {
 	lines := []string{s}
 	if utf8.RuneCountInString(s) > t.width-indent {
-		lines = wrap(s, t.width-indent, hang)
+		// Keep the line's own leading spaces (a right-aligned rank).
+		lead := len(s) - len(strings.TrimLeft(s, " "))
+		lines = wrap(s[lead:], t.width-indent-lead, hang)
+		lines[0] = s[:lead] + lines[0]
 	}
 	for _, l := range lines {
 		t.w.WriteString(strings.Repeat(" ", indent))
@@ -212,6 +215,14 @@ func Text(w io.Writer, v *triage.Verdict, opts Options) error {
 		}
 	}
 
+	if lines := AttributionLines(v); len(lines) > 0 {
+		t.blank()
+		t.line(0, 0, ansiBold, "Where the time went")
+		for _, l := range lines {
+			t.line(2, 4, "", "- "+l)
+		}
+	}
+
 	if len(v.Causes) > 0 {
 		t.blank()
 		t.line(0, 0, ansiBold, "Causes, most likely first")
@@ -220,9 +231,16 @@ func Text(w io.Writer, v *triage.Verdict, opts Options) error {
 			if rank == 0 {
 				rank = i + 1
 			}
-			t.line(0, 4, ansiBold+ansiCyan, fmt.Sprintf("%2d. %s [%s] score %s", rank, c.Title, c.ID, num(c.Score)))
+			t.line(0, 4, ansiBold+ansiCyan, fmt.Sprintf("%2d. %s [%s] confidence %s, score %s", rank, c.Title, c.ID,
+				confidenceText(c), num(c.Score)))
+			if ch := ChainText(c); ch != "" {
+				t.line(4, 2, "", "chain: "+ch)
+			}
 			for _, e := range c.Evidence {
 				t.line(4, 2, "", "- "+evidenceLine(e, u))
+			}
+			for _, e := range c.Against {
+				t.line(4, 2, ansiDim, "- against: "+e.Text)
 			}
 			for j, r := range c.Remediation {
 				if j == 0 {
@@ -231,10 +249,13 @@ func Text(w io.Writer, v *triage.Verdict, opts Options) error {
 					t.line(9, 0, ansiGreen, r)
 				}
 			}
+			for _, r := range c.Omitted {
+				t.line(4, 2, ansiDim, "- not advised here: "+r)
+			}
 		}
 	} else if v.Status == triage.StatusAnomaly {
 		t.blank()
-		t.line(0, 2, ansiYellow, "No cause in the catalogue matched the evidence.")
+		t.line(0, 2, ansiYellow, "No cause could be ranked: see the data gaps for the series that would have told.")
 	}
 
 	if len(v.RuledOut) > 0 {
@@ -471,8 +492,17 @@ func evidenceNumbers(e triage.Evidence, u units) string {
 		}
 		parts = append(parts, p)
 	}
-	parts = append(parts, "weight "+num(e.Weight))
+	parts = append(parts, weightText(e))
 	return strings.Join(parts, "; ")
+}
+
+// weightText is what the evidence added: "weight 4" for a rule that held
+// fully (or was given no grade), "weight 4 × grade 0.62" otherwise.
+func weightText(e triage.Evidence) string {
+	if e.Grade > 0 && e.Grade < 0.995 {
+		return "weight " + num(e.Weight) + " × grade " + num(e.Grade)
+	}
+	return "weight " + num(e.Weight)
 }
 
 // ratioSuffix is " ×r" when both values exist and the baseline is not zero.

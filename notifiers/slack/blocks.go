@@ -357,7 +357,7 @@ func causeBlocks(v *triage.Verdict, maxCauses int) []slack.Block {
 	if len(v.Causes) == 0 {
 		switch v.Status {
 		case triage.StatusAnomaly:
-			return []slack.Block{section(":mag: No cause in the catalogue matched the evidence.")}
+			return []slack.Block{section(":mag: No cause could be ranked; the data gaps say which series would have told.")}
 		case triage.StatusHealthy:
 			return []slack.Block{section(":white_check_mark: No anomaly against the baseline.")}
 		case triage.StatusInsufficientData:
@@ -366,6 +366,14 @@ func causeBlocks(v *triage.Verdict, maxCauses int) []slack.Block {
 		return nil
 	}
 	var bs []slack.Block
+	if lines := render.AttributionLines(v); len(lines) > 0 {
+		var b strings.Builder
+		b.WriteString("*Where the time went*")
+		for _, l := range lines {
+			b.WriteString("\n• " + esc(l))
+		}
+		bs = append(bs, section(b.String()))
+	}
 	for i, c := range v.Causes {
 		if i == maxCauses {
 			bs = append(bs, slack.NewContextBlock("", mrkdwn(fmt.Sprintf("…and %d more causes in the verdict.", len(v.Causes)-maxCauses))))
@@ -380,7 +388,11 @@ func causeBlocks(v *triage.Verdict, maxCauses int) []slack.Block {
 			title = c.ID
 		}
 		var b strings.Builder
-		fmt.Fprintf(&b, "*%d. %s*  %s · score %s", rank, esc(title), code(c.ID), render.FormatValue(c.Score, ""))
+		fmt.Fprintf(&b, "*%d. %s*  %s · confidence %.0f%% · score %s", rank, esc(title), code(c.ID), 100*c.Confidence,
+			render.FormatValue(c.Score, ""))
+		if ch := render.ChainText(c); ch != "" {
+			b.WriteString("\n_" + esc(ch) + "_")
+		}
 		for _, e := range c.Evidence {
 			b.WriteString("\n• " + evidenceText(v, e))
 		}

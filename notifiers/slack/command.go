@@ -3,6 +3,7 @@ package slack
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/slack-go/slack"
 	"gopkg.in/yaml.v3"
@@ -149,7 +151,7 @@ type CommandHandler struct {
 	wg     sync.WaitGroup
 
 	mu   sync.Mutex
-	seen map[string]time.Time // signature → request timestamp
+	seen map[[32]byte]time.Time // hash of the signed content → request timestamp
 }
 
 // NewCommandHandler validates cfg and returns the handler.
@@ -177,7 +179,7 @@ func NewCommandHandler(cfg CommandConfig, o CommandOptions) (*CommandHandler, er
 	return &CommandHandler{
 		cfg: cfg, o: o, log: o.Logger.With("component", "slack_command"),
 		sem: make(chan struct{}, cfg.MaxConcurrent), ctx: ctx, cancel: cancel,
-		seen: map[string]time.Time{},
+		seen: map[[32]byte]time.Time{},
 	}, nil
 }
 
@@ -293,7 +295,10 @@ func (h *CommandHandler) verify(hdr http.Header, body []byte) error {
 	if d := now.Sub(at); d > SignatureMaxAge || d < -SignatureMaxAge {
 		return fmt.Errorf("verify signature: %w", slack.ErrExpiredTimestamp)
 	}
-	sig := hdr.Get("X-Slack-Signature")
+	// The replay key is what was signed (timestamp and body), not the
+	// header's spelling: the hex of a signature verifies in either case, so
+	// keying on the header let an upper-cased copy through.
+	key := sha256.Sum256([]byte("v0:" + hdr.Get("X-Slack-Request-Timestamp") + ":" + string(body)))
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for k, t := range h.seen {
@@ -301,13 +306,13 @@ func (h *CommandHandler) verify(hdr http.Header, body []byte) error {
 			delete(h.seen, k)
 		}
 	}
-	if _, dup := h.seen[sig]; dup {
+	if _, dup := h.seen[key]; dup {
 		return errors.New("verify signature: replayed request")
 	}
 	if len(h.seen) >= maxReplayCache {
 		return errors.New("verify signature: too many requests in the replay window")
 	}
-	h.seen[sig] = at
+	h.seen[key] = at
 	return nil
 }
 
@@ -389,8 +394,8 @@ func NormalizeScope(s string) (string, error) {
 		return "", nil
 	}
 	p := parser.NewParser(parser.Options{})
-	if _, err := p.ParseMetricSelector("{" + s + "}"); err == nil {
-		return s, nil
+	if ms, err := p.ParseMetricSelector("{" + s + "}"); err == nil {
+		return s, noMetricName(ms)
 	}
 	if bareWord.MatchString(s) && !strings.Contains(s, "=") {
 		return `model_name=` + strconv.Quote(s), nil
@@ -405,8 +410,20 @@ func NormalizeScope(s string) (string, error) {
 		out = append(out, m[1]+m[2]+strconv.Quote(m[3]))
 	}
 	norm := strings.Join(out, ",")
-	if _, err := p.ParseMetricSelector("{" + norm + "}"); err != nil {
+	ms, err := p.ParseMetricSelector("{" + norm + "}")
+	if err != nil {
 		return "", fmt.Errorf("cannot read scope %q: %v", truncate(s, 200), err)
 	}
-	return norm, nil
+	return norm, noMetricName(ms)
+}
+
+// noMetricName refuses a __name__ matcher: the scope narrows the rules'
+// queries by labels, and each query picks its own metric.
+func noMetricName(ms []*labels.Matcher) error {
+	for _, m := range ms {
+		if m.Name == labels.MetricName {
+			return errors.New("the scope cannot match __name__: give label matchers such as model_name=\"llama\"")
+		}
+	}
+	return nil
 }

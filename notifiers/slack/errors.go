@@ -8,6 +8,7 @@ import (
 
 	"github.com/slack-go/slack"
 
+	"github.com/whyslow/whyslow/internal/redact"
 	"github.com/whyslow/whyslow/notifiers"
 )
 
@@ -150,15 +151,8 @@ func scrubError(err error, secrets []string) error {
 	return out
 }
 
-// scrubString replaces every form of every secret in s with <redacted>.
+// scrubString replaces every form of every secret in s with <redacted>
+// (internal/redact, the one redaction layer).
 func scrubString(s string, secrets []string) string {
-	for _, sec := range secrets {
-		if len(sec) < 4 {
-			continue
-		}
-		for _, f := range secretForms(sec) {
-			s = strings.ReplaceAll(s, f, "<redacted>")
-		}
-	}
-	return s
+	return redact.NewSecrets(secrets...).Scrub(s)
 }

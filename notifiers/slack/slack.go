@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -113,17 +112,6 @@ func appendSecret(list []string, s string) []string {
 		return list
 	}
 	return append(list, s)
-}
-
-// secretForms are the ways a secret may appear in text.
-func secretForms(s string) []string {
-	forms := []string{s}
-	for _, f := range []string{url.QueryEscape(s), url.PathEscape(s)} {
-		if f != s {
-			forms = append(forms, f)
-		}
-	}
-	return forms
 }
 
 // Mode returns the delivery mode.

@@ -1,6 +1,15 @@
 // Package webhook is the generic webhook receiver: it POSTs the verdict and
 // the notification's incident metadata as JSON (see
-// notifiers/render/SCHEMA.md), optionally signed with HMAC-SHA256.
+// notifiers/render/SCHEMA.md), optionally signed with HMAC-SHA256 over a
+// timestamp and the body, as Slack signs its requests:
+//
+//	X-Whyslow-Timestamp: 1700000000
+//	X-Whyslow-Signature: v1=hex(HMAC-SHA256(secret, "v1:1700000000:" + body))
+//
+// A receiver recomputes the HMAC over the raw body, compares it in constant
+// time, and refuses a timestamp more than SignatureMaxAge (5 minutes) away
+// from its clock; with the notification id (X-Whyslow-Notification-Id) to
+// dedupe within that window, a captured delivery cannot be replayed.
 package webhook
 
 import (
@@ -30,8 +39,11 @@ type Config struct {
 	// Headers are added to every request; their values are treated as
 	// secrets (e.g. Authorization).
 	Headers map[string]notifiers.Secret `yaml:"headers"`
-	// HMACSecret, when set, signs the body: X-Whyslow-Signature:
-	// sha256=<hex of HMAC-SHA256(secret, body)>.
+	// HMACSecret, when set, signs each attempt: X-Whyslow-Timestamp: <Unix
+	// seconds> and X-Whyslow-Signature: v1=<hex of HMAC-SHA256(secret,
+	// "v1:<timestamp>:<body>")>. Receivers verify both (webhook.Verify) and
+	// refuse timestamps more than five minutes off, so a captured delivery
+	// cannot be replayed.
 	HMACSecret notifiers.Secret `yaml:"hmac_secret"`
 	// MaxAttempts per retry round (default 5).
 	MaxAttempts int `yaml:"max_attempts"`
@@ -40,7 +52,7 @@ type Config struct {
 // reservedHeaders are set by the receiver and cannot be configured.
 var reservedHeaders = map[string]bool{
 	"Content-Type": true, "Content-Length": true, "Host": true, "User-Agent": true,
-	SignatureHeader: true, IDHeader: true,
+	SignatureHeader: true, TimestampHeader: true, IDHeader: true,
 }
 
 // WithDefaults returns c with zero values replaced by defaults.

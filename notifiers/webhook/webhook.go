@@ -7,12 +7,16 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/whyslow/whyslow/internal/redact"
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/notifiers/render"
 	"github.com/whyslow/whyslow/triage"
@@ -20,11 +24,24 @@ import (
 
 // Headers the webhook sets.
 const (
-	// SignatureHeader carries "sha256=<hex>" when an HMAC secret is set.
+	// SignatureHeader carries "v1=<hex>" when an HMAC secret is set: the
+	// HMAC-SHA256, keyed with the secret, of "v1:" + TimestampHeader's value
+	// + ":" + the body (as Slack signs "v0:timestamp:body").
 	SignatureHeader = "X-Whyslow-Signature"
+	// TimestampHeader carries the Unix time (seconds) of the attempt; it is
+	// signed, so a receiver that refuses stale timestamps (SignatureMaxAge)
+	// cannot be fed a captured delivery again later.
+	TimestampHeader = "X-Whyslow-Timestamp"
 	// IDHeader carries the notification id so receivers can dedupe.
 	IDHeader = "X-Whyslow-Notification-Id"
 )
+
+// SignatureVersion prefixes the signature and the signed text.
+const SignatureVersion = "v1"
+
+// SignatureMaxAge is how far from its receiver's clock a signed delivery's
+// timestamp may be (Slack's five minutes); Verify refuses others.
+const SignatureMaxAge = 5 * time.Minute
 
 // PayloadVersion is the version of the webhook envelope.
 const PayloadVersion = "1"
@@ -61,7 +78,7 @@ type Webhook struct {
 	clock    notifiers.Clock
 	log      *slog.Logger
 	redacted string
-	secrets  []string
+	secrets  *redact.Secrets
 }
 
 // New validates cfg and returns a webhook receiver.
@@ -81,9 +98,10 @@ func New(cfg Config, o Options) (*Webhook, error) {
 	}
 	w := &Webhook{cfg: cfg, client: o.Client, clock: o.Clock, redacted: notifiers.RedactURL(string(cfg.URL))}
 	w.log = o.Logger.With("notifier", "webhook", "url", w.redacted)
-	w.secrets = append(notifiers.URLSecrets(string(cfg.URL)), string(cfg.HMACSecret))
+	w.secrets = redact.NewSecrets(string(cfg.HMACSecret))
+	w.secrets.AddURL(string(cfg.URL), true)
 	for _, v := range cfg.Headers {
-		w.secrets = append(w.secrets, string(v))
+		w.secrets.AddHeader(string(v))
 	}
 	return w, nil
 }
@@ -91,17 +109,50 @@ func New(cfg Config, o Options) (*Webhook, error) {
 // MaxAttempts implements notifiers.MaxAttempter.
 func (w *Webhook) MaxAttempts() int { return w.cfg.MaxAttempts }
 
-// Sign returns the signature header value for body: "sha256=<hex>".
-func Sign(secret, body []byte) string {
-	m := hmac.New(sha256.New, secret)
-	m.Write(body)
-	return "sha256=" + hex.EncodeToString(m.Sum(nil))
+// Sign returns the SignatureHeader value for body sent at timestamp ts
+// (Unix seconds): "v1=" + hex(HMAC-SHA256(secret, "v1:<ts>:<body>")).
+func Sign(secret []byte, ts int64, body []byte) string {
+	return SignatureVersion + "=" + hex.EncodeToString(mac(secret, strconv.FormatInt(ts, 10), body))
 }
 
-// Verify reports whether header is a valid signature of body with secret
-// (constant-time). Receivers written in Go can use it.
-func Verify(secret, body []byte, header string) bool {
-	return hmac.Equal([]byte(header), []byte(Sign(secret, body)))
+func mac(secret []byte, ts string, body []byte) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(SignatureVersion + ":" + ts + ":"))
+	m.Write(body)
+	return m.Sum(nil)
+}
+
+// Errors of Verify.
+var (
+	ErrBadSignature = errors.New("webhook signature does not match")
+	ErrStale        = errors.New("webhook timestamp too old or in the future")
+)
+
+// Verify checks a delivery as a receiver should, over the raw body before
+// parsing it: the signature (compared as bytes in constant time, so the
+// spelling of its hex does not matter) over the timestamp and the body, and
+// the timestamp within maxAge of now (SignatureMaxAge when zero). Receivers
+// written in Go can use it; others follow the same steps.
+func Verify(secret, body []byte, timestamp, signature string, now time.Time, maxAge time.Duration) error {
+	if maxAge <= 0 {
+		maxAge = SignatureMaxAge
+	}
+	ts, err := strconv.ParseInt(strings.TrimSpace(timestamp), 10, 64)
+	if err != nil {
+		return fmt.Errorf("%w: timestamp %q is not Unix seconds", ErrStale, timestamp)
+	}
+	if d := now.Sub(time.Unix(ts, 0)); d > maxAge || d < -maxAge {
+		return fmt.Errorf("%w: %s from now", ErrStale, d.Round(time.Second))
+	}
+	version, hexSig, ok := strings.Cut(strings.TrimSpace(signature), "=")
+	if !ok || !strings.EqualFold(version, SignatureVersion) {
+		return fmt.Errorf("%w: want %s=<hex>", ErrBadSignature, SignatureVersion)
+	}
+	got, err := hex.DecodeString(hexSig)
+	if err != nil || !hmac.Equal(got, mac(secret, strconv.FormatInt(ts, 10), body)) {
+		return ErrBadSignature
+	}
+	return nil
 }
 
 // Body returns the JSON body posted for n.
@@ -137,7 +188,10 @@ func (w *Webhook) Notify(ctx context.Context, n *notifiers.Notification) (bool, 
 		req.Header.Set(k, string(v))
 	}
 	if w.cfg.HMACSecret != "" {
-		req.Header.Set(SignatureHeader, Sign([]byte(w.cfg.HMACSecret), body))
+		// Each attempt is signed at its own time: a retry is not stale.
+		ts := w.clock.Now().Unix()
+		req.Header.Set(TimestampHeader, strconv.FormatInt(ts, 10))
+		req.Header.Set(SignatureHeader, Sign([]byte(w.cfg.HMACSecret), ts, body))
 	}
 	resp, err := w.client.Do(req)
 	if err != nil {
@@ -148,7 +202,7 @@ func (w *Webhook) Notify(ctx context.Context, n *notifiers.Notification) (bool, 
 	excerpt, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	retry, cerr := notifiers.ClassifyStatus(resp.StatusCode, resp.Header.Get("Retry-After"), w.clock.Now(),
-		notifiers.Scrub(string(excerpt), w.secrets...))
+		w.secrets.Scrub(string(excerpt)))
 	if cerr != nil {
 		return retry, fmt.Errorf("post webhook %s: %w", w.redacted, cerr)
 	}

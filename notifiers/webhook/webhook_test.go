@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/notifiers/notifytest"
+	"github.com/whyslow/whyslow/triage"
 )
 
 func notification() *notifiers.Notification {
@@ -33,7 +35,7 @@ func TestPostSignedPayload(t *testing.T) {
 	var hdr http.Header
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		sigOK = Verify([]byte(secret), body, r.Header.Get(SignatureHeader))
+		sigOK = Verify([]byte(secret), body, r.Header.Get(TimestampHeader), r.Header.Get(SignatureHeader), time.Now(), 0) == nil
 		hdr = r.Header.Clone()
 		if err := json.Unmarshal(body, &got); err != nil {
 			t.Errorf("payload: %v", err)
@@ -52,16 +54,17 @@ func TestPostSignedPayload(t *testing.T) {
 	if !sigOK {
 		t.Error("the test server could not verify the HMAC signature")
 	}
-	if !strings.HasPrefix(hdr.Get(SignatureHeader), "sha256=") || hdr.Get("Authorization") != "Bearer tok-123" ||
+	if !strings.HasPrefix(hdr.Get(SignatureHeader), "v1=") || hdr.Get(TimestampHeader) == "" || hdr.Get("Authorization") != "Bearer tok-123" ||
 		hdr.Get("Content-Type") != "application/json" || hdr.Get(IDHeader) != "hook/inc-1/1/open" {
 		t.Errorf("headers: %v", hdr)
 	}
 	if got.Version != PayloadVersion || got.Kind != "open" || got.IncidentKey != `model_name="llama"/queue_saturation` ||
-		got.Verdict == nil || got.Verdict.Causes[0].ID != "queue_saturation" || got.Verdict.SchemaVersion != 1 ||
+		got.Verdict == nil || got.Verdict.Causes[0].ID != "queue_saturation" || got.Verdict.SchemaVersion != triage.SchemaVersion ||
 		!strings.HasPrefix(got.Summary, "ANOMALY (critical)") {
 		t.Errorf("payload: %+v", got)
 	}
-	if Verify([]byte("wrong"), []byte("{}"), Sign([]byte(secret), []byte("{}"))) {
+	now := time.Now()
+	if Verify([]byte("wrong"), []byte("{}"), strconv.FormatInt(now.Unix(), 10), Sign([]byte(secret), now.Unix(), []byte("{}")), now, 0) == nil {
 		t.Error("Verify accepted a wrong secret")
 	}
 }

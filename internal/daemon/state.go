@@ -1,0 +1,246 @@
+package daemon
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/whyslow/whyslow/notifiers"
+	"github.com/whyslow/whyslow/notifiers/outbox"
+	"github.com/whyslow/whyslow/triage"
+)
+
+// The daemon's state file holds the incident tracker and the notifications
+// the tracker produced that the outbox has not taken yet, in one file
+// written atomically. The order of a cycle is write-ahead:
+//
+//  1. the tracker changes and its notifications join the pending list;
+//  2. the state (tracker + pending) is written;
+//  3. only then are the pending notifications handed to the outbox, and
+//     the state is written again without them.
+//
+// So an incident counts as notified only in a state that also holds the
+// notification: a failed state write sends nothing (a restart then sees
+// neither, and opens the incident once), and a failed outbox write keeps the
+// notification pending, on disk, until the outbox takes it.
+
+// stateVersion is the version of the daemon's state envelope; version 1 was
+// the bare tracker snapshot, which still loads.
+const stateVersion = 2
+
+type stateFileV2 struct {
+	Version int                       `json:"version"`
+	Tracker json.RawMessage           `json:"tracker"`
+	Pending []*notifiers.Notification `json:"pending,omitempty"`
+}
+
+// Readiness problems, by key; /readyz answers 503 while any is set.
+const (
+	problemState  = "state"
+	problemOutbox = "outbox"
+	problemStore  = "store"
+)
+
+// decodeState reads a state file: the envelope or a bare v1 snapshot.
+func decodeState(cfg triage.IncidentConfig, b []byte) (*triage.Tracker, []*notifiers.Notification, error) {
+	var env stateFileV2
+	if err := json.Unmarshal(b, &env); err != nil {
+		return nil, nil, fmt.Errorf("decode state: %w", err)
+	}
+	if env.Version != stateVersion || len(env.Tracker) == 0 {
+		t, err := triage.LoadTracker(cfg, b)
+		return t, nil, err
+	}
+	t, err := triage.LoadTracker(cfg, env.Tracker)
+	if err != nil {
+		return nil, nil, err
+	}
+	var pending []*notifiers.Notification
+	for i, n := range env.Pending {
+		if err := n.Validate(); err != nil {
+			return nil, nil, fmt.Errorf("decode state: pending[%d]: %w", i, err)
+		}
+		pending = append(pending, n)
+	}
+	return t, pending, nil
+}
+
+// loadState restores the tracker and the pending notifications from the
+// state file in dir. A missing file is an empty state. A file that cannot
+// be read or decoded is moved aside (to incidents.json.corrupt-<unix>) with
+// an error line, and the daemon starts with an empty state: a sidecar that
+// crash-loops on a truncated file helps nobody.
+func (d *Daemon) loadState(dir string, now time.Time) {
+	path := filepath.Join(dir, stateFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return
+	}
+	if err == nil {
+		var t *triage.Tracker
+		var pending []*notifiers.Notification
+		if t, pending, err = decodeState(d.Config().Incidents, b); err == nil {
+			d.tracker, d.pending = t, pending
+			d.persisted = b
+			if len(pending) > 0 {
+				d.log.Info("Incident state has notifications not yet in the outbox", "pending", len(pending))
+			}
+			return
+		}
+	}
+	aside := path + ".corrupt-" + strconv.FormatInt(now.Unix(), 10)
+	if rerr := os.Rename(path, aside); rerr != nil {
+		d.log.Error("Incident state unreadable and could not be moved aside; starting without it",
+			"file", path, "err", err, "rename_err", rerr)
+		return
+	}
+	d.log.Error("Incident state unreadable; moved aside, starting without it", "file", path, "moved_to", aside, "err", err)
+	d.stats.stateCorrupt.Inc()
+}
+
+// encodeState returns the state file's bytes.
+func (d *Daemon) encodeState() ([]byte, error) {
+	tr, err := d.tracker.Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(stateFileV2{Version: stateVersion, Tracker: tr, Pending: d.pending})
+}
+
+// persist writes the state to the data dir (atomically) when it changed,
+// and reports whether the state on disk is now current. Without a data dir
+// there is nothing to write and it is always current.
+func (d *Daemon) persist() bool {
+	dir := d.Config().DataDir
+	if dir == "" {
+		return true
+	}
+	b, err := d.encodeState()
+	if err == nil && bytes.Equal(b, d.persisted) {
+		return true
+	}
+	if err == nil {
+		err = writeFileAtomic(filepath.Join(dir, stateFile), b)
+	}
+	if err != nil {
+		d.stats.persistErrors.Inc()
+		if d.setProblem(problemState, "incident state not saved: "+err.Error()) {
+			d.log.Error("Persist incidents failed; notifications wait until the state is saved", "err", err)
+		}
+		return false
+	}
+	d.persisted = b
+	if d.clearProblem(problemState) {
+		d.log.Info("Incident state saved again")
+	}
+	return true
+}
+
+// queue turns incident events into one notification per receiver and adds
+// them to the pending list (the outbox gets them in commit).
+func (d *Daemon) queue(events []triage.Event, at time.Time) {
+	cfg := d.Config()
+	for _, ev := range events {
+		d.log.Info("Incident "+ev.Kind.String(), "incident", ev.Incident.ID, "scope", ev.Incident.Key,
+			"top_cause", ev.Incident.TopCause, "severity", ev.Incident.Severity)
+		for _, recv := range *d.receivers.Load() {
+			d.pending = append(d.pending, notificationFor(ev, recv, cfg.API.ExternalURL, at))
+		}
+	}
+}
+
+// commit finishes a cycle that changed the tracker: queue the events, write
+// the state, hand the pending notifications to the outbox, write the state
+// again without them, and publish the view.
+func (d *Daemon) commit(events []triage.Event, at time.Time) {
+	d.queue(events, at)
+	if d.persist() && d.flushPending() {
+		d.persist()
+	}
+	d.publish()
+}
+
+// flushPending hands pending notifications to the outbox, in order, until
+// one fails; the rest stay pending (and the daemon unready) for the next
+// cycle. It reports whether any left the list.
+func (d *Daemon) flushPending() bool {
+	done := 0
+	var ferr error
+	for _, n := range d.pending {
+		added, err := d.opts.Outbox.Enqueue(n)
+		if errors.Is(err, outbox.ErrRejected) {
+			// Retrying cannot help; holding it would hold all the others.
+			d.stats.notifications.WithLabelValues(n.Receiver, string(n.Kind), "rejected").Inc()
+			d.log.Error("Outbox rejected a notification; dropping it", "notification", n.ID, "err", err)
+			done++
+			continue
+		}
+		if err != nil {
+			d.stats.notifications.WithLabelValues(n.Receiver, string(n.Kind), "error").Inc()
+			ferr = fmt.Errorf("enqueue %s: %w", n.ID, err)
+			break
+		}
+		if added {
+			d.stats.notifications.WithLabelValues(n.Receiver, string(n.Kind), "enqueued").Inc()
+		} else {
+			d.stats.notifications.WithLabelValues(n.Receiver, string(n.Kind), "duplicate").Inc()
+		}
+		done++
+	}
+	d.pending = d.pending[done:]
+	if len(d.pending) == 0 {
+		d.pending = nil
+	}
+	if ferr != nil {
+		if d.setProblem(problemOutbox, fmt.Sprintf("%d notifications not yet in the outbox: %v", len(d.pending), ferr)) {
+			d.log.Error("Enqueue notification failed; keeping it pending and retrying every cycle", "pending", len(d.pending), "err", ferr)
+		}
+	} else if d.clearProblem(problemOutbox) {
+		d.log.Info("Outbox takes notifications again")
+	}
+	return done > 0
+}
+
+// setProblem records a readiness problem; it reports whether it is new.
+func (d *Daemon) setProblem(key, msg string) bool {
+	d.viewMu.Lock()
+	defer d.viewMu.Unlock()
+	_, had := d.problems[key]
+	d.problems[key] = msg
+	return !had
+}
+
+// clearProblem removes a readiness problem; it reports whether there was one.
+func (d *Daemon) clearProblem(key string) bool {
+	d.viewMu.Lock()
+	defer d.viewMu.Unlock()
+	_, had := d.problems[key]
+	delete(d.problems, key)
+	return had
+}
+
+// Problems returns what keeps the daemon unready, sorted: no successful
+// scrape yet, a state that is not saved, notifications the outbox did not
+// take, a store that refuses writes. None means ready.
+func (d *Daemon) Problems() []string {
+	d.viewMu.RLock()
+	defer d.viewMu.RUnlock()
+	var out []string
+	if !d.scraped.Load() {
+		out = append(out, "no successful scrape yet")
+	}
+	for _, msg := range d.problems {
+		out = append(out, msg)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func joinProblems(ps []string) string { return strings.Join(ps, "; ") }

@@ -1,0 +1,267 @@
+// Package httplimit is the one set of bounds every HTTP server of the daemon
+// runs with (the API, OTLP/HTTP), so that no client can hold the daemon up:
+//
+//   - timeouts: a request's headers must arrive within ReadHeaderTimeout and
+//     the whole request, body included, within ReadTimeout, so a client that
+//     sends 10 bytes of a body and stops loses its connection;
+//   - header size: MaxHeaderBytes;
+//   - connections: at most MaxConns open at once; more are closed as they
+//     are accepted (and counted), so open files stay bounded;
+//   - body bytes: ReadBody reads a body within a size limit and charges a
+//     Budget shared by the server's requests as bytes arrive, so many
+//     uploads together hold at most the budget in memory. Decoding slots are
+//     taken after the body is read: a slow upload holds only its bytes.
+package httplimit
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults for zero Limits fields.
+const (
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultReadTimeout       = 30 * time.Second
+	DefaultIdleTimeout       = 2 * time.Minute
+	DefaultMaxHeaderBytes    = 64 << 10
+	DefaultMaxConns          = 1024
+)
+
+// Limits bound one server. Zero values get defaults; WriteTimeout zero
+// means none.
+type Limits struct {
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds reading the whole request, body included.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds the handler plus writing the response.
+	WriteTimeout   time.Duration
+	IdleTimeout    time.Duration
+	MaxHeaderBytes int
+	// MaxConns bounds the open connections.
+	MaxConns int
+}
+
+// WithDefaults returns l with zero fields set.
+func (l Limits) WithDefaults() Limits {
+	if l.ReadHeaderTimeout <= 0 {
+		l.ReadHeaderTimeout = DefaultReadHeaderTimeout
+	}
+	if l.ReadTimeout <= 0 {
+		l.ReadTimeout = DefaultReadTimeout
+	}
+	if l.IdleTimeout <= 0 {
+		l.IdleTimeout = DefaultIdleTimeout
+	}
+	if l.MaxHeaderBytes <= 0 {
+		l.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if l.MaxConns <= 0 {
+		l.MaxConns = DefaultMaxConns
+	}
+	return l
+}
+
+// Server returns an http.Server for h with l's timeouts and header limit.
+// Serve it on Listener(ln, l.MaxConns, ...) for the connection bound.
+func Server(h http.Handler, l Limits) *http.Server {
+	l = l.WithDefaults()
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: l.ReadHeaderTimeout,
+		ReadTimeout:       l.ReadTimeout,
+		WriteTimeout:      l.WriteTimeout,
+		IdleTimeout:       l.IdleTimeout,
+		MaxHeaderBytes:    l.MaxHeaderBytes,
+	}
+}
+
+// Listener returns ln bounded to max open connections: a connection
+// accepted beyond that is closed at once and onReject (optional) is called.
+func Listener(ln net.Listener, max int, onReject func()) net.Listener {
+	if max <= 0 {
+		max = DefaultMaxConns
+	}
+	return &limitListener{Listener: ln, max: int64(max), onReject: onReject}
+}
+
+type limitListener struct {
+	net.Listener
+	max      int64
+	open     atomic.Int64
+	onReject func()
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if l.open.Add(1) > l.max {
+			l.open.Add(-1)
+			c.Close()
+			if l.onReject != nil {
+				l.onReject()
+			}
+			continue
+		}
+		return &limitConn{Conn: c, l: l}, nil
+	}
+}
+
+// Open returns the number of open connections of a Listener (0 for
+// another listener).
+func Open(ln net.Listener) int {
+	if l, ok := ln.(*limitListener); ok {
+		return int(l.open.Load())
+	}
+	return 0
+}
+
+type limitConn struct {
+	net.Conn
+	l    *limitListener
+	once sync.Once
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { c.l.open.Add(-1) })
+	return err
+}
+
+// Budget bounds the body bytes that the requests of a server hold in memory
+// at once. A nil *Budget is unbounded.
+type Budget struct {
+	max  int64
+	used atomic.Int64
+}
+
+// NewBudget returns a budget of max bytes.
+func NewBudget(max int64) *Budget { return &Budget{max: max} }
+
+// Used returns the bytes held now.
+func (b *Budget) Used() int64 {
+	if b == nil {
+		return 0
+	}
+	return b.used.Load()
+}
+
+func (b *Budget) acquire(n int64) bool {
+	if b == nil {
+		return true
+	}
+	if b.used.Add(n) > b.max {
+		b.used.Add(-n)
+		return false
+	}
+	return true
+}
+
+func (b *Budget) release(n int64) {
+	if b != nil && n > 0 {
+		b.used.Add(-n)
+	}
+}
+
+// Errors of ReadBody. Each maps to a status: ErrTooLarge 413, ErrBusy 503
+// (retry later), ErrTimeout 408.
+var (
+	ErrTooLarge = errors.New("request body too large")
+	ErrBusy     = errors.New("too many request bytes in flight")
+	ErrTimeout  = errors.New("request body not received in time")
+)
+
+// Status returns the HTTP status for a ReadBody error (400 for others).
+func Status(err error) int {
+	switch {
+	case errors.Is(err, ErrTooLarge):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, ErrBusy):
+		return http.StatusServiceUnavailable
+	case errors.Is(err, ErrTimeout):
+		return http.StatusRequestTimeout
+	}
+	return http.StatusBadRequest
+}
+
+// chunk is how many bytes ReadBody reserves from the budget at a time.
+const chunk = 32 << 10
+
+// ReadBody reads r to its end, at most limit bytes, charging b as it grows.
+// It returns the body and a release function that returns its bytes to b
+// (call it once the body is no longer needed; safe to call on error too).
+// Errors wrap ErrTooLarge, ErrBusy or ErrTimeout where those apply.
+func ReadBody(r io.Reader, limit int64, b *Budget) ([]byte, func(), error) {
+	var held int64
+	release := func() { b.release(held); held = 0 }
+	var buf bytes.Buffer
+	tmp := make([]byte, chunk)
+	for {
+		n, err := r.Read(tmp[:min(chunk, limit+1-int64(buf.Len()))])
+		if need := int64(buf.Len()+n) - held; need > 0 {
+			need = (need + chunk - 1) / chunk * chunk
+			if !b.acquire(need) {
+				release()
+				return nil, func() {}, ErrBusy
+			}
+			held += need
+		}
+		buf.Write(tmp[:n])
+		if int64(buf.Len()) > limit {
+			release()
+			return nil, func() {}, fmt.Errorf("%w: over %d bytes", ErrTooLarge, limit)
+		}
+		if errors.Is(err, io.EOF) {
+			return buf.Bytes(), release, nil
+		}
+		if err != nil {
+			release()
+			var mbe *http.MaxBytesError
+			var ne net.Error
+			switch {
+			case errors.As(err, &mbe):
+				return nil, func() {}, fmt.Errorf("%w: over %d bytes", ErrTooLarge, mbe.Limit)
+			case errors.Is(err, ErrTooLarge):
+				return nil, func() {}, err
+			case errors.As(err, &ne) && ne.Timeout():
+				return nil, func() {}, ErrTimeout
+			}
+			return nil, func() {}, fmt.Errorf("read body: %w", err)
+		}
+	}
+}
+
+// BearerToken returns the token of an "Authorization: Bearer TOKEN" header
+// value. The scheme is case-insensitive (RFC 9110); ok is false for another
+// scheme or an empty token.
+func BearerToken(header string) (token string, ok bool) {
+	scheme, tok, found := strings.Cut(strings.TrimSpace(header), " ")
+	if !found || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	tok = strings.TrimSpace(tok)
+	return tok, tok != ""
+}
+
+// BearerOK reports whether header carries want as its bearer token,
+// compared in constant time. An empty want never matches.
+func BearerOK(header, want string) bool {
+	got, ok := BearerToken(header)
+	if !ok || want == "" {
+		return false
+	}
+	g, w := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
+	return subtle.ConstantTimeCompare(g[:], w[:]) == 1
+}

@@ -1,0 +1,96 @@
+package render
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/whyslow/whyslow/triage"
+)
+
+// componentNames are the attribution components in words.
+var componentNames = map[string]string{
+	triage.CompQueue: "queue", triage.CompPrefill: "prefill", triage.CompOutside: "outside the engine",
+	triage.CompBatch: "decode batch", triage.CompContext: "context per request", triage.CompRecompute: "recompute",
+	triage.CompClock: "clocks",
+}
+
+// AttributionLines renders the verdict's attribution, one line per latency
+// that rose: "TTFT +2.80s (×12.0): queue +2.61s (93%), prefill +190ms (7%)",
+// with the unexplained remainder and the parts that could not be measured.
+// Parts under 3% of the change are left out of the line (they are in the
+// JSON).
+func AttributionLines(v *triage.Verdict) []string {
+	a := v.Attribution
+	if a == nil {
+		return nil
+	}
+	var out []string
+	for _, s := range []struct {
+		name  string
+		split *triage.LatencySplit
+	}{{"TTFT", a.TTFT}, {"Inter-token latency", a.ITL}} {
+		if s.split == nil {
+			continue
+		}
+		out = append(out, splitLine(s.name, s.split))
+	}
+	return out
+}
+
+func signedSeconds(f float64) string {
+	if f < 0 {
+		return "−" + FormatSeconds(-f)
+	}
+	return "+" + FormatSeconds(f)
+}
+
+func splitLine(name string, s *triage.LatencySplit) string {
+	head := fmt.Sprintf("%s %s (%s → %s)", name, signedSeconds(s.Delta), FormatSeconds(s.Baseline), FormatSeconds(s.Now))
+	var parts []string
+	for _, p := range s.Parts {
+		if math.Abs(p.Share) < 0.03 {
+			continue
+		}
+		label := componentNames[p.Component]
+		if label == "" {
+			label = p.Component
+		}
+		part := fmt.Sprintf("%s %s (%.0f%%)", label, signedSeconds(p.Seconds), 100*p.Share)
+		if p.Driver != "" && p.Component != triage.CompQueue && p.Component != triage.CompPrefill && p.Component != triage.CompOutside {
+			part += " [" + p.Driver + "]"
+		}
+		parts = append(parts, part)
+	}
+	switch {
+	case math.Abs(s.UnexplainedShare) >= 0.03 && s.Unexplained > 0:
+		parts = append(parts, fmt.Sprintf("unexplained %s (%.0f%%)", signedSeconds(s.Unexplained), 100*s.UnexplainedShare))
+	case math.Abs(s.UnexplainedShare) >= 0.03:
+		parts = append(parts, fmt.Sprintf("the parts over-explain it by %s", FormatSeconds(-s.Unexplained)))
+	}
+	line := head + ": " + strings.Join(parts, ", ")
+	if len(parts) == 0 {
+		line = head
+	}
+	if len(s.Missing) > 0 {
+		line += "; not measured: " + strings.Join(s.Missing, ", ")
+	}
+	return line
+}
+
+// ChainText renders a cause's chain: "arrivals ×1.3 → KV cache peak 99% →
+// queue time 4m45s → TTFT ×3000"; empty without links.
+func ChainText(c triage.Cause) string {
+	texts := make([]string, 0, len(c.Chain))
+	for _, l := range c.Chain {
+		if l.Text != "" {
+			texts = append(texts, l.Text)
+		}
+	}
+	return strings.Join(texts, " → ")
+}
+
+// confidenceText renders a cause's confidence as a percentage.
+func confidenceText(c triage.Cause) string {
+	return fmt.Sprintf("%.0f%%", 100*c.Confidence)
+}

@@ -1,0 +1,45 @@
+package rules
+
+import (
+	"sort"
+	"strings"
+)
+
+// The attribution keys rules read as `attr.<key>`. Triage computes them
+// (triage/attribution.go) from the canonical signals before the walk: the
+// change of mean TTFT between the windows split into the engine's queue,
+// prefill and the time before the engine, and the change of mean
+// inter-token latency split over its drivers. Shares are fractions of the
+// change (they sum to 1 with the unexplained share); a key is absent when
+// the signals it needs are missing or the latency did not rise.
+const (
+	AttrTTFTDelta       = "ttft_delta"       // seconds: TTFT mean now − baseline
+	AttrTTFTQueue       = "ttft_queue"       // share of ttft_delta from engine queue time
+	AttrTTFTPrefill     = "ttft_prefill"     // share from prefill time (scheduled → first token)
+	AttrTTFTOutside     = "ttft_outside"     // share from time before the engine queue (API server, tokenizer)
+	AttrTTFTUnexplained = "ttft_unexplained" // share no measured component covers
+	AttrITLDelta        = "itl_delta"        // seconds: inter-token latency mean now − baseline
+	AttrITLBatch        = "itl_batch"        // share from more requests decoding per step
+	AttrITLContext      = "itl_context"      // share from more KV context read per decoding request
+	AttrITLPrefill      = "itl_prefill"      // share from more prompt tokens computed per step
+	AttrITLRecompute    = "itl_recompute"    // share from recomputing preempted requests
+	AttrITLClock        = "itl_clock"        // share from lower GPU clocks
+	AttrITLUnexplained  = "itl_unexplained"  // share the step model does not explain
+	AttrUnexplained     = "unexplained"      // unexplained share of the larger symptom (TTFT or ITL, by relative rise)
+)
+
+var attrKeys = map[string]bool{
+	AttrTTFTDelta: true, AttrTTFTQueue: true, AttrTTFTPrefill: true, AttrTTFTOutside: true, AttrTTFTUnexplained: true,
+	AttrITLDelta: true, AttrITLBatch: true, AttrITLContext: true, AttrITLPrefill: true, AttrITLRecompute: true,
+	AttrITLClock: true, AttrITLUnexplained: true, AttrUnexplained: true,
+}
+
+// AttrKeyList lists the attribution keys, sorted, for messages and docs.
+func AttrKeyList() string {
+	ks := make([]string, 0, len(attrKeys))
+	for k := range attrKeys {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return strings.Join(ks, ", ")
+}
