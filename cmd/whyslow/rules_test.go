@@ -17,6 +17,14 @@ func TestRulesCommand(t *testing.T) {
 		{[]string{"rules", "check", "../../rules/testdata/three_errors.yaml"}, exitFailed, "three_errors.yaml:12:15: step \"split\", rule 1: CEL: undeclared reference to 'nwo'"},
 		{[]string{"rules", "check", "missing.yaml"}, exitFailed, "missing.yaml"},
 		{[]string{"rules", "test", "../../rulesets/testdata/vllm_test.yaml"}, exitOK, "ok   "},
+		{[]string{"rules", "check", "../../rulesets/rulebook.yaml", "../../rulesets/sglang.yaml", "../../rulesets/trtllm.yaml"}, exitOK, "trtllm.yaml: ok ("},
+		// The shipped rulebook's own tests: the cause chains of issue 10's
+		// failure classes (a load rise that fills the KV cache, context
+		// growth, a signal just under a bar, absence read as evidence).
+		{[]string{"rules", "test", "../../rulesets/testdata/rulebook_test.yaml"}, exitOK, "ok   ../../rulesets/testdata/rulebook_test.yaml: each request carries longer context"},
+		// A rule test naming a signal the rulebook does not declare is bad
+		// input, not a silently ignored value.
+		{[]string{"rules", "test", "testdata/rules/undeclared_test.yaml"}, exitFailed, "undeclared signal(s) ttft_maen"},
 		{[]string{"rules", "frob"}, exitFailed, "unknown subcommand"},
 	}
 	for _, tt := range tests {
