@@ -284,44 +284,44 @@ func dataGaps(rs *rules.Ruleset, now, base map[string]float64, have []DataGap, e
 // into one line per window, and a signal missing from both windows for the
 // same reason into one gap.
 func collapseGaps(rs *rules.Ruleset, gaps []DataGap) []DataGap {
-	type key struct{ group, window, reason string }
-	groups := map[key]*DataGap{}
-	var out []DataGap
+	type groupKey struct{ group, window, reason string }
+	groups := map[groupKey]*DataGap{}
+	folded := make([]*DataGap, 0, len(gaps))
 	for _, g := range gaps {
 		s := rs.Declared(g.Signal)
 		if s == nil || s.Group == "" {
-			out = append(out, g)
+			folded = append(folded, &g)
 			continue
 		}
-		k := key{s.Group, g.Window, g.Reason}
+		k := groupKey{s.Group, g.Window, g.Reason}
 		if d, ok := groups[k]; ok {
 			d.Signals = append(d.Signals, g.Signal)
 			continue
 		}
-		groups[k] = &DataGap{Signal: s.Group, Window: g.Window, Reason: g.Reason, Signals: []string{g.Signal}}
-		out = append(out, DataGap{Signal: "\x00" + s.Group + "\x00" + g.Window + "\x00" + g.Reason})
+		d := &DataGap{Signal: s.Group, Window: g.Window, Reason: g.Reason, Signals: []string{g.Signal}}
+		groups[k] = d
+		folded = append(folded, d)
+	}
+	for _, d := range groups {
+		if len(d.Signals) > 1 {
+			d.Reason = fmt.Sprintf("%s (%d series: %s)", d.Reason, len(d.Signals), strings.Join(d.Signals, ", "))
+		}
 	}
 	// Merge windows: the same signal (or group) missing from both windows
 	// for the same reason is one gap.
-	final := make([]DataGap, 0, len(out))
-	idx := map[string]int{}
-	for _, g := range out {
-		if strings.HasPrefix(g.Signal, "\x00") {
-			p := strings.SplitN(g.Signal[1:], "\x00", 3)
-			g = *groups[key{p[0], p[1], p[2]}]
-			if len(g.Signals) > 1 {
-				g.Reason = fmt.Sprintf("%s (%d series: %s)", g.Reason, len(g.Signals), strings.Join(g.Signals, ", "))
-			}
-		}
-		k := g.Signal + "\x00" + g.Reason
-		if i, ok := idx[k]; ok && g.Window != "" && final[i].Window != g.Window {
-			final[i].Window = ""
+	type gapKey struct{ signal, reason string }
+	seen := map[gapKey]int{}
+	out := make([]DataGap, 0, len(folded))
+	for _, g := range folded {
+		k := gapKey{g.Signal, g.Reason}
+		if i, ok := seen[k]; ok && g.Window != "" && out[i].Window != g.Window {
+			out[i].Window = ""
 			continue
 		}
-		idx[k] = len(final)
-		final = append(final, g)
+		seen[k] = len(out)
+		out = append(out, *g)
 	}
-	return final
+	return out
 }
 
 // zeroGauges drops gauges declared zero_is_gap that read exactly zero in

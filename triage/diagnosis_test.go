@@ -207,3 +207,36 @@ func TestUnmappedSignalsAreOneGap(t *testing.T) {
 		t.Errorf("%d not-exported gaps, want 1: %+v", n, v.DataGaps)
 	}
 }
+
+// TestGroupGapsCollapse checks that the missing GPU counters are one gap
+// per window and reason, and one gap when both windows miss them alike.
+func TestGroupGapsCollapse(t *testing.T) {
+	rs, err := rulesets.Default("vllm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const missing = "no series"
+	in := []DataGap{
+		{Signal: "dram_bw", Window: "incident", Reason: missing},
+		{Signal: "queue_wait_mean", Window: "incident", Reason: missing},
+		{Signal: "sm_active", Window: "incident", Reason: missing},
+		{Signal: "dram_bw", Window: "baseline", Reason: missing},
+		{Signal: "sm_active", Window: "baseline", Reason: missing},
+		{Signal: "gpu_temp", Window: "baseline", Reason: "stale"},
+		{Signal: "queue_wait_mean", Window: "baseline", Reason: missing},
+	}
+	got := collapseGaps(rs, in)
+	want := []DataGap{
+		{Signal: "gpu_counters", Reason: missing + " (2 series: dram_bw, sm_active)", Signals: []string{"dram_bw", "sm_active"}},
+		{Signal: "queue_wait_mean", Reason: missing},
+		{Signal: "gpu_counters", Window: "baseline", Reason: "stale", Signals: []string{"gpu_temp"}},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i].Signal != want[i].Signal || got[i].Window != want[i].Window || got[i].Reason != want[i].Reason || strings.Join(got[i].Signals, ",") != strings.Join(want[i].Signals, ",") {
+			t.Errorf("gap %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}

@@ -25,6 +25,7 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/whyslow/whyslow/internal/promtest"
 	"github.com/whyslow/whyslow/notifiers/webhook"
 )
 
@@ -58,7 +59,7 @@ func TestLoad(t *testing.T) {
 
 	eng := newLoadEngine(t)
 	hook := newLoadReceiver(t, "load-hmac-secret")
-	apiAddr, otlpAddr := freeAddr(t), freeAddr(t)
+	apiAddr, otlpAddr := promtest.FreeLoopbackAddr(t), promtest.FreeLoopbackAddr(t)
 	const token = "load-api-token"
 	cfgPath := filepath.Join(dir, "whyslow.yml")
 	cfg := fmt.Sprintf(`engine_urls: [%s]
@@ -446,16 +447,6 @@ func manyScopes(n int) []string {
 		out[i] = fmt.Sprintf("flood-%d", i)
 	}
 	return out
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 func waitUntil(t *testing.T, d time.Duration, ok func() bool) {
