@@ -23,7 +23,8 @@ type Scheduler struct {
 	// vLLM, SGLang) or "reserve" (blocks for prompt + max_tokens reserved up
 	// front, never preempting: TensorRT-LLM's GUARANTEED_NO_EVICT).
 	KVAdmission string
-	// Source says where the settings came from: "incident", "default" or "unknown".
+	// Source says where the settings came from: "incident", "engine" (its
+	// configuration gauges), "default" or "unknown".
 	Source string
 	Note   string
 }
@@ -179,6 +180,18 @@ func (r *Ruleset) ResolveScheduler(f Facts) Scheduler {
 				break
 			}
 		}
+	}
+	// The engine's own configuration gauges beat a default for the GPU
+	// (TensorRT-LLM: trtllm_max_num_tokens_runtime, _max_batch_size_runtime).
+	if b, ok := f.Now["engine_token_budget"]; ok && b >= 1 && !f.Scheduler.Known {
+		def.MaxNumBatchedTokens, def.Source = int(b), "engine"
+		def.Known = true
+		def.Note = fmt.Sprintf("read from the engine's configuration gauges (%d tokens per step", int(b))
+		if n, ok := f.Now["engine_max_seqs"]; ok && n >= 1 {
+			def.MaxNumSeqs = int(n)
+			def.Note += fmt.Sprintf(", %d requests", int(n))
+		}
+		def.Note += ")"
 	}
 	if f.Scheduler.Known {
 		s := f.Scheduler

@@ -100,6 +100,8 @@ type builder struct {
 	exprs    map[string]mapped
 	mapOrder []string
 	chainPos []chainRef
+	// shapeList holds the engine file's shapes, in file order.
+	shapeList []*Shape
 	// rawVerdict fields keep the last definition and its position.
 	verdict map[string]Expr
 }
@@ -157,6 +159,7 @@ func (b *builder) file(f File) {
 		"steps":              func(k, v *yaml.Node) { b.stepList(d, v) },
 		"causes":             func(k, v *yaml.Node) { b.causes(d, v) },
 		"scheduler_defaults": func(k, v *yaml.Node) { b.schedulerDefaults(d, v) },
+		"shapes":             func(k, v *yaml.Node) { b.shapes(d, v) },
 		"verdict":            func(k, v *yaml.Node) { b.verdictBlock(d, v) },
 	})
 }
@@ -666,6 +669,8 @@ func (b *builder) compile() {
 	if v.Fallback != "" && rs.causeIndex[v.Fallback] == nil {
 		errs.add(b.headlinePos(), "verdict: fallback", "unknown cause %q", v.Fallback)
 	}
+	// Last: a shape's ruleset is a copy of the finished one.
+	b.compileShapes()
 }
 
 func (b *builder) headlinePos() Pos {

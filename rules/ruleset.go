@@ -47,6 +47,11 @@ type Ruleset struct {
 	// whose signal is not declared (they are left out of verdicts).
 	UnknownChainLinks []string
 
+	// Shapes are the engine's shipped forms (shape.go), each read as its
+	// own ruleset; empty for an engine with one form.
+	Shapes []*Ruleset
+
+	shape       *Shape
 	signalIndex map[string]*Signal // mapped (evaluated) signals
 	declared    map[string]*Signal // every declared signal, mapped or not
 	causeIndex  map[string]*Cause
@@ -97,7 +102,8 @@ type Signal struct {
 	// signal declared with its expression in one place.
 	Engine string
 
-	tmpl *template.Template
+	tmpl  *template.Template
+	shape *Shape // the shape whose names the expression is cut to, if any
 }
 
 // Step is one step of the walk.

@@ -53,7 +53,11 @@ func (d SignalData) By(labels ...string) string {
 // Render fills the signal's template for the scope (targetLabels nil) or per
 // target (targetLabels the labels that identify a target, e.g. ["pod"]).
 func (s *Signal) Render(selector, window string, targetLabels []string) (string, error) {
-	return renderSignal(s.tmpl, selector, window, targetLabels)
+	q, err := renderSignal(s.tmpl, selector, window, targetLabels)
+	if err != nil || s.shape == nil {
+		return q, err
+	}
+	return s.shape.restrict(q)
 }
 
 // RecentWindow is the length of `{{.Recent}}`: the end of the incident window

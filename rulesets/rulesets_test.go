@@ -73,11 +73,15 @@ func TestAllEngines(t *testing.T) {
 			t.Errorf("ruleset %d engine %q, want %q", i, rs.Engine, want[i])
 		}
 		for _, s := range []string{"samples", "requests", "ttft_mean", "tpot_mean", "e2e_mean", "queue_mean",
-			"request_rate", "success_rate", "kv_usage", "kv_usage_peak", "waiting", "running", "prefix_hit_rate",
+			"request_rate", "abort_ratio", "kv_usage", "kv_usage_peak", "waiting", "running", "prefix_hit_rate",
 			"prefill_tps", "gen_len_mean", "dram_bw", "sm_clock", "throttled"} {
 			if rs.Signal(s) == nil {
 				t.Errorf("%s: signal %q missing", rs.Engine, s)
 			}
+		}
+		// A failure signal of its own: an engine reason, or the HTTP status.
+		if rs.Signal("success_rate") == nil && rs.Signal("http_error_ratio") == nil {
+			t.Errorf("%s: no signal for server-side failures", rs.Engine)
 		}
 		if len(rs.SchedulerDefaults) == 0 {
 			t.Errorf("%s: no scheduler defaults", rs.Engine)

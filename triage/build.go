@@ -255,9 +255,13 @@ func dataGaps(rs *rules.Ruleset, now, base map[string]float64, have []DataGap, e
 		unmapped = append(unmapped, s.Name)
 	}
 	if len(unmapped) > 0 {
+		who := rs.Engine
+		if sh := rs.Shape(); sh != nil && sh.Title != "" {
+			who += " (" + sh.Title + ")"
+		}
 		gaps = append(gaps, DataGap{Signal: "not_exported", Signals: unmapped,
 			Reason: fmt.Sprintf("%s does not export %s (its signal map has no series for them): the rules that read them stay silent",
-				rs.Engine, strings.Join(unmapped, ", "))})
+				who, strings.Join(unmapped, ", "))})
 	}
 	for _, s := range rs.Signals {
 		if (s.Optional && !explain) || reported[s.Name+"/"] {
@@ -384,4 +388,57 @@ func missingWords(rs *rules.Ruleset, now, base map[string]float64) []string {
 		out = []string{"none missing: the change is outside what these series measure"}
 	}
 	return out
+}
+
+// dropBaselineRates removes the baseline values that depend on how long the
+// engine ran (per-second rates, request counts), for a baseline whose
+// length is unknown, and returns the one gap that says so.
+func dropBaselineRates(rs *rules.Ruleset, base map[string]float64) *DataGap {
+	var dropped []string
+	for _, s := range rs.Signals {
+		if _, ok := base[s.Name]; !ok || !(strings.HasSuffix(s.Unit, "/s") || s.Unit == "bytes_per_second" || s.Unit == "requests") {
+			continue
+		}
+		delete(base, s.Name)
+		dropped = append(dropped, s.Name)
+	}
+	if len(dropped) == 0 {
+		return nil
+	}
+	return &DataGap{Signal: "baseline_rates", Signals: dropped, Window: "baseline",
+		Reason: "the engine exports no start time (process_start_time_seconds or *_created), so its lifetime is unknown: " +
+			"baseline rates and counts (" + strings.Join(dropped, ", ") + ") are left out; means, quantiles and ratios of its counters are exact"}
+}
+
+// exportCoverage is the share of the engine-neutral signals this ruleset's
+// shape exports, relative to the richest shipped shape among the rulesets
+// triage was given: the confidences are fitted where every cause's rules
+// could speak, and a shape that leaves some silent (TensorRT-LLM's five
+// per-request families have no KV or token series) must not turn a lone
+// weak candidate into a confident one. Optional and GPU signals do not count.
+func exportCoverage(rs *rules.Ruleset, opts *Options) float64 {
+	mapped := func(r *rules.Ruleset) int {
+		n := 0
+		for _, s := range r.Signals {
+			if !s.Optional && s.Group == "" {
+				n++
+			}
+		}
+		return n
+	}
+	best := mapped(rs)
+	pool := append([]*rules.Ruleset{opts.Ruleset}, opts.Rulesets...)
+	for _, r := range pool {
+		if r == nil {
+			continue
+		}
+		best = max(best, mapped(r))
+		for _, sh := range r.Shapes {
+			best = max(best, mapped(sh))
+		}
+	}
+	if best == 0 {
+		return 1
+	}
+	return float64(mapped(rs)) / float64(best)
 }

@@ -216,6 +216,13 @@ func correlate(ctx context.Context, opts *Options, rs *rules.Ruleset, facts rule
 			pods[r.Pod] = true
 		}
 	}
+	if len(pods) == 0 {
+		// vLLM's tracer sets none of these itself; the deployment must.
+		c.gaps = append(c.gaps, DataGap{Signal: "span_pod", Window: "incident",
+			Reason: "the engine's spans carry no pod (resource attribute k8s.pod.name, service.instance.id or host.name), " +
+				"so slow requests cannot be tied to a target: set OTEL_RESOURCE_ATTRIBUTES=k8s.pod.name=$(POD_NAME) on the engine, " +
+				"or add the collector's k8sattributes processor (README, \"Traces\")"})
+	}
 	from := v.Incident.Start
 	for _, r := range in.Slow {
 		if r.EngineStart.Before(from) {

@@ -21,8 +21,8 @@ const (
 	SignalTTFTP95 = "ttft_p95"
 	// SignalTPOTP95 is the p95 inter-token latency (TPOT), in seconds.
 	SignalTPOTP95 = "tpot_p95"
-	// SignalSuccessRate is the share of finished requests that did not fail
-	// or abort (0–1).
+	// SignalSuccessRate is the share of finished requests the server did not
+	// fail (0–1); client aborts are not failures.
 	SignalSuccessRate = "success_rate"
 	// SignalQueueGrowth is the slope of the waiting queue, in requests per second.
 	SignalQueueGrowth = "queue_growth"
@@ -35,24 +35,55 @@ var signalExprs = map[string]string{
 	SignalTTFTP95: `histogram_quantile(0.95, sum by (le, $by) (` +
 		`rate(vllm:time_to_first_token_seconds_bucket{$sel}[$window])` +
 		` or rate(sglang:time_to_first_token_seconds_bucket{$sel}[$window])` +
-		` or rate(trtllm_time_to_first_token_seconds_bucket{$sel}[$window])))`,
+		` or rate(trtllm_time_to_first_token_seconds_bucket{$sel}[$window])` +
+		` or rate(time_to_first_token_seconds_bucket{$sel engine_type!=""}[$window])))`,
 	SignalTPOTP95: `histogram_quantile(0.95, sum by (le, $by) (` +
 		`rate(vllm:inter_token_latency_seconds_bucket{$sel}[$window])` +
 		` or rate(vllm:time_per_output_token_seconds_bucket{$sel}[$window])` +
 		` or rate(sglang:inter_token_latency_seconds_bucket{$sel}[$window])` +
 		` or rate(sglang:time_per_output_token_seconds_bucket{$sel}[$window])` +
-		` or rate(trtllm_time_per_output_token_seconds_bucket{$sel}[$window])))`,
-	SignalSuccessRate: `(1 - (` +
-		`sum by ($by) (rate(vllm:request_success_total{$sel finished_reason=~"abort|error"}[$window]))` +
-		` or 0 * sum by ($by) (rate(vllm:request_success_total{$sel}[$window])))` +
-		` / sum by ($by) (rate(vllm:request_success_total{$sel}[$window])))` +
-		` or (1 - sum by ($by) (rate(sglang:num_aborted_requests_total{$sel}[$window]))` +
-		` / sum by ($by) (rate(sglang:num_requests_total{$sel}[$window])))` +
-		` or (1 - sum by ($by) (rate(trtllm_request_error_total{$sel}[$window]))` +
-		` / (sum by ($by) (rate(trtllm_request_error_total{$sel}[$window])) + sum by ($by) (rate(trtllm_request_success_total{$sel}[$window]))))`,
+		` or rate(trtllm_time_per_output_token_seconds_bucket{$sel}[$window])` +
+		` or rate(time_per_output_token_seconds_bucket{$sel engine_type!=""}[$window])))`,
+	// Server-side failures only, the lower of the engine's own success rate
+	// and its API server's.
+	SignalSuccessRate: `((` + engineSuccess + `) < (` + httpSuccess + `)) or (` + httpSuccess + `) or (` + engineSuccess + `)`,
 	SignalQueueGrowth: `sum by ($by) (deriv(vllm:num_requests_waiting{$sel}[$window]))` +
 		` or sum by ($by) (deriv(sglang:num_queue_reqs{$sel}[$window]))` +
 		` or sum by ($by) (deriv(trtllm_num_requests_waiting{$sel}[$window]))`,
+}
+
+// engineSuccess is the share of finished requests the engine did not fail:
+// vLLM's `error` reason, TensorRT-LLM's HTTP errors and timeouts. A client
+// abort (vLLM `abort`, TensorRT-LLM `cancelled`, SGLang's aborted
+// requests) is not a failure.
+const engineSuccess = `(1 - (` +
+	`sum by ($by) (rate(vllm:request_success_total{$sel finished_reason="error"}[$window]))` +
+	` or 0 * sum by ($by) (rate(vllm:request_success_total{$sel}[$window])))` +
+	` / sum by ($by) (rate(vllm:request_success_total{$sel}[$window])))` +
+	` or (1 - (sum by ($by) (rate(trtllm_request_error_total{$sel}[$window]))` +
+	` or 0 * sum by ($by) (rate(trtllm_request_success_total{$sel}[$window])))` +
+	` / (sum by ($by) (rate(trtllm_request_error_total{$sel}[$window])) + sum by ($by) (rate(trtllm_request_success_total{$sel}[$window]))` +
+	` or sum by ($by) (rate(trtllm_request_success_total{$sel}[$window]))))` +
+	` or (1 - (sum by ($by) (rate(request_success_total{$sel engine_type!="", finished_reason="timeout"}[$window]))` +
+	` or 0 * sum by ($by) (rate(request_success_total{$sel engine_type!=""}[$window])))` +
+	` / sum by ($by) (rate(request_success_total{$sel engine_type!=""}[$window])))`
+
+// The API server's HTTP status, for engines whose finish reasons cannot
+// tell a failure from a client abort (vLLM V0, V1 before its `error`
+// reason, SGLang): its counters have no model_name, so they take the
+// scope's labels from the engine series of their pod.
+var httpSuccess = `(1 - ` + httpScoped(`status=~"5.."`, "vllm:num_requests_running") +
+	` / ` + httpScoped(``, "vllm:num_requests_running") + `)` +
+	` or (1 - ` + httpScopedSGLang(`status_code=~"5.."`) + ` / ` + httpScopedSGLang(`endpoint=~"/v1/.*|/generate"`) + `)`
+
+// httpScoped is rate(http_requests_total{match}) per scope: each series
+// takes the scope labels of the engine series on its pod.
+func httpScoped(match, engineSeries string) string {
+	return `sum by ($by) (rate(http_requests_total{` + match + `}[$window]) * on (pod) group_left ($by) max by (pod, $by) (` + engineSeries + `{$sel}))`
+}
+
+func httpScopedSGLang(match string) string {
+	return `sum by ($by) (rate(sglang:http_responses_total{` + match + `}[$window]) * on (pod) group_left ($by) max by (pod, $by) (sglang:num_running_reqs{$sel}))`
 }
 
 // volumeExprs count the requests behind each built-in signal over $window:
@@ -62,24 +93,32 @@ var volumeExprs = map[string]string{
 	SignalTTFTP95: ttftVolume,
 	SignalTPOTP95: ttftVolume,
 	SignalSuccessRate: `sum by ($by) (increase(vllm:request_success_total{$sel}[$window]))` +
-		` or sum by ($by) (increase(sglang:num_requests_total{$sel}[$window]))` +
 		` or (sum by ($by) (increase(trtllm_request_success_total{$sel}[$window]))` +
-		` + sum by ($by) (increase(trtllm_request_error_total{$sel}[$window])))`,
+		` + sum by ($by) (increase(trtllm_request_error_total{$sel}[$window]))` +
+		` or sum by ($by) (increase(trtllm_request_success_total{$sel}[$window])))` +
+		` or sum by ($by) (increase(request_success_total{$sel engine_type!=""}[$window]))` +
+		` or sum by ($by) (increase(sglang:num_requests_total{$sel}[$window]))`,
 }
 
 // meanExprs are the exact means (rate of _sum over rate of _count) of the
 // histogram-quantile signals, for Trigger.MeanRatio.
 var meanExprs = map[string]string{
-	SignalTTFTP95: histMean("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds", "trtllm_time_to_first_token_seconds"),
+	SignalTTFTP95: histMean("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds", "trtllm_time_to_first_token_seconds",
+		"time_to_first_token_seconds"),
 	SignalTPOTP95: histMean("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds",
-		"sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds", "trtllm_time_per_output_token_seconds"),
+		"sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds", "trtllm_time_per_output_token_seconds",
+		"time_per_output_token_seconds"),
 }
 
 // histMean builds the mean of the first histogram present among names.
 func histMean(names ...string) string {
 	parts := make([]string, len(names))
 	for i, n := range names {
-		parts[i] = "(sum by ($by) (rate(" + n + "_sum{$sel}[$window])) / sum by ($by) (rate(" + n + "_count{$sel}[$window])))"
+		sel := "$sel"
+		if !strings.Contains(n, ":") && !strings.HasPrefix(n, "trtllm_") {
+			sel += ` engine_type!=""` // trtllm-serve ≤1.1's unprefixed names
+		}
+		parts[i] = "(sum by ($by) (rate(" + n + "_sum{" + sel + "}[$window])) / sum by ($by) (rate(" + n + "_count{" + sel + "}[$window])))"
 	}
 	return strings.Join(parts, " or ")
 }
@@ -87,7 +126,8 @@ func histMean(names ...string) string {
 // ttftVolume counts the requests that got a first token.
 const ttftVolume = `sum by ($by) (increase(vllm:time_to_first_token_seconds_count{$sel}[$window]))` +
 	` or sum by ($by) (increase(sglang:time_to_first_token_seconds_count{$sel}[$window]))` +
-	` or sum by ($by) (increase(trtllm_time_to_first_token_seconds_count{$sel}[$window]))`
+	` or sum by ($by) (increase(trtllm_time_to_first_token_seconds_count{$sel}[$window]))` +
+	` or sum by ($by) (increase(time_to_first_token_seconds_count{$sel engine_type!=""}[$window]))`
 
 // Detection defaults: they work out of the box against a vLLM sidecar
 // scraped every 5 s.

@@ -155,8 +155,9 @@ func TestDetectForHold(t *testing.T) {
 func TestDetectSuccessRateAndQueue(t *testing.T) {
 	load := `load 5s
   vllm:request_success_total{model_name="m",finished_reason="stop"} 0+10x200
-  vllm:request_success_total{model_name="m",finished_reason="abort"} 0+0x100 0+1x100
+  vllm:request_success_total{model_name="m",finished_reason="error"} 0+0x100 0+1x100
   vllm:request_success_total{model_name="n",finished_reason="stop"} 0+10x200
+  vllm:request_success_total{model_name="n",finished_reason="abort"} 0+0x100 0+1x100
   vllm:num_requests_waiting{model_name="m"} 0+0x100 0+3x100
   vllm:num_requests_waiting{model_name="n"} 0+0x200
 `
@@ -252,14 +253,37 @@ func TestDetectMinRequests(t *testing.T) {
 		firing     bool
 		perScrape  float64 // requests finished per 5 s
 	}{
-		{"few requests, 10% aborts", `load 5s
+		{"few requests, 10% errors", `load 5s
   vllm:request_success_total{model_name="m",finished_reason="stop"} 0+0.18x100
-  vllm:request_success_total{model_name="m",finished_reason="abort"} 0+0.02x100
+  vllm:request_success_total{model_name="m",finished_reason="error"} 0+0.02x100
 `, false, 0.2},
-		{"many requests, 10% aborts", `load 5s
+		{"many requests, 10% errors", `load 5s
+  vllm:request_success_total{model_name="m",finished_reason="stop"} 0+9x100
+  vllm:request_success_total{model_name="m",finished_reason="error"} 0+1x100
+`, true, 10},
+		// A client that closes its stream is not a failing server.
+		{"many requests, 10% client aborts", `load 5s
   vllm:request_success_total{model_name="m",finished_reason="stop"} 0+9x100
   vllm:request_success_total{model_name="m",finished_reason="abort"} 0+1x100
+`, false, 10},
+		// vLLM V0 has no error reason: a failed request is aborted, and
+		// only the API server's 5xx (on the engine's pod, no model_name)
+		// tells it from a client's abort.
+		{"V0, 10% aborted with 5xx", `load 5s
+  vllm:request_success_total{model_name="m",pod="p",finished_reason="stop"} 0+9x100
+  vllm:request_success_total{model_name="m",pod="p",finished_reason="abort"} 0+1x100
+  vllm:num_requests_running{model_name="m",pod="p"} 4+0x100
+  http_requests_total{pod="p",handler="/v1/completions",method="POST",status="2xx"} 0+9x100
+  http_requests_total{pod="p",handler="/v1/completions",method="POST",status="5xx"} 0+1x100
+  http_requests_total{pod="q",handler="/v1/completions",method="POST",status="5xx"} 0+9x100
 `, true, 10},
+		{"V0, 10% aborted with 2xx", `load 5s
+  vllm:request_success_total{model_name="m",pod="p",finished_reason="stop"} 0+9x100
+  vllm:request_success_total{model_name="m",pod="p",finished_reason="abort"} 0+1x100
+  vllm:num_requests_running{model_name="m",pod="p"} 4+0x100
+  http_requests_total{pod="p",handler="/v1/completions",method="POST",status="2xx"} 0+10x100
+  http_requests_total{pod="q",handler="/v1/completions",method="POST",status="5xx"} 0+9x100
+`, false, 10},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

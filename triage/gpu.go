@@ -108,11 +108,17 @@ const (
 // target label to the engines' running-requests gauge, which every engine
 // exports); without one every GPU counts.
 func gpuModelExpr(selector, target, window string) string {
-	gpus := fmt.Sprintf("last_over_time(%s[%s]) or last_over_time(%s[%s])", gpuModelWhyslow, window, gpuModelDCGM, window)
+	// dcgm-exporter scraped with honor_labels false (its Helm chart's
+	// default) carries the workload's pod as exported_pod.
+	gpus := fmt.Sprintf(`last_over_time(%s[%s]) or label_replace(last_over_time(%s[%s]), "pod", "$1", "exported_pod", "(.+)")`,
+		gpuModelWhyslow, window, gpuModelDCGM, window)
 	if strings.TrimSpace(selector) == "" {
 		return fmt.Sprintf("count by (model, modelName) (%s)", gpus)
 	}
-	scope := fmt.Sprintf("vllm:num_requests_running{%[1]s} or sglang:num_running_reqs{%[1]s} or trtllm_num_requests_running{%[1]s}", selector)
+	// A series every shipped engine shape exports (TensorRT-LLM's
+	// per-request families are all some shapes have).
+	scope := fmt.Sprintf(`vllm:num_requests_running{%[1]s} or sglang:num_running_reqs{%[1]s} or trtllm_num_requests_running{%[1]s}`+
+		` or trtllm_e2e_request_latency_seconds_count{%[1]s} or e2e_request_latency_seconds_count{engine_type!="", %[1]s}`, selector)
 	return fmt.Sprintf("count by (model, modelName) ((%s) and on (%s) (%s))", gpus, target, scope)
 }
 
@@ -245,4 +251,32 @@ func plural(n int, word string) string {
 		return "1 " + word
 	}
 	return fmt.Sprintf("%d %ss", n, word)
+}
+
+// gpuMaxSMClockMHz is the lowest maximum (boost) SM clock among the variants
+// of a GPU class (NVIDIA product specifications: H100 PCIe 1755, SXM 1980),
+// so that a slower variant running at full clock never reads as throttled.
+var gpuMaxSMClockMHz = map[string]float64{
+	"H100": 1755, "H100-NVL": 1785, "H200": 1980, "GH200": 1980, "H800": 1755,
+	"A100": 1410, "A100-40GB": 1410, "A100-80GB": 1410, "A800": 1410,
+	"L40S": 2520, "L40": 2490, "L4": 2040, "A10": 1695, "A10G": 1710, "T4": 1590, "V100": 1380,
+}
+
+// clockFracFromClass fills sm_clock_frac from the SM clock and the GPU
+// class's maximum where no collector exports the maximum (dcgm-exporter's
+// default counters have the clock but not its maximum). Without it a
+// clock drop needs a baseline window, which a bare `--scrape` has not got.
+func clockFracFromClass(now, base map[string]float64, class string) {
+	maxMHz := gpuMaxSMClockMHz[class]
+	if maxMHz == 0 {
+		return
+	}
+	for _, m := range []map[string]float64{now, base} {
+		if _, ok := m["sm_clock_frac"]; ok {
+			continue
+		}
+		if c, ok := m["sm_clock"]; ok && c > 0 {
+			m["sm_clock_frac"] = c / maxMHz
+		}
+	}
 }

@@ -201,3 +201,33 @@ func TestRunInfersGPU(t *testing.T) {
 		t.Errorf("no GPU counters: GPU = %+v, gaps %+v", v.GPU, v.DataGaps)
 	}
 }
+
+// TestClockFracFromClass: dcgm-exporter's default counters give the SM
+// clock but not its maximum; the GPU class's lowest boost clock stands in,
+// so a throttled clock shows without a baseline window (a bare --scrape),
+// and a slower variant at its full clock is not read as throttled.
+func TestClockFracFromClass(t *testing.T) {
+	now, base := map[string]float64{"sm_clock": 1410}, map[string]float64{}
+	clockFracFromClass(now, base, "H100")
+	if f := now["sm_clock_frac"]; f < 0.79 || f > 0.81 {
+		t.Errorf("H100 at 1410 MHz: sm_clock_frac %v, want 1410/1755", f)
+	}
+	if _, ok := base["sm_clock_frac"]; ok {
+		t.Error("a baseline without an SM clock got a clock fraction")
+	}
+	now = map[string]float64{"sm_clock": 1755}
+	clockFracFromClass(now, base, "H100")
+	if now["sm_clock_frac"] < 1 {
+		t.Errorf("an H100 PCIe at full boost reads %v of its maximum", now["sm_clock_frac"])
+	}
+	now = map[string]float64{"sm_clock": 900, "sm_clock_frac": 0.95}
+	clockFracFromClass(now, base, "H100")
+	if now["sm_clock_frac"] != 0.95 {
+		t.Error("the collector's own maximum was overwritten")
+	}
+	now = map[string]float64{"sm_clock": 900}
+	clockFracFromClass(now, base, "MI300X")
+	if _, ok := now["sm_clock_frac"]; ok {
+		t.Error("a class without a known clock got a fraction")
+	}
+}

@@ -50,6 +50,12 @@ type Options struct {
 	GPUSource string
 	// Explain fills Verdict.Signals and every rule outcome.
 	Explain bool
+	// BaselineWithoutRates says the baseline window holds an engine's
+	// lifetime counters scaled to an assumed lifetime (a bare `--scrape` of
+	// an engine that exports no start time): its ratios, means and
+	// quantiles are exact, its rates and counts are not, so those are gaps
+	// no rule reads, never a guess.
+	BaselineWithoutRates bool
 	// TargetLabels identify a target inside the scope (default ["pod",
 	// "instance"]: Kubernetes service discovery adds pod, a bare scrape has
 	// only instance; grouping by both works for either). The first one is
@@ -226,6 +232,9 @@ func Run(ctx context.Context, opts Options) (*Verdict, error) {
 		return v, nil
 	}
 	v.Engine = rs.Engine
+	if sh := rs.Shape(); sh != nil {
+		v.EngineShape = &EngineShape{Name: sh.Name, Title: sh.Title}
+	}
 
 	// One query per signal and window, plus the per-target views: rendered once.
 	var qs []*query
@@ -312,14 +321,21 @@ func Run(ctx context.Context, opts Options) (*Verdict, error) {
 	v.Warnings = appendWarnings(v.Warnings, gpu.warnings...)
 
 	gaps := zeroGauges(rs, now, base)
+	if opts.BaselineWithoutRates {
+		if g := dropBaselineRates(rs, base); g != nil {
+			gaps = append(gaps, *g)
+		}
+	}
 	coverage, covGap := baselineCoverage(rs, now, base)
 	if covGap != nil {
 		gaps = append(gaps, *covGap)
 	}
+	coverage *= exportCoverage(rs, &opts)
 	gpuClass := ""
 	if v.GPU != nil {
 		gpuClass = v.GPU.Class
 	}
+	clockFracFromClass(now, base, gpuClass)
 	v.Attribution = Attribute(now, base, gpuClass, scopeLbls["model_name"])
 	facts := rules.Facts{
 		Now: now, Base: base, Engine: rs.Engine, Scheduler: opts.Scheduler,
@@ -343,35 +359,54 @@ func Run(ctx context.Context, opts Options) (*Verdict, error) {
 }
 
 // pickRuleset chooses the ruleset: the given one, the one for the named
-// engine, or (auto) the one whose detect query finds the most series.
+// engine, or (auto) the one whose detect query finds the most series. An
+// engine with several shipped shapes (rules.Shape) is read through the
+// first shape, in file order, whose detect query finds series.
 func pickRuleset(ctx context.Context, opts *Options, win string) (*rules.Ruleset, []string, error) {
-	if opts.Ruleset != nil {
-		return opts.Ruleset, nil, nil
-	}
-	if opts.Engine != "auto" {
+	var pool []*rules.Ruleset
+	switch {
+	case opts.Ruleset != nil:
+		if len(opts.Ruleset.Shapes) == 0 {
+			return opts.Ruleset, nil, nil
+		}
+		pool = []*rules.Ruleset{opts.Ruleset}
+	case opts.Engine != "auto":
 		for _, rs := range opts.Rulesets {
 			if rs.Engine == opts.Engine {
-				return rs, nil, nil
+				pool = []*rules.Ruleset{rs}
 			}
 		}
-		return nil, nil, fmt.Errorf("triage: no ruleset for engine %q", opts.Engine)
+		if pool == nil {
+			return nil, nil, fmt.Errorf("triage: no ruleset for engine %q", opts.Engine)
+		}
+		if len(pool[0].Shapes) == 0 {
+			return pool[0], nil, nil
+		}
+	default:
+		pool = opts.Rulesets
 	}
 	var qs []*query
-	var cands []*rules.Ruleset
-	for _, rs := range opts.Rulesets {
-		if rs.Detect == nil {
-			continue
+	var cands, engineOf []*rules.Ruleset
+	for _, rs := range pool {
+		variants := rs.Shapes
+		if len(variants) == 0 {
+			variants = []*rules.Ruleset{rs}
 		}
-		expr, err := rs.Detect.Render(opts.Selector, win, nil)
-		if err != nil {
-			return nil, nil, fmt.Errorf("triage: detect %s: %w", rs.Engine, err)
+		for _, c := range variants {
+			if c.Detect == nil {
+				continue
+			}
+			expr, err := c.Detect.Render(opts.Selector, win, nil)
+			if err != nil {
+				return nil, nil, fmt.Errorf("triage: detect %s: %w", c.Engine, err)
+			}
+			qs = append(qs, &query{signal: c.Detect, expr: expr, at: opts.At, window: "incident"})
+			cands, engineOf = append(cands, c), append(engineOf, rs)
 		}
-		qs = append(qs, &query{signal: rs.Detect, expr: expr, at: opts.At, window: "incident"})
-		cands = append(cands, rs)
 	}
 	if len(qs) == 0 {
-		if len(opts.Rulesets) == 1 {
-			return opts.Rulesets[0], nil, nil
+		if len(pool) == 1 {
+			return pool[0], nil, nil
 		}
 		return nil, nil, errors.New("triage: engine auto needs rulesets with detect expressions")
 	}
@@ -383,6 +418,7 @@ func pickRuleset(ctx context.Context, opts *Options, win string) (*rules.Ruleset
 	bestN, failed := 0.0, 0
 	var warns []string
 	var firstErr error
+	taken := map[*rules.Ruleset]bool{} // engines whose first matching shape is known
 	for i, q := range qs {
 		warns = append(warns, q.warns...)
 		if q.err != nil {
@@ -392,12 +428,22 @@ func pickRuleset(ctx context.Context, opts *Options, win string) (*rules.Ruleset
 			}
 			continue
 		}
-		if n, ok := scalar(q.result); ok && n > bestN {
+		n, ok := scalar(q.result)
+		if !ok || n <= 0 || taken[engineOf[i]] {
+			continue
+		}
+		taken[engineOf[i]] = true
+		if n > bestN {
 			best, bestN = cands[i], n
 		}
 	}
 	if failed == len(qs) {
 		return nil, warns, fmt.Errorf("triage: detect engine: %w", noDataError{firstErr})
+	}
+	if best == nil && opts.Engine != "auto" {
+		// A named engine whose shapes all miss is read through its richest
+		// shape, so the verdict lists what is missing instead of nothing.
+		return cands[0], warns, nil
 	}
 	return best, warns, nil
 }

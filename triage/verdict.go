@@ -38,6 +38,12 @@ const (
 	SeverityCritical Severity = "critical"
 )
 
+// EngineShape names the shipped form of an engine's metrics a triage read.
+type EngineShape struct {
+	Name  string `json:"name"`
+	Title string `json:"title"`
+}
+
 // Verdict is the result of one triage: the JSON contract shared by the CLI,
 // the HTTP API and every notifier.
 type Verdict struct {
@@ -46,6 +52,9 @@ type Verdict struct {
 	Severity      Severity `json:"severity"`
 	Phase         Phase    `json:"phase"`
 	Engine        string   `json:"engine"`
+	// EngineShape is the form of the engine's metrics that was found (a
+	// release's names, a re-export); nil for an engine with one form.
+	EngineShape *EngineShape `json:"engine_shape,omitempty"`
 	// GPU is the GPU class the triage assumed (for the engine's scheduler
 	// defaults) and where it came from; nil when unknown.
 	GPU      *GPUClass `json:"gpu,omitempty"`
@@ -103,6 +112,10 @@ type Scope struct {
 type Window struct {
 	Start time.Time `json:"start"`
 	End   time.Time `json:"end"`
+	// Label says what the window is when it is not a stretch of clock time
+	// the data covers: `--scrape` compares its sample with the engine's
+	// lifetime ("the engine's lifetime of 6h12m").
+	Label string `json:"label,omitempty"`
 }
 
 // Comparison is one signal now against its baseline. Nil means no data.

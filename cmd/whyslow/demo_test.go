@@ -73,7 +73,7 @@ func TestDemoLive(t *testing.T) {
 }
 
 func TestDemoJSON(t *testing.T) {
-	r := runCLI(t, "demo", "--scenario", "abort_storm", "--output", "json")
+	r := runCLI(t, "demo", "--scenario", "error_burst", "--output", "json")
 	if r.code != exitOK {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}

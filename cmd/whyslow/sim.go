@@ -23,12 +23,15 @@ func init() {
 
 const simUsage = `usage:
   whyslow sim list [--compounds]
-  whyslow sim record --scenario NAME --seed N --out DIR [--names v0] [--gpu-series whyslow|dcgm|both|none]
+  whyslow sim record --scenario NAME --seed N --out DIR [--names SHAPE] [--gpu-series whyslow|dcgm|both|none]
+                     [--dcgm-layout k8s] [--dcgm-counters default|violations]
                      [--replicas N] [--policy vllm|sglang|trtllm] [--trim] [--gzip]
                      [--traces] [--traces-per-window N] [--wide [--magnitude M]]
   whyslow sim serve --scenario NAME --seed N [--listen 127.0.0.1:8000] [--speed 60] [--replicas N]
-                    [--names v0] [--gpu-series ...]
-serve exposes replica 0 on /metrics and replica N on /replica/N/metrics.
+                    [--names SHAPE] [--gpu-series ...] [--dcgm-layout ...] [--dcgm-counters ...]
+serve exposes replica 0 on /metrics and replica N on /replica/N/metrics (trtllm-serve shapes also
+on /prometheus/metrics and /replica/N/prometheus/metrics).
+SHAPE is v1 (default) or v0 (vllm, sglang); unprefixed or dynamo (trtllm); multiprocess or dp (sglang).
 NAME is a scenario of 'whyslow sim list' or two faults "a+b" of 'whyslow sim list --compounds'.
 --wide draws from the accuracy harness's wide ranges (load, cost coefficients, replicas,
 model, GPU) with a fault magnitude M in (0, 1] (default: drawn uniformly).
@@ -82,6 +85,7 @@ func simList(args []string, stdout, stderr io.Writer) int {
 // simFlags are the options record and serve share.
 type simFlags struct {
 	scenario, names, gpuSeries, policy string
+	dcgmLayout, dcgmCounters           string
 	seed                               int64
 	replicas                           int
 	wide                               bool
@@ -91,8 +95,10 @@ type simFlags struct {
 func (f *simFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.scenario, "scenario", "", "scenario name (see 'whyslow sim list')")
 	fs.Int64Var(&f.seed, "seed", 1, "seed that draws the instance")
-	fs.StringVar(&f.names, "names", "v1", "metric names: v1 or v0")
+	fs.StringVar(&f.names, "names", "v1", "metric names: v1 or v0; trtllm also unprefixed or dynamo, sglang also multiprocess or dp")
 	fs.StringVar(&f.gpuSeries, "gpu-series", "whyslow", "GPU counters: whyslow, dcgm, both or none")
+	fs.StringVar(&f.dcgmLayout, "dcgm-layout", "", "with dcgm series: k8s stores them as a ServiceMonitor with honorLabels: false does (exported_pod)")
+	fs.StringVar(&f.dcgmCounters, "dcgm-counters", "", "with dcgm series: default (etc/default-counters.csv) or violations (default plus the violation counters)")
 	fs.IntVar(&f.replicas, "replicas", 0, "replicas (0 = the scenario's drawn default)")
 	fs.StringVar(&f.policy, "policy", "vllm", "scheduler policy: vllm, sglang or trtllm")
 	fs.BoolVar(&f.wide, "wide", false, "draw from the accuracy harness's wide ranges (load, cost coefficients, replicas, model, GPU, magnitude)")
@@ -109,8 +115,16 @@ func (f *simFlags) options() (sim.Options, error) {
 	if f.magnitude < 0 || f.magnitude > 1 || (f.magnitude > 0 && !f.wide) {
 		return sim.Options{}, fmt.Errorf("--magnitude %v: want a value in (0, 1] with --wide", f.magnitude)
 	}
-	if f.names != "v1" && f.names != "v0" {
-		return sim.Options{}, fmt.Errorf("--names %q: want v1 or v0", f.names)
+	switch f.names {
+	case "v1", "v0", "unprefixed", "dynamo", "multiprocess", "dp":
+	default:
+		return sim.Options{}, fmt.Errorf("--names %q: want v1 or v0 (trtllm also unprefixed or dynamo, sglang also multiprocess or dp)", f.names)
+	}
+	if f.dcgmLayout != "" && f.dcgmLayout != "k8s" {
+		return sim.Options{}, fmt.Errorf("--dcgm-layout %q: want k8s (or leave it out)", f.dcgmLayout)
+	}
+	if f.dcgmCounters != "" && f.dcgmCounters != "default" && f.dcgmCounters != "violations" {
+		return sim.Options{}, fmt.Errorf("--dcgm-counters %q: want default or violations (or leave it out)", f.dcgmCounters)
 	}
 	switch f.gpuSeries {
 	case "whyslow", "dcgm", "both", "none":
@@ -124,7 +138,8 @@ func (f *simFlags) options() (sim.Options, error) {
 		return sim.Options{}, fmt.Errorf("--policy: %w", err)
 	}
 	return sim.Options{Scenario: f.scenario, Seed: f.seed, Names: f.names, GPUSeries: f.gpuSeries,
-		Replicas: f.replicas, Policy: f.policy, Wide: f.wide, Magnitude: f.magnitude}, nil
+		DCGMLayout: f.dcgmLayout, DCGMCounters: f.dcgmCounters, Replicas: f.replicas, Policy: f.policy,
+		Wide: f.wide, Magnitude: f.magnitude}, nil
 }
 
 func parseSimFlags(fs *flag.FlagSet, args []string, stderr io.Writer) bool {
@@ -243,10 +258,13 @@ func simServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 }
 
-// simMux routes /metrics to replica 0 and /replica/N/metrics to replica N.
-// Like a single-process vLLM, each replica also exposes
-// process_start_time_seconds (the serve's wall-clock start), which lets
-// 'why --scrape' turn lifetime counters into rates.
+// simMux routes /metrics to replica 0 and /replica/N/metrics to replica N,
+// and likewise the engine's own metrics path where it differs
+// (trtllm-serve's /prometheus/metrics). Like a single-process vLLM, each
+// replica also exposes process_start_time_seconds (the serve's wall-clock
+// start), which lets 'why --scrape' turn lifetime counters into rates;
+// the shapes served through a multiprocess registry leave it out
+// (sim.Live.ProcessStart).
 func simMux(live *sim.Live, started time.Time) http.Handler {
 	startLine := fmt.Sprintf("# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.\n"+
 		"# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds %.3f\n", float64(started.UnixMilli())/1000)
@@ -254,19 +272,26 @@ func simMux(live *sim.Live, started time.Time) http.Handler {
 		h := live.Handler(n)
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			h.ServeHTTP(w, r)
-			_, _ = io.WriteString(w, startLine)
+			if live.ProcessStart() {
+				_, _ = io.WriteString(w, startLine)
+			}
 		})
 	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", replica(0))
-	mux.HandleFunc("GET /replica/{n}/metrics", func(w http.ResponseWriter, r *http.Request) {
+	byN := func(w http.ResponseWriter, r *http.Request) {
 		n, err := strconv.Atoi(r.PathValue("n"))
 		if err != nil || n < 0 || n >= live.Replicas() {
 			http.Error(w, fmt.Sprintf("no replica %q (have 0..%d)", r.PathValue("n"), live.Replicas()-1), http.StatusNotFound)
 			return
 		}
 		replica(n).ServeHTTP(w, r)
-	})
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", replica(0))
+	mux.HandleFunc("GET /replica/{n}/metrics", byN)
+	if p := live.MetricsPath(); p != "/metrics" {
+		mux.Handle("GET "+p, replica(0))
+		mux.HandleFunc("GET /replica/{n}"+p, byN)
+	}
 	return mux
 }
 

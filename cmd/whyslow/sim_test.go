@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -29,6 +30,10 @@ func TestSimBadFlags(t *testing.T) {
 		{"missing out", []string{"sim", "record", "--scenario", "healthy"}, "--out is required"},
 		{"bad names", []string{"sim", "record", "--scenario", "healthy", "--out", "x", "--names", "v9"}, "--names"},
 		{"bad gpu series", []string{"sim", "serve", "--scenario", "healthy", "--gpu-series", "x"}, "--gpu-series"},
+		{"bad dcgm layout", []string{"sim", "record", "--scenario", "healthy", "--out", "x", "--dcgm-layout", "eks"}, "--dcgm-layout"},
+		{"bad dcgm counters", []string{"sim", "record", "--scenario", "healthy", "--out", "x", "--dcgm-counters", "all"}, "--dcgm-counters"},
+		{"dcgm layout without dcgm", []string{"sim", "serve", "--scenario", "healthy", "--dcgm-layout", "k8s"}, "need gpu series dcgm"},
+		{"names of another engine", []string{"sim", "serve", "--scenario", "healthy", "--names", "dp"}, "only sglang"},
 		{"bad speed", []string{"sim", "serve", "--scenario", "healthy", "--speed", "0"}, "--speed"},
 		{"bad flag", []string{"sim", "record", "--bogus"}, "bogus"},
 		{"stray arg", []string{"sim", "list", "extra"}, "unexpected argument"},
@@ -94,7 +99,7 @@ func TestSimRecordWide(t *testing.T) {
 func TestSimRecord(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "b")
 	var out, errb bytes.Buffer
-	code := dispatch(context.Background(), []string{"sim", "record", "--scenario", "abort_storm", "--seed", "2",
+	code := dispatch(context.Background(), []string{"sim", "record", "--scenario", "error_burst", "--seed", "2",
 		"--out", dir, "--trim", "--gzip", "--replicas", "1"}, &out, &errb)
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, errb.String())
@@ -125,16 +130,7 @@ func TestSimServeMux(t *testing.T) {
 	srv := httptest.NewServer(simMux(live, time.Unix(1700000000, 0)))
 	defer srv.Close()
 	for _, path := range []string{"/metrics", "/replica/1/metrics"} {
-		resp, err := srv.Client().Get(srv.URL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		parser := expfmt.NewTextParser(model.UTF8Validation)
-		fams, err := parser.TextToMetricFamilies(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
+		fams := scrapeFamilies(t, srv, path)
 		if _, ok := fams["vllm:num_requests_running"]; !ok {
 			t.Errorf("%s lacks vllm:num_requests_running", path)
 		}
@@ -147,4 +143,55 @@ func TestSimServeMux(t *testing.T) {
 	if resp.StatusCode != 404 {
 		t.Errorf("replica 7: status %d", resp.StatusCode)
 	}
+}
+
+// TestSimServeMuxShapes checks the engine's own metrics path and that the
+// multiprocess-registry shapes carry no process_start_time_seconds.
+func TestSimServeMuxShapes(t *testing.T) {
+	for _, tc := range []struct {
+		opt       sim.Options
+		paths     []string
+		family    string
+		wantStart bool
+	}{
+		{sim.Options{Policy: "trtllm", Names: "unprefixed"}, []string{"/prometheus/metrics", "/replica/1/prometheus/metrics", "/metrics"},
+			"request_success_total", false},
+		{sim.Options{Policy: "trtllm"}, []string{"/prometheus/metrics", "/metrics"}, "trtllm_num_requests_running", true},
+		{sim.Options{Policy: "sglang", Names: "multiprocess"}, []string{"/metrics", "/replica/1/metrics"}, "sglang:num_running_reqs", false},
+		{sim.Options{}, []string{"/metrics"}, "vllm:num_requests_running", true},
+	} {
+		tc.opt.Scenario, tc.opt.Seed, tc.opt.Replicas = "healthy", 1, 2
+		live, err := sim.NewLive(tc.opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		live.Advance(time.Minute)
+		srv := httptest.NewServer(simMux(live, time.Unix(1700000000, 0)))
+		for _, path := range tc.paths {
+			fams := scrapeFamilies(t, srv, path)
+			if fams[tc.family] == nil {
+				t.Errorf("%s/%s %s lacks %s", tc.opt.Policy, tc.opt.Names, path, tc.family)
+			}
+			if _, ok := fams["process_start_time_seconds"]; ok != tc.wantStart {
+				t.Errorf("%s/%s %s: process_start_time_seconds present %v, want %v", tc.opt.Policy, tc.opt.Names, path, ok, tc.wantStart)
+			}
+		}
+		srv.Close()
+	}
+}
+
+// scrapeFamilies GETs a metrics path and parses it as Prometheus text.
+func scrapeFamilies(t *testing.T, srv *httptest.Server, path string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := srv.Client().Get(srv.URL + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return fams
 }

@@ -73,16 +73,37 @@ func whyScrape(ctx context.Context, f *whyFlags, opts triage.Options) (*triage.V
 	opts.At = last
 	opts.Window = window
 	opts.Baseline = last.Sub(baseEnd)
+	opts.BaselineWithoutRates = !lb.StartKnown
 	v, err := triageThen(ctx, opts, f.finish)
 	if err != nil {
 		return nil, err
 	}
 	v.DataGaps = foldGaugeGaps(v.DataGaps)
-	if !lb.StartKnown {
-		v.DataGaps = append(v.DataGaps, triage.DataGap{Signal: "engine_start_time", Window: "baseline",
-			Reason: fmt.Sprintf("no process_start_time_seconds or *_created: lifetime rates assume the engine ran %s; ratios, quantiles and means are exact", scrape.AssumedLifetime)})
+	// The baseline is no clock-time window: say what it really is.
+	v.Incident.Label = "sample " + shortDuration(window)
+	if lb.StartKnown {
+		v.Baseline = triage.Window{Start: first.Add(-lb.Lifetime).UTC(), End: first.UTC(),
+			Label: "the engine's lifetime of " + shortDuration(lb.Lifetime) + " (its counters at the first scrape)"}
+	} else {
+		v.Baseline = triage.Window{Label: "the engine's lifetime, length unknown (no start time exported: means, quantiles and ratios only)"}
 	}
 	return v, nil
+}
+
+// shortDuration renders 6h12m0s as 6h12m and 20s as 20s.
+func shortDuration(d time.Duration) string {
+	d = d.Round(time.Second)
+	if d >= time.Minute {
+		d = d.Round(time.Minute)
+	}
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // scrapeAll scrapes every target once, concurrently, stamped at, and
@@ -107,14 +128,23 @@ func scrapeAll(ctx context.Context, sc *scrape.Scraper, targets []string, at tim
 // misleading "no series matched" per signal.
 func foldGaugeGaps(gaps []triage.DataGap) []triage.DataGap {
 	missingNow := map[string]bool{}
+	leftOut := map[string]bool{} // baseline values the baseline_rates gap explains
 	for _, g := range gaps {
 		if g.Window == "incident" {
 			missingNow[g.Signal] = true
+		}
+		if g.Signal == "baseline_rates" {
+			for _, s := range g.Signals {
+				leftOut[s] = true
+			}
 		}
 	}
 	var out []triage.DataGap
 	var gauges []string
 	for _, g := range gaps {
+		if g.Window == "baseline" && leftOut[g.Signal] {
+			continue
+		}
 		if g.Window == "baseline" && g.Reason == "no series matched" && !missingNow[g.Signal] {
 			gauges = append(gauges, g.Signal)
 			continue

@@ -169,9 +169,15 @@ const (
 func (w *world) bundle() (*Bundle, error) {
 	p := w.plan
 	at := sinceStart(w.opt.Start, p.at)
+	// The selector is what a user of that shape would scope by: TensorRT-LLM
+	// 1.1 and older label every series model_name="undefined", so the
+	// scrape job it is.
+	sel := fmt.Sprintf("model_name=%q", p.cfg.model.name)
+	if w.tele == PolicyTRTLLM && w.opt.Names == "unprefixed" {
+		sel = `job="trtllm"`
+	}
 	inc := Incident{At: at, Window: defaultWindow, Baseline: defaultBaseline, Engine: w.tele.String(),
-		Selector: fmt.Sprintf("model_name=%q", p.cfg.model.name), GPU: p.cfg.gpu.class, Scheduler: p.cfg.sched,
-		Notes: p.notes}
+		Selector: sel, GPU: p.cfg.gpu.class, Scheduler: p.cfg.sched, Notes: p.notes}
 	if p.cfg.policy != w.tele {
 		inc.Notes += fmt.Sprintf("; scheduler policy %s (telemetry uses %s names)", p.cfg.policy, w.tele)
 	} else if w.tele != PolicyVLLM {
@@ -186,6 +192,12 @@ func (w *world) bundle() (*Bundle, error) {
 	params["gpu_series"] = w.opt.GPUSeries
 	params["policy"] = p.cfg.policy.String()
 	params["telemetry"] = w.tele.String()
+	if w.opt.DCGMLayout != "" {
+		params["dcgm_layout"] = w.opt.DCGMLayout
+	}
+	if w.opt.DCGMCounters != "" {
+		params["dcgm_counters"] = w.opt.DCGMCounters
+	}
 	obs := w.obs.observed()
 	truth := Truth{Scenario: p.name, Seed: p.seed, Causes: causes, Onset: sinceStart(w.opt.Start, p.onset),
 		Magnitude: p.magnitude, Magnitudes: p.magnitudes, Band: "none", Params: params, Observed: obs,

@@ -59,7 +59,7 @@
 //	bandwidth_bound    memory_bandwidth_saturation  long shared contexts, big decode batches; HBM-bound steps
 //	gpu_throttle       gpu_throttling            clock factor 0.45–0.65 with a throttle reason
 //	prefix_cache_loss  prefix_cache_regression   shared prefixes stop matching; hit rate falls
-//	abort_storm        request_errors            8–25% of requests abort early (finished_reason="abort")
+//	abort_storm        (healthy)                 8–25% of requests aborted early by clients (finished_reason="abort")
 //	router_skew        load_imbalance            one replica gets most traffic and saturates
 //	frontend_delay     outside_engine            0.6–2.5 s spent in the API server before the engine queue
 //	capacity_loss      capacity_loss             of 2–8 replicas, some stop at the onset (their series end); the router moves their share
@@ -82,6 +82,16 @@
 // magnitude and its band, what the model saw in both windows (observed,
 // from request and step records) and the Shapley split of the step cost
 // over batch, context, prefill and clock (itl_attribution).
+//
+// # Shapes
+//
+// Options.Names picks what a deployment of the engine exposes: vLLM and
+// SGLang "v1"/"v0"; TensorRT-LLM "v1" (current trtllm-serve), "unprefixed"
+// (1.1 and older) or "dynamo" (NVIDIA Dynamo's re-export); SGLang
+// "multiprocess" or "dp" (DP attention). Options.DCGMCounters and
+// DCGMLayout pick dcgm-exporter's counters CSV and how Prometheus stored its
+// labels. Bundles carry the same shapes; incident.yaml records only what a
+// user of that shape would write, truth.yaml the options.
 //
 // The committed bundles under testdata/incidents are regenerated with
 // go generate ./internal/sim (seeds in gen/main.go).

@@ -250,6 +250,11 @@ func (e *engine) preempt(r *request, now float64) {
 	}
 	e.tel.retractedIn += float64(r.prompt)
 	e.tel.retractedOut += float64(r.gen)
+	if d := e.tel.rank(r); d != nil {
+		d.preemptions++
+		d.retractedIn += float64(r.prompt)
+		d.retractedOut += float64(r.gen)
+	}
 	e.waiting.pushFront(r)
 	e.nWait++
 }
@@ -359,6 +364,10 @@ func (e *engine) admit(now float64, budget int) {
 		}
 		e.tel.prefixQueries += float64(total)
 		e.tel.prefixHits += float64(hit)
+		if d := e.tel.rank(r); d != nil {
+			d.prefixQueries += float64(total)
+			d.prefixHits += float64(hit)
+		}
 		e.running = append(e.running, r)
 		e.add(r, n)
 		budget -= n
@@ -428,6 +437,9 @@ func (e *engine) complete(w *world) {
 		}
 		r.gen++
 		t.generationTokens++
+		if d := t.rank(r); d != nil {
+			d.generationTokens++
+		}
 		if !r.hasFirst {
 			r.hasFirst = true
 			r.firstToken = now

@@ -167,6 +167,19 @@ func (w *world) buildRegistry() *registry {
 		fam.add(i, l, tgt, func() float64 { return 1 })
 	}})
 
+	// The OpenAI server's prometheus_fastapi_instrumentator counter, on
+	// the same /metrics (docs/engines.md §2.7): labels handler, method and
+	// status grouped by class, no model_name. A server-side failure is a
+	// 5xx; a request the client aborted mid-stream already had its 200.
+	httpReqs := reg.family("http_requests", "Total number of requests by method, status and handler.", counterType)
+	defs = append(defs, def{httpReqs, func(fam *family, i int, _ *engine, t *telemetry, _ labelSet, tgt labelSet) {
+		route := labelSet{"handler": "/v1/completions", "method": "POST"}
+		fam.add(i, route.with(labelSet{"status": "2xx"}), tgt, func() float64 {
+			return t.success["stop"] + t.success["length"] + t.success["abort"]
+		})
+		fam.add(i, route.with(labelSet{"status": "5xx"}), tgt, func() float64 { return t.success["error"] })
+	}})
+
 	for i, e := range w.engines {
 		tg := w.target(i)
 		own := labelSet{"model_name": model}
@@ -261,41 +274,127 @@ func (w *world) gpuFamilies(reg *registry) {
 }
 
 // dcgmFamilies declares dcgm-exporter series (docs/engines.md §5.2 names, units
-// and labels, with the Kubernetes pod mapping).
+// and labels, with the Kubernetes pod mapping) for the counters CSV and the
+// Prometheus label layout of Options.DCGMCounters and DCGMLayout.
+//
+// Counters: "" is a profiling set (the DEV fields below plus
+// DCGM_FI_PROF_*); "default" is NVIDIA/dcgm-exporter
+// etc/default-counters.csv (@00d6d344): the fields of it the model can
+// drive (clocks, temperatures, power and energy, utilisation, XID,
+// framebuffer), no DCGM_FI_PROF_* and the violation counters commented out
+// (PCIe, NVLink, vGPU and row-remap fields are left out); "violations"
+// adds DCGM_FI_DEV_POWER_VIOLATION and DCGM_FI_DEV_THERMAL_VIOLATION,
+// cumulative nanoseconds of clocks held down by power capping
+// (sw_power_cap) and by thermal slowdown (hw_/sw_thermal_slowdown); a
+// plain hw_slowdown moves neither. dcgm-exporter writes counters without
+// a _total suffix, and so do these.
+//
+// Layout "k8s" is the Helm chart's ServiceMonitor default honorLabels:
+// false (deployment/values.yaml @9190a38a): Prometheus keeps the target's
+// pod, namespace and container (the exporter's own DaemonSet pod, container
+// "exporter") and renames the workload's to exported_pod,
+// exported_namespace and exported_container. What the exporter itself
+// serves (Live) still has the workload's pod, namespace and container.
 func (w *world) dcgmFamilies(reg *registry) {
 	type ddef struct {
 		name, help string
+		typ        famType
 		get        func(g *gpuState) float64
 	}
 	const mib = 1 << 20
-	defs := []ddef{
-		{"DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", func(g *gpuState) float64 { return g.smClock }},
-		{"DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", func(g *gpuState) float64 { return g.memClock }},
-		{"DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", func(g *gpuState) float64 { return g.temp }},
-		{"DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", func(g *gpuState) float64 { return g.power }},
-		{"DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", func(g *gpuState) float64 { return float64(int(g.util * 100)) }},
-		{"DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", func(g *gpuState) float64 { return float64(int(g.memBusy * 100)) }},
-		{"DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", func(g *gpuState) float64 { return float64(int((g.fbTotal - g.fbUsed) / mib)) }},
-		{"DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", func(g *gpuState) float64 { return float64(int(g.fbUsed / mib)) }},
-		{"DCGM_FI_PROF_GR_ENGINE_ACTIVE", "Ratio of time the graphics engine is active.", func(g *gpuState) float64 { return g.util }},
-		{"DCGM_FI_PROF_SM_ACTIVE", "The ratio of cycles an SM has at least 1 warp assigned.", func(g *gpuState) float64 { return g.smActive }},
-		{"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "Ratio of cycles the tensor (HMMA) pipe is active.", func(g *gpuState) float64 { return g.tensor }},
-		{"DCGM_FI_PROF_DRAM_ACTIVE", "Ratio of cycles the device memory interface is active sending or receiving data.", func(g *gpuState) float64 { return g.dram }},
+	gauge := func(name, help string, get func(g *gpuState) float64) ddef { return ddef{name, help, gaugeType, get} }
+	counter := func(name, help string, get func(g *gpuState) float64) ddef { return ddef{name, help, counterType, get} }
+	clocks := []ddef{
+		gauge("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", func(g *gpuState) float64 { return g.smClock }),
+		gauge("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", func(g *gpuState) float64 { return g.memClock }),
+	}
+	var defs []ddef
+	switch w.opt.DCGMCounters {
+	case "":
+		defs = append(clocks,
+			gauge("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", func(g *gpuState) float64 { return g.temp }),
+			gauge("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", func(g *gpuState) float64 { return g.power }),
+			gauge("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", func(g *gpuState) float64 { return float64(int(g.util * 100)) }),
+			gauge("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", func(g *gpuState) float64 { return float64(int(g.memBusy * 100)) }),
+			gauge("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", func(g *gpuState) float64 { return float64(int((g.fbTotal - g.fbUsed) / mib)) }),
+			gauge("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", func(g *gpuState) float64 { return float64(int(g.fbUsed / mib)) }),
+			gauge("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "Ratio of time the graphics engine is active.", func(g *gpuState) float64 { return g.util }),
+			gauge("DCGM_FI_PROF_SM_ACTIVE", "The ratio of cycles an SM has at least 1 warp assigned.", func(g *gpuState) float64 { return g.smActive }),
+			gauge("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "Ratio of cycles the tensor (HMMA) pipe is active.", func(g *gpuState) float64 { return g.tensor }),
+			gauge("DCGM_FI_PROF_DRAM_ACTIVE", "Ratio of cycles the device memory interface is active sending or receiving data.", func(g *gpuState) float64 { return g.dram }),
+		)
+	default:
+		defs = append(clocks,
+			gauge("DCGM_FI_DEV_MEMORY_TEMP", "Memory temperature (in C).", func(g *gpuState) float64 { return g.temp + 2 }),
+			gauge("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", func(g *gpuState) float64 { return g.temp }),
+			gauge("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", func(g *gpuState) float64 { return g.power }),
+			counter("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "Total energy consumption since boot (in mJ).", func(g *gpuState) float64 { return float64(int64(g.energyMJ)) }),
+			gauge("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", func(g *gpuState) float64 { return float64(int(g.util * 100)) }),
+			gauge("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", func(g *gpuState) float64 { return float64(int(g.memBusy * 100)) }),
+			gauge("DCGM_FI_DEV_ENC_UTIL", "Encoder utilization (in %).", func(*gpuState) float64 { return 0 }),
+			gauge("DCGM_FI_DEV_DEC_UTIL", "Decoder utilization (in %).", func(*gpuState) float64 { return 0 }),
+			gauge("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", func(*gpuState) float64 { return 0 }),
+		)
+		if w.opt.DCGMCounters == "violations" {
+			// The CSV's help text says microseconds; DCGM reports nanoseconds (docs/engines.md §5.2).
+			defs = append(defs,
+				counter("DCGM_FI_DEV_POWER_VIOLATION", "Throttling duration due to power constraints (in us).", func(g *gpuState) float64 { return g.powerViolationNs }),
+				counter("DCGM_FI_DEV_THERMAL_VIOLATION", "Throttling duration due to thermal constraints (in us).", func(g *gpuState) float64 { return g.thermalViolationNs }),
+			)
+		}
+		defs = append(defs,
+			gauge("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", func(g *gpuState) float64 { return float64(int((g.fbTotal - g.fbUsed) / mib)) }),
+			gauge("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", func(g *gpuState) float64 { return float64(int(g.fbUsed / mib)) }),
+		)
 	}
 	spec := w.plan.cfg.gpu
+	k8s := w.opt.DCGMLayout == "k8s"
 	for _, d := range defs {
-		fam := reg.family(d.name, d.help, gaugeType)
+		fam := reg.family(d.name, d.help, d.typ)
+		fam.bare = d.typ == counterType
 		for i, e := range w.engines {
 			tg := w.target(i)
-			tgt := labelSet{"job": "dcgm-exporter", "instance": fmt.Sprintf("10.40.0.%d:9400", 10+i), "pod": tg.pod}
+			instance := fmt.Sprintf("10.40.0.%d:9400", 10+i)
+			tgt := labelSet{"job": "dcgm-exporter", "instance": instance, "pod": tg.pod}
+			if k8s {
+				tgt = labelSet{"job": "dcgm-exporter", "instance": instance, "pod": dcgmExporterPod(w.plan.seed, i),
+					"namespace": "gpu-operator", "container": "exporter", "service": "dcgm-exporter", "endpoint": "metrics"}
+			}
 			for gi := 0; gi < e.cfg.tp; gi++ {
 				own := labelSet{"gpu": strconv.Itoa(gi), "UUID": gpuUUID(w.plan.seed, i, gi), "device": fmt.Sprintf("nvidia%d", gi),
 					"modelName": spec.product, "Hostname": tg.node, "pci_bus_id": fmt.Sprintf("00000000:%02X:00.0", 0x18+gi*0x10),
 					"DCGM_FI_DRIVER_VERSION": "570.124.06", "pod": tg.pod, "namespace": "llm", "container": w.tele.String()}
 				gs := &e.tel.gpu
 				get := d.get
-				fam.add(i, own, tgt, func() float64 { return get(gs) })
+				if !k8s {
+					fam.add(i, own, tgt, func() float64 { return get(gs) })
+					continue
+				}
+				stored := labelSet{}
+				for k, v := range own {
+					switch k {
+					case "pod", "namespace", "container":
+						k = "exported_" + k
+					}
+					stored[k] = v
+				}
+				fam.addStored(i, own, stored.with(tgt), func() float64 { return get(gs) })
 			}
 		}
 	}
+}
+
+// dcgmExporterPod is the name of the dcgm-exporter DaemonSet pod on
+// replica i's node: the DaemonSet name and a five-character suffix from
+// Kubernetes' name alphabet.
+func dcgmExporterPod(seed int64, i int) string {
+	const alphabet = "bcdfghjklmnpqrstvwxz2456789"
+	x := uint64(seed)*0x9E3779B97F4A7C15 + uint64(i+1)*0xD1B54A32D192ED03
+	b := make([]byte, 5)
+	for j := range b {
+		x ^= x >> 29
+		x *= 0xBF58476D1CE4E5B9
+		b[j] = alphabet[(x>>32)%uint64(len(alphabet))]
+	}
+	return "dcgm-exporter-" + string(b)
 }

@@ -272,8 +272,9 @@ func TestRecordDeterministic(t *testing.T) {
 	if !bytes.Equal(a.Metrics, b.Metrics) {
 		t.Error("two recordings with the same seed differ")
 	}
-	if len(a.Truth.Causes) != 1 || a.Truth.Causes[0] != "request_errors" {
-		t.Errorf("causes %v", a.Truth.Causes)
+	// Clients aborting is no fault of the engine: a healthy truth.
+	if len(a.Truth.Causes) != 0 {
+		t.Errorf("causes %v, want none", a.Truth.Causes)
 	}
 	if got := a.Incident.At.Sub(a.Truth.Onset); got <= a.Incident.Window {
 		t.Errorf("at is %s after onset, want more than the window", got)

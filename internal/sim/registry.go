@@ -39,6 +39,9 @@ type family struct {
 	help   string
 	typ    famType
 	series []*series
+	// bare says a counter's samples carry the family name itself, without
+	// _total, as dcgm-exporter writes its counters.
+	bare bool
 }
 
 // series is one labelled series of a family on one replica.
@@ -120,6 +123,12 @@ func (f *family) add(replica int, own, target labelSet, get func() float64) {
 	f.series = append(f.series, &series{replica: replica, own: own.String(), full: own.with(target).String(), get: get})
 }
 
+// addStored adds a series whose stored labels (what Prometheus keeps
+// after target relabelling, full) are not simply own plus the target's.
+func (f *family) addStored(replica int, own, full labelSet, get func() float64) {
+	f.series = append(f.series, &series{replica: replica, own: own.String(), full: full.String(), get: get})
+}
+
 func (f *family) addHist(replica int, own, target labelSet, h *histogram) {
 	f.series = append(f.series, &series{replica: replica, own: own.String(), full: own.with(target).String(), hist: h})
 }
@@ -171,7 +180,7 @@ func formatTS(ms int64) string {
 }
 
 func sampleName(f *family) string {
-	if f.typ == counterType {
+	if f.typ == counterType && !f.bare {
 		return f.name + "_total"
 	}
 	return f.name

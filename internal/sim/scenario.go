@@ -373,7 +373,7 @@ var scenarios = []*scenarioDef{
 		p.inc.rate = p.base.rate
 		p.params["cacheable_after"] = p.inc.cacheable
 	}},
-	{ScenarioInfo: ScenarioInfo{"abort_storm", "request_errors", "clients abort many requests early (finished_reason=\"abort\")"}, setup: func(r *rand.Rand, p *plan) {
+	{ScenarioInfo: ScenarioInfo{"abort_storm", "", "hard negative: clients abort 8–25% of requests early (finished_reason=\"abort\"); the engine serves the rest as before"}, setup: func(r *rand.Rand, p *plan) {
 		p.baseDraw(r, []string{"8B", "70B"}, []string{"H100", "A100", "H200"}, []int{1, 1, 2}, uni(r, 0.3, 0.45))
 		p.inc = p.base
 		p.inc.abortProb = uni(r, 0.08, 0.25)
@@ -587,7 +587,7 @@ func drawPlan(name string, seed int64, wide bool, m float64) (*plan, error) {
 		if def.Cause != "" {
 			p.causes = []string{def.Cause}
 		}
-		if def.fault != nil && def.fault.legacyM != nil {
+		if def.fault != nil && def.fault.legacyM != nil && def.Cause != "" {
 			p.magnitude = math.Round(def.fault.legacyM(p)*1000) / 1000
 		}
 	default:

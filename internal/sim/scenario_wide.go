@@ -444,13 +444,23 @@ func (p *plan) drawFaults(r *rand.Rand, defs []*scenarioDef, wide bool, fixed fl
 	}
 	sort.SliceStable(byM, func(a, b int) bool { return ms[byM[a]] > ms[byM[b]] })
 	r4 := func(v float64) float64 { return math.Round(v*1e4) / 1e4 }
+	// A change that is no fault of the engine (clients aborting) is in the
+	// draw but not in its truth.
+	var causal []int
 	for _, i := range byM {
+		if defs[i].Cause != "" {
+			causal = append(causal, i)
+		}
+	}
+	for _, i := range causal {
 		p.causes = append(p.causes, defs[i].Cause)
-		if len(defs) > 1 {
+		if len(causal) > 1 {
 			p.magnitudes = append(p.magnitudes, r4(ms[i]))
 		}
 	}
-	p.magnitude = r4(ms[byM[0]])
+	if len(causal) > 0 {
+		p.magnitude = r4(ms[causal[0]])
+	}
 }
 
 // narrowBase draws a baseline from spec the way the older scenarios do:

@@ -201,7 +201,8 @@ func signalsFor(d *omData, end time.Time, win time.Duration) windowSignals {
 	q := sumMap(d.increaseBy("vllm:prefix_cache_queries_total", "", from, to))
 	s.hitRate = hits / q
 	fin := d.increaseBy("vllm:request_success_total", "finished_reason", from, to)
-	s.success = (sumMap(fin) - fin["abort"] - fin["error"]) / sumMap(fin)
+	// A client abort is no failure of the engine (docs/engines.md §2.4).
+	s.success = (sumMap(fin) - fin["error"]) / sumMap(fin)
 	s.smClock = d.meanOver("whyslow_gpu_sm_clock_mhz", from, to, "avg")
 	return s
 }

@@ -15,11 +15,31 @@ import (
 type Options struct {
 	Scenario       string        // scenario name (see Scenarios)
 	Seed           int64         // draws the instance: model, GPU, replicas, magnitudes, arrivals
-	Names          string        // "v1" (default) or "v0" metric names
 	GPUSeries      string        // "whyslow" (default), "dcgm", "both" or "none"
 	Replicas       int           // 0 = the scenario's drawn default
 	ScrapeInterval time.Duration // default 15s
 	Start          time.Time     // virtual clock start; zero = 2026-01-01T00:00:00Z
+	// Names is which generation or deployment shape of the engine's
+	// metrics the replicas expose: "v1" (default) or "v0" for vLLM and
+	// SGLang (see Telemetry); for trtllm "v1" (current trtllm-serve),
+	// "unprefixed" (TensorRT-LLM 1.1 and older: five per-request families
+	// without a prefix) or "dynamo" (NVIDIA Dynamo's re-export of those
+	// five with a trtllm_ prefix, plus Dynamo's own series); for sglang
+	// also "multiprocess" (prometheus_client multiprocess artifacts) or
+	// "dp" (DP attention: scheduler series per dp_rank).
+	Names string
+	// DCGMLayout is how Prometheus stored the dcgm-exporter series: ""
+	// (honor_labels: pod, namespace and container are the workload's) or
+	// "k8s" (the Helm chart's ServiceMonitor default honorLabels: false:
+	// the workload's labels become exported_pod, exported_namespace and
+	// exported_container; pod and namespace are the exporter pod's own).
+	DCGMLayout string
+	// DCGMCounters is which counters CSV dcgm-exporter runs with: "" (a
+	// profiling set: DCGM_FI_PROF_* included, no violation counters),
+	// "default" (etc/default-counters.csv: no DCGM_FI_PROF_* and no
+	// violation counters) or "violations" (default plus
+	// DCGM_FI_DEV_POWER_VIOLATION and DCGM_FI_DEV_THERMAL_VIOLATION).
+	DCGMCounters string
 	// Trim keeps only the samples of the incident and baseline windows plus
 	// a look-back margin for rate(), for small testdata.
 	Trim bool
@@ -67,9 +87,9 @@ func (o *Options) normalise() error {
 	switch o.Names {
 	case "":
 		o.Names = "v1"
-	case "v1", "v0":
+	case "v1", "v0", "unprefixed", "dynamo", "multiprocess", "dp":
 	default:
-		return fmt.Errorf("names %q: want v1 or v0", o.Names)
+		return fmt.Errorf("names %q: want v1 or v0 (trtllm also unprefixed or dynamo, sglang also multiprocess or dp)", o.Names)
 	}
 	switch o.GPUSeries {
 	case "":
@@ -77,6 +97,19 @@ func (o *Options) normalise() error {
 	case "whyslow", "dcgm", "both", "none":
 	default:
 		return fmt.Errorf("gpu series %q: want whyslow, dcgm, both or none", o.GPUSeries)
+	}
+	switch o.DCGMLayout {
+	case "", "k8s":
+	default:
+		return fmt.Errorf("dcgm layout %q: want \"\" (honor_labels) or k8s", o.DCGMLayout)
+	}
+	switch o.DCGMCounters {
+	case "", "default", "violations":
+	default:
+		return fmt.Errorf("dcgm counters %q: want \"\", default or violations", o.DCGMCounters)
+	}
+	if (o.DCGMLayout != "" || o.DCGMCounters != "") && o.GPUSeries != "dcgm" && o.GPUSeries != "both" {
+		return fmt.Errorf("dcgm layout %q, counters %q: need gpu series dcgm or both, not %s", o.DCGMLayout, o.DCGMCounters, o.GPUSeries)
 	}
 	if o.Replicas < 0 || o.Replicas > 64 {
 		return fmt.Errorf("replicas %d: want 0 to 64", o.Replicas)
@@ -101,8 +134,13 @@ func (o *Options) normalise() error {
 	if err != nil {
 		return fmt.Errorf("telemetry: %w", err)
 	}
-	if tel == PolicyTRTLLM && o.Names == "v0" {
-		return fmt.Errorf("names v0: trtllm telemetry has one generation of names (want v1)")
+	switch {
+	case tel == PolicyTRTLLM && o.Names == "v0":
+		return fmt.Errorf("names v0: trtllm telemetry has no v0 names (want v1, unprefixed or dynamo)")
+	case (o.Names == "unprefixed" || o.Names == "dynamo") && tel != PolicyTRTLLM:
+		return fmt.Errorf("names %s: only trtllm telemetry has it (telemetry is %s)", o.Names, tel)
+	case (o.Names == "multiprocess" || o.Names == "dp") && tel != PolicySGLang:
+		return fmt.Errorf("names %s: only sglang telemetry has it (telemetry is %s)", o.Names, tel)
 	}
 	if o.Magnitude < 0 || o.Magnitude > 1 {
 		return fmt.Errorf("magnitude %v: want 0 (drawn) or a value in (0, 1]", o.Magnitude)
@@ -228,6 +266,9 @@ func newWorldFromPlan(p *plan, opt Options) *world {
 	w.tele, _ = ParsePolicy(opt.Telemetry)
 	for i := 0; i < p.replicas; i++ {
 		w.engines = append(w.engines, newEngine(i, p.cfg, newEngineTelemetry(w.tele, opt.Names, p.cfg.maxModelLen)))
+		if w.tele == PolicySGLang && opt.Names == "dp" {
+			w.engines[i].tel.initDP(dpRanks)
+		}
 	}
 	w.maxRate = p.maxRate()
 	w.nextArr = w.drawArrival(0)
@@ -371,6 +412,7 @@ func (w *world) push(t float64, k evKind, r *request) {
 
 func (w *world) arrive(t float64, kind int) {
 	q := w.newRequest(t, kind)
+	w.engines[q.replica].tel.arrivals++
 	w.inflight++
 	w.obs.arrive(t)
 	if w.trackAll {
@@ -407,16 +449,16 @@ func (w *world) finish(e *engine, r *request, now float64, reason string) {
 	t.finishExtra(r)
 	w.obs.finish(r, now)
 	if reason != "abort" && reason != "error" {
-		t.queue.observe(r.sched-r.queued, 1)
-		t.prefill.observe(r.firstToken-r.sched, 1)
-		t.decode.observe(r.lastToken-r.firstToken, 1)
-		t.inference.observe(r.lastToken-r.sched, 1)
+		t.observeQueue(r, r.sched-r.queued)
+		t.phase(t.prefill, r.firstToken-r.sched)
+		t.phase(t.decode, r.lastToken-r.firstToken)
+		t.phase(t.inference, r.lastToken-r.sched)
 		t.prefillKVComputed.observe(float64(r.prompt-r.cached), 1)
 		tpot := 0.0
 		if r.gen > 1 {
 			tpot = (r.lastToken - r.firstToken) / float64(r.gen-1)
 		}
-		t.reqTPOT.observe(tpot, 1)
+		t.phase(t.reqTPOT, tpot)
 	} else if reason == "abort" {
 		w.aborted++
 	}
@@ -689,6 +731,30 @@ func (l *Live) Handler(replica int) http.Handler {
 		rw.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		_ = l.w.reg.writeText(rw, replica)
 	})
+}
+
+// MetricsPath is the path the replicas' engine serves its metrics on:
+// /prometheus/metrics for trtllm-serve (Names "v1" and "unprefixed"),
+// /metrics otherwise (vLLM, SGLang, Dynamo's system port).
+func (l *Live) MetricsPath() string {
+	if l.w.tele == PolicyTRTLLM && l.w.opt.Names != "dynamo" {
+		return "/prometheus/metrics"
+	}
+	return "/metrics"
+}
+
+// ProcessStart says whether a replica's endpoint also carries the
+// process's process_start_time_seconds, which the model itself does not
+// emit: false for the shapes served through prometheus_client's
+// multiprocess mode (SGLang "multiprocess", TensorRT-LLM "unprefixed",
+// whose trtllm-serve mounted a MultiProcessCollector registry) and for
+// Dynamo's runtime endpoint, true otherwise.
+func (l *Live) ProcessStart() bool {
+	switch l.w.opt.Names {
+	case "multiprocess", "unprefixed", "dynamo":
+		return false
+	}
+	return true
 }
 
 // Onset is when the scenario's cause starts.

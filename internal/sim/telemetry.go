@@ -88,6 +88,11 @@ type gpuState struct {
 	throttle                              map[string]float64
 	pcieTx, pcieRx, nvlink                float64
 	fbUsed, fbTotal                       float64
+	// Cumulative since the run started: energy in mJ, and the time the
+	// clocks were held down by power capping and by thermal slowdown, in
+	// nanoseconds (dcgm-exporter's DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
+	// DCGM_FI_DEV_POWER_VIOLATION, DCGM_FI_DEV_THERMAL_VIOLATION).
+	energyMJ, powerViolationNs, thermalViolationNs float64
 }
 
 // throttleReasons are the clock-event reasons of whyslow_gpu_clock_throttle_active.
@@ -177,6 +182,13 @@ func (t *telemetry) tick(cfg *engineConfig, interval, clock float64, reason stri
 	}
 	g.power = math.Round(jit(g.power)*100) / 100
 	g.temp = math.Round(g.temp)
+	g.energyMJ += g.power * interval * 1000
+	switch reason {
+	case "sw_power_cap":
+		g.powerViolationNs += interval * 1e9
+	case "hw_thermal_slowdown", "sw_thermal_slowdown":
+		g.thermalViolationNs += interval * 1e9
+	}
 	g.pcieTx = jit(2e6 + 50*t.accFlops/1e9/interval)
 	g.pcieRx = jit(3e6 + 30*t.accFlops/1e9/interval)
 	g.nvlink = t.accNVLink / interval

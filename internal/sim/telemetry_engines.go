@@ -17,10 +17,27 @@ type engineExtra struct {
 	// cachedPerRequest is trtllm_prompt_cached_tokens_per_request; nil for
 	// the other engines.
 	cachedPerRequest *histogram
-	// lastBatchPrefill says the replica's last step carried prefill work
-	// and lastContextRequests how many requests it prefilled.
+	// lastBatchPrefill says the replica's last step carried prefill work,
+	// lastContextRequests how many requests it prefilled and
+	// lastGenRequests how many it decoded.
 	lastBatchPrefill    bool
 	lastContextRequests int
+	lastGenRequests     int
+
+	// skipZero leaves out a per-request TPOT, prefill, decode or
+	// inference time of exactly 0, and skipZeroQueue a queue time of 0:
+	// TensorRT-LLM's collector observes them only when truthy
+	// (tensorrt_llm/metrics/collector.py `if x := d.get(..., 0)`; @050f80de
+	// observes any queue time that is not None, @89fd9b74 skips 0 too).
+	skipZero, skipZeroQueue bool
+
+	// arrivals is the requests the replica's HTTP server received
+	// (SGLang's sglang:http_requests_total, Dynamo's requests counter).
+	arrivals float64
+
+	// dp is the per-rank state of an SGLang replica with DP attention
+	// (Names "dp"); nil otherwise.
+	dp []*dpRank
 
 	// Snapshots at the previous tick and what the last interval showed.
 	snapPreempt, snapGen, snapHits, snapQueries float64
@@ -45,7 +62,10 @@ var (
 
 	// trtllm-serve (docs/engines.md §4.1; tensorrt_llm/metrics/collector.py): TTFT, TPOT and latency reuse the vLLM V1 lists.
 	bucketsTRTLLMPrefillBatch = []float64{64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768}
-	bucketsTRTLLMCached       = []float64{0, 64, 128, 256, 512, 1024, 2048, 4096, 8192}
+	// trtllm_request_prefill_time_seconds (collector.py @050f80de); decode and inference use the latency list.
+	bucketsTRTLLMPrefill = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160,
+		640, 2560}
+	bucketsTRTLLMCached = []float64{0, 64, 128, 256, 512, 1024, 2048, 4096, 8192}
 )
 
 // newEngineTelemetry returns the counters of one replica with the bucket
@@ -66,10 +86,71 @@ func newEngineTelemetry(tele Policy, names string, maxModelLen int) *telemetry {
 		t.reqTPOT = newHistogram(bucketsITLv1)
 		t.e2e = newHistogram(bucketsLatencyv1)
 		t.queue = newHistogram(bucketsLatencyv1)
+		t.prefill = newHistogram(bucketsTRTLLMPrefill)
+		t.decode = newHistogram(bucketsLatencyv1)
+		t.inference = newHistogram(bucketsLatencyv1)
 		t.prefillBatchTokens = newHistogram(bucketsTRTLLMPrefillBatch)
 		t.cachedPerRequest = newHistogram(bucketsTRTLLMCached)
+		t.skipZero = true
+		t.skipZeroQueue = names == "unprefixed" || names == "dynamo"
 	}
 	return t
+}
+
+// dpRanks is how many DP-attention ranks an SGLang replica has with
+// Names "dp".
+const dpRanks = 2
+
+// dpRank is what one DP-attention rank's scheduler counts. A request
+// belongs to one rank for its life (rankOf).
+type dpRank struct {
+	preemptions, retractedIn, retractedOut float64
+	generationTokens                       float64
+	prefixQueries, prefixHits              float64
+	queue                                  *histogram
+
+	snapPreempt, snapGen, snapHits, snapQueries       float64
+	retractedInterval, genThroughput, intervalHitRate float64
+}
+
+// initDP gives the replica n DP-attention ranks.
+func (t *telemetry) initDP(n int) {
+	t.dp = make([]*dpRank, n)
+	for k := range t.dp {
+		t.dp[k] = &dpRank{queue: newHistogram(t.queue.bounds)}
+	}
+}
+
+// rankOf is the DP rank of r among n: SGLang's data-parallel controller
+// hands requests to the ranks in turn.
+func rankOf(r *request, n int) int { return int(r.seq % int64(n)) }
+
+// rank returns the state of r's DP rank, or nil without DP attention.
+func (t *telemetry) rank(r *request) *dpRank {
+	if t.dp == nil {
+		return nil
+	}
+	return t.dp[rankOf(r, len(t.dp))]
+}
+
+// phase records a per-request duration, leaving out zeros where the
+// engine's collector does (skipZero).
+func (t *telemetry) phase(h *histogram, v float64) {
+	if v == 0 && t.skipZero {
+		return
+	}
+	h.observe(v, 1)
+}
+
+// observeQueue records r's queue time on the replica and on its DP rank.
+func (t *telemetry) observeQueue(r *request, v float64) {
+	if v == 0 && t.skipZeroQueue {
+		return
+	}
+	t.queue.observe(v, 1)
+	if d := t.rank(r); d != nil {
+		d.queue.observe(v, 1)
+	}
 }
 
 // observeChunk records one streamed chunk of k tokens that took interval
@@ -88,15 +169,18 @@ func (h *histogram) observeChunk(interval, k float64) {
 // observeBatch records what one finished step tells the engine-specific
 // series: whether it carried prefill work, and how many context tokens.
 func (t *telemetry) observeBatch(batch []batchItem) {
-	prefill, ctxReqs := 0, 0
+	prefill, ctxReqs, genReqs := 0, 0, 0
 	for _, it := range batch {
 		if it.n > 1 || it.ctx < it.r.prompt {
 			prefill += it.n
 			ctxReqs++
+		} else {
+			genReqs++
 		}
 	}
 	t.lastBatchPrefill = prefill > 0
 	t.lastContextRequests = ctxReqs
+	t.lastGenRequests = genReqs
 	if t.prefillBatchTokens != nil && prefill > 0 {
 		t.prefillBatchTokens.observe(float64(prefill), 1)
 	}
@@ -119,6 +203,15 @@ func (t *telemetry) tickExtra(interval float64) {
 		t.intervalHitRate = 0
 	}
 	t.snapPreempt, t.snapGen, t.snapHits, t.snapQueries = t.preemptions, t.generationTokens, t.prefixHits, t.prefixQueries
+	for _, d := range t.dp {
+		d.retractedInterval = d.preemptions - d.snapPreempt
+		d.genThroughput = (d.generationTokens - d.snapGen) / interval
+		d.intervalHitRate = 0
+		if q := d.prefixQueries - d.snapQueries; q > 0 {
+			d.intervalHitRate = (d.prefixHits - d.snapHits) / q
+		}
+		d.snapPreempt, d.snapGen, d.snapHits, d.snapQueries = d.preemptions, d.generationTokens, d.prefixHits, d.prefixQueries
+	}
 }
 
 // allocatedBlocks is the blocks that hold KV now. Under GUARANTEED_NO_EVICT

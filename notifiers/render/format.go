@@ -216,6 +216,9 @@ func timeFmt(t time.Time) string {
 // windowFmt renders a window as "start → end (length)", dropping the date of
 // the end when it is the same day.
 func windowFmt(w triage.Window) string {
+	if w.Label != "" {
+		return w.Label
+	}
 	if w.Start.IsZero() && w.End.IsZero() {
 		return "n/a"
 	}
@@ -245,4 +248,13 @@ func scopeFmt(s triage.Scope) string {
 		return "{} (all series)"
 	}
 	return "{" + s.Selector + "}"
+}
+
+// EngineLine names the engine and, where it has several shipped forms, the
+// one the triage read: "trtllm (trtllm-serve ≤1.1, unprefixed names)".
+func EngineLine(v *triage.Verdict) string {
+	if v.EngineShape == nil || v.EngineShape.Title == "" {
+		return v.Engine
+	}
+	return v.Engine + " (" + v.EngineShape.Title + ")"
 }

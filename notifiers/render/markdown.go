@@ -30,7 +30,7 @@ func Markdown(w io.Writer, v *triage.Verdict, opts Options) error {
 		p("- **Labels:** %s\n", mdEscape(labelsFmt(v.Scope.Labels)))
 	}
 	if v.Engine != "" {
-		p("- **Engine:** %s\n", mdEscape(v.Engine))
+		p("- **Engine:** %s\n", mdEscape(EngineLine(v)))
 	}
 	if s := gpuFmt(v.GPU); s != "" {
 		p("- **GPU:** %s\n", mdEscape(s))

@@ -417,7 +417,7 @@ func isSplitSignal(name string) bool {
 func engineLine(v *triage.Verdict) string {
 	var parts []string
 	if v.Engine != "" {
-		parts = append(parts, "engine:   "+v.Engine)
+		parts = append(parts, "engine:   "+EngineLine(v))
 	}
 	if !v.At.IsZero() {
 		at := "at: "

@@ -241,17 +241,20 @@ func summaryText(v *triage.Verdict) string {
 	}
 	b.WriteString("*Scope:* " + code(sel))
 	if v.Engine != "" {
-		b.WriteString("   *Engine:* " + esc(v.Engine))
+		b.WriteString("   *Engine:* " + esc(render.EngineLine(v)))
 	}
 	b.WriteString("\n*Incident:* " + windowText(v.Incident))
 	b.WriteString("   *Baseline:* " + windowText(v.Baseline))
-	if off := v.Incident.End.Sub(v.Baseline.End); !v.Baseline.End.IsZero() && off > 0 {
+	if off := v.Incident.End.Sub(v.Baseline.End); !v.Baseline.End.IsZero() && v.Baseline.Label == "" && off > 0 {
 		b.WriteString(" (" + durationText(off) + " earlier)")
 	}
 	return b.String()
 }
 
 func windowText(w triage.Window) string {
+	if w.Label != "" {
+		return w.Label
+	}
 	if w.Start.IsZero() && w.End.IsZero() {
 		return "n/a"
 	}

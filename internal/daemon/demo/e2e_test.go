@@ -126,7 +126,7 @@ func drain(t *testing.T, env *Env) {
 // ratio, GPU evidence) and a prefill-side delay (TTFT ratio). -short runs
 // the first; WHYSLOW_E2E_ALL=1 runs every incident scenario of the engine
 // model.
-var defaultE2E = []string{"abort_storm", "gpu_throttle", "frontend_delay"}
+var defaultE2E = []string{"error_burst", "gpu_throttle", "frontend_delay"}
 
 // updatesAllowed lists the scenarios whose ranking may still change
 // confidently after the open as the window grows (the policy sends at most

@@ -65,6 +65,14 @@ var engineBundles = []spec{
 	{scenario: "prompt_shift", seed: 2, policy: "sglang"},
 	{scenario: "kv_pressure", seed: 2, policy: "trtllm"},
 	{scenario: "long_prompt_burst", seed: 2, policy: "trtllm"},
+	// The shipped shapes other than each engine's newest (docs/engines.md):
+	// trtllm-serve ≤1.1's five unprefixed families, NVIDIA Dynamo's
+	// re-export, SGLang with DP attention, and dcgm-exporter as Kubernetes
+	// stores it by default (exported_pod, default counters).
+	{scenario: "gpu_throttle", seed: 3, policy: "trtllm", names: "unprefixed", gpu: "dcgm", dcgmLayout: "k8s"},
+	{scenario: "arrival_surge", seed: 2, policy: "trtllm", names: "dynamo"},
+	{scenario: "kv_pressure", seed: 2, policy: "sglang", names: "dp"},
+	{scenario: "gpu_throttle", seed: 3, gpu: "dcgm", dcgmLayout: "k8s", dcgmCounters: "default", tag: "dcgm_k8s"},
 }
 
 // spec is one committed bundle.
@@ -75,14 +83,24 @@ type spec struct {
 	// traces is how many requests per window traces.jsonl.gz keeps; 0
 	// writes no traces.
 	traces int
+	// names, gpu, dcgmLayout and dcgmCounters pick a shape (sim.Options);
+	// tag names a vLLM bundle that differs only in them.
+	names, gpu, dcgmLayout, dcgmCounters, tag string
 }
 
 // dir is the bundle's directory name.
 func (s spec) dir() string {
-	if s.policy == "" || s.policy == "vllm" {
-		return s.scenario
+	d := s.scenario
+	if s.policy != "" && s.policy != "vllm" {
+		d = s.policy + "_" + d
 	}
-	return s.policy + "_" + s.scenario
+	if s.names != "" {
+		d = s.policy + "_" + s.names + "_" + s.scenario
+	}
+	if s.tag != "" {
+		d = s.tag + "_" + s.scenario
+	}
+	return d
 }
 
 // specs lists every committed bundle, the scenario bundles in the order of
@@ -131,7 +149,8 @@ func main() {
 // record writes one bundle (and its traces) into dir.
 func record(ctx context.Context, s spec, dir string) error {
 	var recs simtrace.Records
-	opt := sim.Options{Scenario: s.scenario, Seed: s.seed, Policy: s.policy, Trim: true}
+	opt := sim.Options{Scenario: s.scenario, Seed: s.seed, Policy: s.policy, Trim: true,
+		Names: s.names, GPUSeries: s.gpu, DCGMLayout: s.dcgmLayout, DCGMCounters: s.dcgmCounters}
 	if s.traces > 0 {
 		opt.OnRequest = recs.Add
 	}

@@ -1,0 +1,315 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/whyslow/whyslow/triage"
+)
+
+// conformanceDir holds one exposition per shipped engine shape, written from
+// the engines' published metric definitions (testdata/conformance/README.md).
+const conformanceDir = "../../testdata/conformance"
+
+// conformanceSpeed is how much faster than the fixture's steady rate the
+// served counters grow: a fixture's hour of counts is served as an engine
+// that ran for an hour/speed, so a 4 s sample sees ~500 requests, enough
+// for the minimum request volume, while its rates equal its lifetime's.
+const conformanceSpeed = 25
+
+// fixtureShape is what a fixture must be read as.
+type fixtureShape struct {
+	engine, shape string
+	// requests is the series counting finished requests, whose growth the
+	// variants' extra series follow.
+	requests string
+	// abort and failure are the series a client abort and a server
+	// failure add to (family, label, value); empty when the shape has none.
+	abort, failure [3]string
+	// lacks are core signals the shape has no series for.
+	lacks []string
+}
+
+var fixtureShapes = map[string]fixtureShape{
+	"vllm-v1.prom": {engine: "vllm", shape: "v1", requests: "vllm:e2e_request_latency_seconds_count",
+		abort:   [3]string{"vllm:request_success_total", "finished_reason", "abort"},
+		failure: [3]string{"http_requests_total", "status", "5xx"}},
+	"vllm-0.10.prom": {engine: "vllm", shape: "v1_overlap", requests: "vllm:e2e_request_latency_seconds_count",
+		abort:   [3]string{"vllm:request_success_total", "finished_reason", "abort"},
+		failure: [3]string{"http_requests_total", "status", "5xx"}},
+	"vllm-v0.prom": {engine: "vllm", shape: "v0", requests: "vllm:e2e_request_latency_seconds_count",
+		abort: [3]string{"vllm:request_success_total", "finished_reason", "abort"}, lacks: []string{"queue_mean"}},
+	"sglang.prom": {engine: "sglang", shape: "default", requests: "sglang:num_requests_total",
+		abort: [3]string{"sglang:num_aborted_requests_total", "", ""}},
+	"sglang-dp.prom": {engine: "sglang", shape: "dp_attention", requests: "sglang:num_requests_total",
+		abort:   [3]string{"sglang:num_aborted_requests_total", "", ""},
+		failure: [3]string{"sglang:http_responses_total", "status_code", "500"}},
+	"sglang-multiprocess.prom": {engine: "sglang", shape: "default", requests: "sglang:num_requests_total",
+		abort:   [3]string{"sglang:num_aborted_requests_total", "", ""},
+		failure: [3]string{"sglang:http_responses_total", "status_code", "500"}},
+	"trtllm.prom": {engine: "trtllm", shape: "current", requests: "trtllm_e2e_request_latency_seconds_count",
+		abort:   [3]string{"trtllm_request_success_total", "finished_reason", "cancelled"},
+		failure: [3]string{"trtllm_request_error_total", "http_code", "500"}},
+	"trtllm-dynamo.prom": {engine: "trtllm", shape: "dynamo", requests: "trtllm_e2e_request_latency_seconds_count",
+		abort: [3]string{"trtllm_request_success_total", "finished_reason", "cancelled"}},
+	"trtllm-unprefixed.prom": {engine: "trtllm", shape: "unprefixed", requests: "e2e_request_latency_seconds_count",
+		abort: [3]string{"request_success_total", "finished_reason", "cancelled"}},
+}
+
+// TestConformanceScrape serves every engine fixture as a live, steady engine
+// and triages it with `why --scrape`: the engine and its shape are
+// detected, the verdict is healthy, every canonical signal the shape's map
+// gives either has a value or is a stated gap; with 3% client aborts it is
+// still healthy, with 3% server failures it is request_errors.
+func TestConformanceScrape(t *testing.T) {
+	if testing.Short() {
+		t.Skip("samples for 4 s per fixture; skipped with -short")
+	}
+	var index struct {
+		Fixtures map[string]struct {
+			Engine string `yaml:"engine"`
+		} `yaml:"fixtures"`
+	}
+	raw, err := os.ReadFile(filepath.Join(conformanceDir, "shapes.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(raw, &index); err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range index.Fixtures {
+		if _, ok := fixtureShapes[name]; !ok && f.Engine != "dcgm" {
+			t.Errorf("fixture %s (%s) has no expectation here", name, f.Engine)
+		}
+	}
+	names := make([]string, 0, len(fixtureShapes))
+	for n := range fixtureShapes {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		want := fixtureShapes[name]
+		body, err := os.ReadFile(filepath.Join(conformanceDir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, variant := range []string{"steady", "aborts", "failures"} {
+			if variant == "failures" && want.failure[0] == "" {
+				continue
+			}
+			t.Run(strings.TrimSuffix(name, ".prom")+"/"+variant, func(t *testing.T) {
+				t.Parallel()
+				srv := httptest.NewServer(newFixtureServer(t, string(body), want, variant))
+				defer srv.Close()
+				r := runCLI(t, "why", "--scrape", srv.URL+"/metrics", "--sample", "4s", "--output", "json", "--explain")
+				if r.code == exitFailed {
+					t.Fatalf("exit 2: %s", r.stderr)
+				}
+				v := decodeVerdict(t, r.stdout)
+				checkConformance(t, v, want, variant, hasStartTime(string(body)))
+			})
+		}
+	}
+}
+
+func checkConformance(t *testing.T, v *triage.Verdict, want fixtureShape, variant string, hasStart bool) {
+	t.Helper()
+	shape := ""
+	if v.EngineShape != nil {
+		shape = v.EngineShape.Name
+	}
+	if v.Engine != want.engine || shape != want.shape {
+		t.Fatalf("read as %s/%s, want %s/%s (gaps %+v)", v.Engine, shape, want.engine, want.shape, v.DataGaps)
+	}
+	top := ""
+	if len(v.Causes) > 0 {
+		top = v.Causes[0].ID
+	}
+	switch variant {
+	case "steady", "aborts":
+		if v.Status != triage.StatusHealthy {
+			t.Errorf("%s engine: status %s (top cause %q), want healthy; headline %+v", variant, v.Status, top, v.Headline)
+		}
+	case "failures":
+		if v.Status != triage.StatusAnomaly || top != "request_errors" {
+			t.Errorf("3%% server failures: status %s, top cause %q, want anomaly with request_errors", v.Status, top)
+		}
+	}
+	// Every signal the shape maps has a value now, or says why not.
+	gapped := map[string]bool{}
+	for _, g := range v.DataGaps {
+		for _, s := range append(g.Signals, strings.Split(g.Signal, ", ")...) {
+			gapped[s] = true
+		}
+	}
+	now := map[string]float64{}
+	for _, s := range v.Signals {
+		if s.Now != nil {
+			now[s.Name] = *s.Now
+		} else if !gapped[s.Name] {
+			t.Errorf("signal %s has no value and no data gap", s.Name)
+		}
+	}
+	for _, s := range []string{"samples", "requests", "ttft_mean", "tpot_mean", "e2e_mean", "queue_mean", "request_rate", "abort_ratio"} {
+		if _, ok := now[s]; !ok && !slices.Contains(want.lacks, s) {
+			t.Errorf("core signal %s has no value in the sample", s)
+		}
+	}
+	// The sample's own rates are exact whether or not the engine exports
+	// its start time: each fixture is a 5 req/s engine, served 25× faster.
+	if rr, ok := now["request_rate"]; ok && math.Abs(rr/(5*conformanceSpeed)-1) > 0.1 {
+		t.Errorf("request rate %.1f req/s in the sample, want %d ±10%%", rr, 5*conformanceSpeed)
+	}
+	// The lifetime baseline: an exact rate where the engine says when it
+	// started, one stated gap where it cannot (SGLang, trtllm-serve and
+	// vLLM V0 serve multiprocess metrics: no start time).
+	var baseRate *float64
+	for _, s := range v.Signals {
+		if s.Name == "request_rate" {
+			baseRate = s.Baseline
+		}
+	}
+	rateGap := false
+	for _, g := range v.DataGaps {
+		rateGap = rateGap || (g.Signal == "baseline_rates" && slices.Contains(g.Signals, "request_rate"))
+	}
+	if hasStart {
+		if baseRate == nil || math.Abs(*baseRate/(5*conformanceSpeed)-1) > 0.1 {
+			t.Errorf("lifetime request rate %v, want %d ±10%% (the engine exports its start time)", baseRate, 5*conformanceSpeed)
+		}
+	} else if baseRate != nil || !rateGap {
+		t.Errorf("no start time: baseline request rate %v, gap %v; want no value and a baseline_rates gap", baseRate, rateGap)
+	}
+	if variant == "aborts" {
+		if a := now["abort_ratio"]; a < 0.02 || a > 0.05 {
+			t.Errorf("abort ratio %.3f, want about 3%% (plus the fixture's own)", a)
+		}
+	}
+}
+
+// newFixtureServer serves a fixture as an engine that ran for an hour/speed
+// before the first scrape and keeps its pace: every cumulative sample
+// (_total, _count, _sum, _bucket) grows in proportion, process_start_time_seconds
+// and *_created say when it started, gauges hold. Variants add 3% of the requests as
+// client aborts or server failures from the first scrape on.
+func newFixtureServer(t *testing.T, body string, fs fixtureShape, variant string) http.Handler {
+	lifetime := 3600.0 / conformanceSpeed
+	var once sync.Once
+	var t0 time.Time
+	var requests0 float64
+	lines := strings.Split(body, "\n")
+	for _, l := range lines {
+		if strings.HasPrefix(l, fs.requests) {
+			f := strings.Fields(l)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			requests0 += v
+		}
+	}
+	if requests0 == 0 {
+		t.Fatalf("fixture has no %s", fs.requests)
+	}
+	extra := map[string][3]string{"aborts": fs.abort, "failures": fs.failure}[variant]
+	// The variant's series, when the fixture already has it, grows by the
+	// added requests; otherwise it is inserted next to its family's first.
+	bump := extra[1] == ""
+	for _, l := range lines {
+		if extra[0] != "" && strings.HasPrefix(l, extra[0]+"{") && strings.Contains(l, extra[1]+`="`+extra[2]+`"`) {
+			bump = true
+		}
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		once.Do(func() { t0 = time.Now() })
+		elapsed := time.Since(t0).Seconds()
+		grow := 1 + elapsed/lifetime
+		added := 0.03 * requests0 * elapsed / lifetime
+		var out strings.Builder
+		inserted := extra[0] == ""
+		for _, l := range lines {
+			if l == "" || strings.HasPrefix(l, "#") {
+				out.WriteString(l + "\n")
+				continue
+			}
+			name, value, ok := splitSample(l)
+			if !ok {
+				out.WriteString(l + "\n")
+				continue
+			}
+			switch {
+			case name == "process_start_time_seconds" || strings.HasSuffix(name, "_created"):
+				value = float64(t0.Unix()) - lifetime
+			case strings.HasSuffix(name, "_total") || strings.HasSuffix(name, "_count") ||
+				strings.HasSuffix(name, "_sum") || strings.HasSuffix(name, "_bucket"):
+				value *= grow
+			}
+			if name == extra[0] && !inserted {
+				switch {
+				case !bump:
+					fmt.Fprintf(&out, "%s %g\n", withLabel(l[:strings.LastIndexByte(l, ' ')], extra[1], extra[2]), added)
+					inserted = true
+				case extra[1] == "" || strings.Contains(l, extra[1]+`="`+extra[2]+`"`):
+					value += added
+					inserted = true
+				}
+			}
+			fmt.Fprintf(&out, "%s %s\n", l[:strings.LastIndexByte(l, ' ')], strconv.FormatFloat(value, 'g', -1, 64))
+		}
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		_, _ = w.Write([]byte(out.String()))
+	})
+}
+
+// splitSample returns a sample line's metric name and value.
+func splitSample(l string) (string, float64, bool) {
+	i := strings.LastIndexByte(l, ' ')
+	if i < 0 {
+		return "", 0, false
+	}
+	v, err := strconv.ParseFloat(l[i+1:], 64)
+	if err != nil {
+		return "", 0, false
+	}
+	name := l[:i]
+	if j := strings.IndexAny(name, "{ "); j >= 0 {
+		name = name[:j]
+	}
+	return name, v, true
+}
+
+// withLabel sets one label of a series (`name{a="1",b="2"}`) to a value.
+func withLabel(series, label, value string) string {
+	open := strings.IndexByte(series, '{')
+	if open < 0 {
+		return series + "{" + label + "=\"" + value + "\"}"
+	}
+	inner := strings.TrimSuffix(series[open+1:], "}")
+	parts := strings.Split(inner, ",")
+	for i, p := range parts {
+		if strings.HasPrefix(strings.TrimSpace(p), label+"=") {
+			parts[i] = label + "=\"" + value + "\""
+			return series[:open+1] + strings.Join(parts, ",") + "}"
+		}
+	}
+	return series[:open+1] + strings.Join(append(parts, label+"=\""+value+"\""), ",") + "}"
+}
+
+// hasStartTime reports whether an exposition says when the engine started.
+func hasStartTime(body string) bool {
+	for _, l := range strings.Split(body, "\n") {
+		if name, _, ok := splitSample(l); ok && (name == "process_start_time_seconds" || strings.HasSuffix(name, "_created")) {
+			return true
+		}
+	}
+	return false
+}
