@@ -86,9 +86,11 @@ func renderSignal(t *template.Template, selector, window string, targetLabels []
 }
 
 // DefaultTargetLabels tell targets apart when no target labels are given:
-// Kubernetes service discovery adds pod, a bare scrape has only instance, and
-// grouping by both works for either.
-var DefaultTargetLabels = []string{"pod", "instance"}
+// Kubernetes service discovery adds pod, a bare scrape has only instance
+// (host:port) and target (the URL path, for replicas behind one
+// host:port, collectors/scrape); grouping by all three works for any.
+// pod stays first: it is the label other exporters' series join on.
+var DefaultTargetLabels = []string{"pod", "instance", "target"}
 
 func defaultTargets(l []string) []string {
 	if len(l) == 0 {

@@ -12,8 +12,9 @@ import (
 // buildVerdict fills the verdict from the walk's outcome. now and base are
 // the signal values the walk saw; coverage (in (0, 1]) scales the
 // confidences when the baseline window is only partly covered by data.
+// buckets holds the bucket bounds of the headline's quantile signals.
 func buildVerdict(v *Verdict, rs *rules.Ruleset, out *rules.Outcome, opts *Options, now, base map[string]float64,
-	gpu gpuInference, coverage float64) {
+	gpu gpuInference, coverage float64, buckets map[string][]float64) {
 	switch {
 	case out.Insufficient:
 		v.Status = StatusInsufficientData
@@ -39,12 +40,15 @@ func buildVerdict(v *Verdict, rs *rules.Ruleset, out *rules.Outcome, opts *Optio
 		v.Attribution = nil
 	}
 
-	for _, name := range rs.Verdict.Headline {
+	for _, name := range headlineSignals(rs) {
 		s := rs.Declared(name)
 		c := Comparison{Signal: name, Title: s.Title, Unit: s.Unit, Now: valuePtr(now, name), Baseline: valuePtr(base, name)}
 		if c.Now != nil && c.Baseline != nil && *c.Baseline != 0 {
 			r := *c.Now / *c.Baseline
 			c.Ratio = &r
+		}
+		if les := buckets[name]; len(les) > 0 {
+			c.NowBucket, c.BaselineBucket = coarseBucket(les, c.Now), coarseBucket(les, c.Baseline)
 		}
 		v.Headline = append(v.Headline, c)
 	}
@@ -87,6 +91,17 @@ func buildVerdict(v *Verdict, rs *rules.Ruleset, out *rules.Outcome, opts *Optio
 		}
 		v.Causes = append(v.Causes, c)
 	}
+	if v.Status == StatusAnomaly {
+		reported := map[string]bool{}
+		for _, c := range out.Causes {
+			reported[c.Cause.ID] = true
+		}
+		for _, c := range out.Candidates {
+			if !reported[c.Cause.ID] && c.Score > 0 {
+				v.Considered = append(v.Considered, Considered{ID: c.Cause.ID, Title: c.Cause.Title, Score: round3(c.Score)})
+			}
+		}
+	}
 	for _, ro := range out.RuledOut {
 		v.RuledOut = append(v.RuledOut, RuledOut{ID: ro.Cause.ID, Title: ro.Cause.Title, Reason: ro.Reason})
 	}
@@ -117,6 +132,49 @@ func buildVerdict(v *Verdict, rs *rules.Ruleset, out *rules.Outcome, opts *Optio
 	if out.Scheduler.Source == "unknown" {
 		v.DataGaps = append(v.DataGaps, DataGap{Signal: "scheduler", Reason: gpuGapReason(gpu)})
 	}
+}
+
+// headlineMeans pairs a headline quantile with its mean, which the
+// evidence quotes: the mean is shown on the next row.
+var headlineMeans = map[string]string{"ttft_p95": "ttft_mean", "tpot_p95": "tpot_mean"}
+
+// headlineSignals is the ruleset's headline with each quantile's mean
+// (headlineMeans) after it, when the ruleset declares it.
+func headlineSignals(rs *rules.Ruleset) []string {
+	listed := map[string]bool{}
+	for _, n := range rs.Verdict.Headline {
+		listed[n] = true
+	}
+	var out []string
+	for _, n := range rs.Verdict.Headline {
+		out = append(out, n)
+		if m, ok := headlineMeans[n]; ok && !listed[m] && rs.Declared(m) != nil {
+			out = append(out, m)
+			listed[m] = true
+		}
+	}
+	return out
+}
+
+// coarseBucket returns the bucket (of the sorted finite upper bounds les)
+// a quantile value was interpolated in, when it is wider than half its
+// lower bound; nil for a fine bucket, a value beyond the last bound, or no
+// value.
+func coarseBucket(les []float64, v *float64) *Bucket {
+	if v == nil {
+		return nil
+	}
+	lo := 0.0
+	for _, hi := range les {
+		if *v <= hi {
+			if *v <= lo || hi-lo <= 0.5*lo {
+				return nil
+			}
+			return &Bucket{Lower: lo, Upper: hi}
+		}
+		lo = hi
+	}
+	return nil
 }
 
 func round3(f float64) float64 { return math.Round(f*1000) / 1000 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql/parser"
 
 	"github.com/whyslow/whyslow/rules"
 )
@@ -174,6 +176,13 @@ func correlate(ctx context.Context, opts *Options, rs *rules.Ruleset, facts rule
 	merge := func(summary string, extra []rules.ExtraEvidence) {
 		rs.MergeEvidence(out, correlateStep, correlateTitle, summary, extra)
 	}
+	scope, err := newRequestScope(opts.Selector, opts.TargetLabels)
+	if err != nil {
+		// Run validated the selector already.
+		c.gaps = append(c.gaps, DataGap{Signal: "traces", Window: "incident", Reason: err.Error()})
+		merge("traces unavailable", nil)
+		return c
+	}
 	reqs, err := tracedRequests(ctx, opts.Traces, v.Incident)
 	if err != nil {
 		c.gaps = append(c.gaps, DataGap{Signal: "traces", Window: "incident", Reason: "trace query failed: " + err.Error()})
@@ -181,9 +190,17 @@ func correlate(ctx context.Context, opts *Options, rs *rules.Ruleset, facts rule
 		return c
 	}
 	reqs = inWindow(reqs, v.Incident)
+	all := len(reqs)
+	reqs = scope.filter(reqs)
 	if len(reqs) == 0 {
-		c.gaps = append(c.gaps, DataGap{Signal: "traces", Window: "incident", Reason: "no traced llm_request span in the incident window"})
-		merge("no traced requests in the incident window", nil)
+		reason, summary := "no traced llm_request span in the incident window", "no traced requests in the incident window"
+		if all > 0 {
+			reason = fmt.Sprintf("%d traced requests in the incident window, none of the scope {%s} "+
+				"(by the spans' %s, %s or pod)", all, opts.Selector, AttrResponseModel, AttrRequestModel)
+			summary = "no traced requests of the scope in the incident window"
+		}
+		c.gaps = append(c.gaps, DataGap{Signal: "traces", Window: "incident", Reason: reason})
+		merge(summary, nil)
 		return c
 	}
 	base, err := tracedRequests(ctx, opts.Traces, v.Baseline)
@@ -193,7 +210,7 @@ func correlate(ctx context.Context, opts *Options, rs *rules.Ruleset, facts rule
 
 	in := CorrelationInput{
 		Requests: reqs,
-		Baseline: inWindow(base, v.Baseline),
+		Baseline: scope.filter(inWindow(base, v.Baseline)),
 		Window:   v.Incident,
 	}
 	in.Slow = SlowestRequests(in.Requests, v.Incident.Start.Add(-traceLookback), v.Incident.End, correlateSlowest)
@@ -302,6 +319,87 @@ func tracedRequests(ctx context.Context, t Traces, w Window) ([]RequestBreakdown
 		return nil, err
 	}
 	return BuildRequests(spans), nil
+}
+
+// requestScope keeps the traced requests of a scope. A scope label maps to
+// what the spans say about a request: model_name (and model) to the model
+// that served it (Model: gen_ai.response.model, else gen_ai.request.model),
+// pod (and the scope's first target label, unless it is instance) to its
+// pods (Pod, PrefillPod: k8s.pod.name, service.instance.id, host.name),
+// namespace to k8s.namespace.name. As in PromQL, a request whose spans do
+// not say is the empty value: it is kept only when the scope's matcher
+// accepts "" (does not constrain the label). Labels without a mapping (job,
+// instance, ...) do not filter.
+type requestScope []scopeMatcher
+
+type scopeMatcher struct {
+	m      *labels.Matcher
+	values func(*RequestBreakdown) []string
+}
+
+// requestLabels are the scope labels with a span mapping.
+var requestLabels = map[string]func(*RequestBreakdown) []string{
+	"model_name": requestModel,
+	"model":      requestModel,
+	"pod":        requestPods,
+	"namespace":  func(r *RequestBreakdown) []string { return []string{r.Namespace} },
+}
+
+func requestModel(r *RequestBreakdown) []string { return []string{r.Model} }
+
+func requestPods(r *RequestBreakdown) []string {
+	if r.PrefillPod != "" && r.PrefillPod != r.Pod {
+		return []string{r.Pod, r.PrefillPod}
+	}
+	return []string{r.Pod}
+}
+
+// newRequestScope parses the scope's selector (PromQL label matchers
+// without braces) into the matchers that apply to requests.
+func newRequestScope(selector string, targetLabels []string) (requestScope, error) {
+	if strings.TrimSpace(selector) == "" {
+		return nil, nil
+	}
+	ms, err := parser.NewParser(parser.Options{}).ParseMetricSelector("{" + selector + "}")
+	if err != nil {
+		return nil, fmt.Errorf("selector %q: %w", selector, err)
+	}
+	var sc requestScope
+	for _, m := range ms {
+		values, ok := requestLabels[m.Name]
+		if !ok && len(targetLabels) > 0 && m.Name == targetLabels[0] && m.Name != "instance" {
+			values, ok = requestPods, true
+		}
+		if ok {
+			sc = append(sc, scopeMatcher{m: m, values: values})
+		}
+	}
+	return sc, nil
+}
+
+// matches reports whether the request belongs to the scope: every mapped
+// matcher accepts one of the request's values for its label.
+func (sc requestScope) matches(r *RequestBreakdown) bool {
+	for _, c := range sc {
+		if !slices.ContainsFunc(c.values(r), c.m.Matches) {
+			return false
+		}
+	}
+	return true
+}
+
+// filter returns the requests of the scope.
+func (sc requestScope) filter(reqs []RequestBreakdown) []RequestBreakdown {
+	if len(sc) == 0 {
+		return reqs
+	}
+	var out []RequestBreakdown
+	for i := range reqs {
+		if sc.matches(&reqs[i]) {
+			out = append(out, reqs[i])
+		}
+	}
+	return out
 }
 
 // inWindow keeps the requests that started or finished in [w.Start,

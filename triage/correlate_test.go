@@ -3,6 +3,7 @@ package triage
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -193,5 +194,74 @@ func TestPodContextErrors(t *testing.T) {
 	_, _, err := PodContext(context.Background(), m, PodContextQuery{Start: at, End: at.Add(time.Minute)})
 	if err == nil || !strings.Contains(err.Error(), "pod context") {
 		t.Errorf("err = %v", err)
+	}
+}
+
+// TestRequestScope keeps the traced requests of the scope: by the model the
+// spans name (the engine span's gen_ai.response.model, else a
+// gen_ai.request.model, the gateway's included), the pod and the namespace;
+// a request whose spans do not say is kept only when the scope does not
+// constrain that label.
+func TestRequestScope(t *testing.T) {
+	engine := func(trace byte, pod string, extra ...Attr) Span {
+		s := mkSpan(spanSpec{name: SpanLLMRequest, id: 2, trace: trace, start: ms(10), end: ms(1010), pod: pod,
+			attrs: append(v1Engine("r", 100, 0.1, 0.2, 0.7, 1), extra...)})
+		if pod != "" {
+			s.Resource = append(s.Resource, StringAttr(AttrNamespace, "prod"))
+		}
+		return s
+	}
+	gateway := func(trace byte, model string) Span {
+		return mkSpan(spanSpec{name: SpanGatewayRequest, id: 1, trace: trace, start: 0, end: ms(1020),
+			attrs: Attrs{StringAttr(AttrRequestModel, model)}})
+	}
+	spans := []Span{
+		engine(1, "vllm-8b-0", StringAttr(AttrResponseModel, "llama-8b")),
+		engine(2, "vllm-70b-0", StringAttr(AttrResponseModel, "llama-70b"), StringAttr(AttrRequestModel, "llama-8b")),
+		gateway(3, "llama-70b"),
+		engine(3, "vllm-70b-1"),
+		engine(4, "vllm-8b-1", StringAttr(AttrRequestModel, "llama-8b")),
+		engine(5, ""), // says nothing: no model, no pod, no namespace
+	}
+	spans[3].ParentID = spans[2].SpanID
+	reqs := BuildRequests(spans)
+	if len(reqs) != 5 {
+		t.Fatalf("%d requests, want 5", len(reqs))
+	}
+	cases := []struct {
+		selector string
+		want     []byte // traces kept
+	}{
+		{``, []byte{1, 2, 3, 4, 5}},
+		{`model_name="llama-8b"`, []byte{1, 4}},
+		{`model_name="llama-70b"`, []byte{2, 3}},
+		{`model_name=~"llama-.*"`, []byte{1, 2, 3, 4}},
+		{`model_name!="llama-70b"`, []byte{1, 4, 5}},
+		{`model_name=~"llama-70b|"`, []byte{2, 3, 5}},
+		{`model="llama-8b"`, []byte{1, 4}},
+		{`pod="vllm-70b-1"`, []byte{3}},
+		{`pod=~"vllm-70b-.*", model_name="llama-70b"`, []byte{2, 3}},
+		{`namespace="prod"`, []byte{1, 2, 3, 4}},
+		{`job="vllm", instance="10.0.0.1:8000"`, []byte{1, 2, 3, 4, 5}}, // no mapping: no filter
+		{`kubernetes_pod_name="vllm-8b-0"`, []byte{1}},                  // the scope's target label
+	}
+	for _, c := range cases {
+		t.Run(c.selector, func(t *testing.T) {
+			sc, err := newRequestScope(c.selector, []string{"kubernetes_pod_name", "instance"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []byte
+			for _, r := range sc.filter(reqs) {
+				got = append(got, r.TraceID[15])
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, c.want) {
+				t.Errorf("kept traces %v, want %v", got, c.want)
+			}
+		})
+	}
+	if _, err := newRequestScope(`model_name=`, nil); err == nil {
+		t.Error("a bad selector parsed")
 	}
 }

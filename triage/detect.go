@@ -77,13 +77,25 @@ var httpSuccess = `(1 - ` + httpScoped(`status=~"5.."`, "vllm:num_requests_runni
 	` or (1 - ` + httpScopedSGLang(`status_code=~"5.."`) + ` / ` + httpScopedSGLang(`endpoint=~"/v1/.*|/generate"`) + `)`
 
 // httpScoped is rate(http_requests_total{match}) per scope: each series
-// takes the scope labels of the engine series on its pod.
+// takes the scope labels of the engine series of its target (the same
+// pod and instance: the API server's counters come with the engine's
+// scrape); series without a target label are left out rather than
+// matched to every scope.
 func httpScoped(match, engineSeries string) string {
-	return `sum by ($by) (rate(http_requests_total{` + match + `}[$window]) * on (pod) group_left ($by) max by (pod, $by) (` + engineSeries + `{$sel}))`
+	return `sum by ($by) (rate(http_requests_total{` + match + `}[$window]) * on (pod, instance) group_left ($by) ` + oneScopeTargets(engineSeries) + `)`
 }
 
 func httpScopedSGLang(match string) string {
-	return `sum by ($by) (rate(sglang:http_responses_total{` + match + `}[$window]) * on (pod) group_left ($by) max by (pod, $by) (sglang:num_running_reqs{$sel}))`
+	return `sum by ($by) (rate(sglang:http_responses_total{` + match + `}[$window]) * on (pod, instance) group_left ($by) ` +
+		oneScopeTargets("sglang:num_running_reqs") + `)`
+}
+
+// oneScopeTargets is one series per target that serves exactly one scope,
+// with the scope's labels: a target that serves several (one server for
+// two models) cannot say whose its HTTP errors were.
+func oneScopeTargets(engineSeries string) string {
+	scoped := `max by (pod, instance, $by) (` + engineSeries + `{$sel instance=~".+"})`
+	return `(` + scoped + ` and on (pod, instance) (count by (pod, instance) (` + scoped + `) == 1))`
 }
 
 // volumeExprs count the requests behind each built-in signal over $window:
@@ -143,6 +155,70 @@ const (
 	DefaultFor = 15 * time.Second
 )
 
+// MinHistory is the least history a baseline is taken from: with less,
+// whyslow is still learning the baseline, ratio conditions (detector and
+// ruleset) have nothing to compare with, and only absolute triggers and
+// mechanisms count.
+const MinHistory = 10 * time.Minute
+
+// BaselineChoice is the baseline offset a detection or a triage uses at one
+// time, given how much history the store holds: the configured offset
+// once the history reaches it, else the history there is (the baseline
+// window then starts where the history starts), else none.
+type BaselineChoice struct {
+	// Offset is how far back the baseline window ends; 0 means no baseline
+	// (less than MinHistory of history).
+	Offset time.Duration
+	// Configured is the offset asked for (e.g. 1h).
+	Configured time.Duration
+	// History is how much history the store holds; 0 when unknown.
+	History time.Duration
+	// Learning says Offset is shorter than Configured (or there is none).
+	Learning bool
+}
+
+// ChooseBaseline picks the baseline offset for a window of length window
+// ending at at, with the history starting at since (zero: unknown, the
+// configured offset is used as is). The baseline window must fit in the
+// history and must not overlap the window.
+func ChooseBaseline(configured, window time.Duration, since, at time.Time) BaselineChoice {
+	c := BaselineChoice{Offset: configured, Configured: configured}
+	if since.IsZero() || configured <= 0 {
+		return c
+	}
+	c.History = max(at.Sub(since), 0)
+	if c.History >= configured+window {
+		return c
+	}
+	c.Learning = true
+	off := (c.History - window).Truncate(time.Second)
+	if m := off.Truncate(time.Minute); m >= window {
+		off = m // whole minutes, as the note says
+	}
+	if c.History < MinHistory || off < window || off <= 0 {
+		c.Offset = 0
+		return c
+	}
+	c.Offset = off
+	return c
+}
+
+// Note says how the baseline was chosen, for a verdict warning: "" with the
+// configured baseline; "baseline 12m (learning: 14 of 60 minutes of
+// history)" with a shortened one; "learning the baseline (7 of 60
+// minutes)..." without one.
+func (c BaselineChoice) Note() string {
+	if !c.Learning {
+		return ""
+	}
+	hist, full := int(c.History/time.Minute), int(c.Configured/time.Minute)
+	if c.Offset == 0 {
+		return fmt.Sprintf("learning the baseline (%d of %d minutes): less than %d minutes of history, so nothing is compared with a baseline; "+
+			"only absolute triggers (success rate, queue growth) and mechanism evidence count", hist, full, int(MinHistory/time.Minute))
+	}
+	return fmt.Sprintf("baseline %s (learning: %d of %d minutes of history)", model.Duration(c.Offset), hist, full)
+}
+
 // DefaultGroupBy is the label set that makes a detection scope.
 var DefaultGroupBy = []string{"model_name"}
 
@@ -159,8 +235,9 @@ type DetectConfig struct {
 	// LongWindow confirms it (default 2m). Both windows must violate.
 	LongWindow time.Duration `yaml:"long_window,omitempty" json:"long_window,omitempty"`
 	// Baseline is how far back the reference window ends (default 1h).
-	// Ratio conditions need history that old: until the store has it (the
-	// first hour without a data dir), only above/below conditions fire.
+	// With less history in the store (a fresh sidecar), ratio conditions
+	// compare with the history there is (see ChooseBaseline); with less
+	// than MinHistory only above/below conditions fire.
 	Baseline time.Duration `yaml:"baseline,omitempty" json:"baseline,omitempty"`
 	// For is how long a condition must hold before it fires (default 15s;
 	// see DefaultFor).
@@ -466,6 +543,38 @@ func (d *Detector) Config() DetectConfig { return d.cfg }
 // that has data, sorted by key. A query error fails the evaluation; the
 // pending state is left untouched then.
 func (d *Detector) Evaluate(ctx context.Context, m Metrics, at time.Time) ([]Detection, error) {
+	return d.EvaluateSince(ctx, m, at, time.Time{})
+}
+
+// EvaluateSince is Evaluate for a store whose history starts at since
+// (zero: unknown, taken as long enough). With less history than the
+// configured baseline, ratio conditions compare with the history there is
+// (ChooseBaseline over the long window); with less than MinHistory they
+// are off, and the absolute conditions (above, below) still fire.
+func (d *Detector) EvaluateSince(ctx context.Context, m Metrics, at, since time.Time) ([]Detection, error) {
+	choice := ChooseBaseline(d.cfg.Baseline, d.cfg.LongWindow, since, at)
+	offset := choice.Offset
+	baseAt := at.Add(-offset)
+	// While learning, one window of the little history there is would be
+	// a noisy reference (the engine's first minutes, a lull): the
+	// baseline is the highest of a few windows spread over the history
+	// (none of the last MinHistory less the window), which only ever
+	// makes a ratio harder to reach.
+	var learnAt []time.Time
+	if choice.Learning && offset > 0 {
+		lo := max(d.cfg.LongWindow, MinHistory-d.cfg.LongWindow)
+		n := 1
+		if offset > lo {
+			n = min(6, 1+int((offset-lo)/d.cfg.LongWindow))
+		}
+		for k := 0; k < n; k++ {
+			off := offset
+			if n > 1 {
+				off = offset - time.Duration(k)*(offset-lo)/time.Duration(n-1)
+			}
+			learnAt = append(learnAt, at.Add(-off))
+		}
+	}
 	type vals struct {
 		short, long, base *float64
 		// Request counts of the windows (nil: not checked or no data).
@@ -485,8 +594,8 @@ func (d *Detector) Evaluate(ctx context.Context, m Metrics, at time.Time) ([]Det
 			return nil, fmt.Errorf("trigger %s: %w", t.Name, err)
 		}
 		base := map[string]float64{}
-		if t.Ratio > 0 {
-			b, err := d.query(ctx, m, t, d.cfg.LongWindow, at.Add(-d.cfg.Baseline))
+		if t.Ratio > 0 && offset > 0 && learnAt == nil {
+			b, err := d.query(ctx, m, t, d.cfg.LongWindow, baseAt)
 			if err != nil {
 				return nil, fmt.Errorf("trigger %s baseline: %w", t.Name, err)
 			}
@@ -519,7 +628,7 @@ func (d *Detector) Evaluate(ctx context.Context, m Metrics, at time.Time) ([]Det
 			}{
 				{d.cfg.ShortWindow, at, func(r *vals, v float64) { r.nShort = ptr(v) }, false},
 				{d.cfg.LongWindow, at, func(r *vals, v float64) { r.nLong = ptr(v) }, false},
-				{d.cfg.LongWindow, at.Add(-d.cfg.Baseline), func(r *vals, v float64) { r.nBase = ptr(v) }, t.Ratio == 0},
+				{d.cfg.LongWindow, baseAt, func(r *vals, v float64) { r.nBase = ptr(v) }, t.Ratio == 0 || offset == 0 || learnAt != nil},
 			} {
 				if w.skip {
 					continue
@@ -542,11 +651,15 @@ func (d *Detector) Evaluate(ctx context.Context, m Metrics, at time.Time) ([]Det
 				window time.Duration
 				at     time.Time
 				set    func(r *vals, v float64)
+				skip   bool
 			}{
-				{d.cfg.ShortWindow, at, func(r *vals, v float64) { r.mShort = ptr(v) }},
-				{d.cfg.LongWindow, at, func(r *vals, v float64) { r.mLong = ptr(v) }},
-				{d.cfg.LongWindow, at.Add(-d.cfg.Baseline), func(r *vals, v float64) { r.mBase = ptr(v) }},
+				{d.cfg.ShortWindow, at, func(r *vals, v float64) { r.mShort = ptr(v) }, false},
+				{d.cfg.LongWindow, at, func(r *vals, v float64) { r.mLong = ptr(v) }, false},
+				{d.cfg.LongWindow, baseAt, func(r *vals, v float64) { r.mBase = ptr(v) }, offset == 0 || learnAt != nil},
 			} {
+				if w.skip {
+					continue
+				}
 				n, err := d.queryExpr(ctx, m, d.cfg.fill(mean, w.window), w.at)
 				if err != nil {
 					return nil, fmt.Errorf("trigger %s mean: %w", t.Name, err)
@@ -557,6 +670,16 @@ func (d *Detector) Evaluate(ctx context.Context, m Metrics, at time.Time) ([]Det
 						results[i][key] = r
 					}
 				}
+			}
+		}
+		if t.Ratio > 0 && learnAt != nil {
+			if err := d.learnedBaseline(ctx, m, t, learnAt, func(key string, v, n, mean *float64) {
+				if r, ok := results[i][key]; ok {
+					r.base, r.nBase, r.mBase = v, n, mean
+					results[i][key] = r
+				}
+			}); err != nil {
+				return nil, err
 			}
 		}
 		for key := range results[i] {
@@ -624,6 +747,53 @@ func (d *Detector) Evaluate(ctx context.Context, m Metrics, at time.Time) ([]Det
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil
+}
+
+// learnedBaseline evaluates t's baseline at each of points and sets, per
+// scope, the highest value among the windows with enough requests (with
+// its request count) and the highest mean.
+func (d *Detector) learnedBaseline(ctx context.Context, m Metrics, t Trigger, points []time.Time, set func(key string, v, n, mean *float64)) error {
+	best := map[string]*float64{}
+	count := map[string]*float64{}
+	means := map[string]*float64{}
+	for _, p := range points {
+		vals, err := d.query(ctx, m, t, d.cfg.LongWindow, p)
+		if err != nil {
+			return fmt.Errorf("trigger %s baseline: %w", t.Name, err)
+		}
+		var vols map[string]float64
+		if t.MinRequests > 0 {
+			if vols, err = d.queryExpr(ctx, m, d.cfg.fill(t.volumeTemplate(), d.cfg.LongWindow), p); err != nil {
+				return fmt.Errorf("trigger %s request count: %w", t.Name, err)
+			}
+		}
+		var mv map[string]float64
+		if t.MeanRatio > 0 {
+			if mv, err = d.queryExpr(ctx, m, d.cfg.fill(meanExprs[t.Signal], d.cfg.LongWindow), p); err != nil {
+				return fmt.Errorf("trigger %s mean: %w", t.Name, err)
+			}
+		}
+		for key, v := range vals {
+			var n *float64
+			if t.MinRequests > 0 {
+				nv, ok := vols[key]
+				if !ok || nv < t.MinRequests {
+					continue
+				}
+				n = ptr(nv)
+			}
+			if b := best[key]; b == nil || v > *b {
+				best[key], count[key] = ptr(v), n
+			}
+			if mean, ok := mv[key]; ok && (means[key] == nil || mean > *means[key]) {
+				means[key] = ptr(mean)
+			}
+		}
+	}
+	for key, v := range best {
+		set(key, v, count[key], means[key])
+	}
+	return nil
 }
 
 // enough reports whether a window's request count reaches min.

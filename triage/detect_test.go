@@ -270,19 +270,19 @@ func TestDetectMinRequests(t *testing.T) {
 		// only the API server's 5xx (on the engine's pod, no model_name)
 		// tells it from a client's abort.
 		{"V0, 10% aborted with 5xx", `load 5s
-  vllm:request_success_total{model_name="m",pod="p",finished_reason="stop"} 0+9x100
-  vllm:request_success_total{model_name="m",pod="p",finished_reason="abort"} 0+1x100
-  vllm:num_requests_running{model_name="m",pod="p"} 4+0x100
-  http_requests_total{pod="p",handler="/v1/completions",method="POST",status="2xx"} 0+9x100
-  http_requests_total{pod="p",handler="/v1/completions",method="POST",status="5xx"} 0+1x100
-  http_requests_total{pod="q",handler="/v1/completions",method="POST",status="5xx"} 0+9x100
+  vllm:request_success_total{model_name="m",pod="p",instance="10.0.0.1:8000",finished_reason="stop"} 0+9x100
+  vllm:request_success_total{model_name="m",pod="p",instance="10.0.0.1:8000",finished_reason="abort"} 0+1x100
+  vllm:num_requests_running{model_name="m",pod="p",instance="10.0.0.1:8000"} 4+0x100
+  http_requests_total{pod="p",instance="10.0.0.1:8000",handler="/v1/completions",method="POST",status="2xx"} 0+9x100
+  http_requests_total{pod="p",instance="10.0.0.1:8000",handler="/v1/completions",method="POST",status="5xx"} 0+1x100
+  http_requests_total{pod="q",instance="10.0.0.2:8000",handler="/v1/completions",method="POST",status="5xx"} 0+9x100
 `, true, 10},
 		{"V0, 10% aborted with 2xx", `load 5s
-  vllm:request_success_total{model_name="m",pod="p",finished_reason="stop"} 0+9x100
-  vllm:request_success_total{model_name="m",pod="p",finished_reason="abort"} 0+1x100
-  vllm:num_requests_running{model_name="m",pod="p"} 4+0x100
-  http_requests_total{pod="p",handler="/v1/completions",method="POST",status="2xx"} 0+10x100
-  http_requests_total{pod="q",handler="/v1/completions",method="POST",status="5xx"} 0+9x100
+  vllm:request_success_total{model_name="m",pod="p",instance="10.0.0.1:8000",finished_reason="stop"} 0+9x100
+  vllm:request_success_total{model_name="m",pod="p",instance="10.0.0.1:8000",finished_reason="abort"} 0+1x100
+  vllm:num_requests_running{model_name="m",pod="p",instance="10.0.0.1:8000"} 4+0x100
+  http_requests_total{pod="p",instance="10.0.0.1:8000",handler="/v1/completions",method="POST",status="2xx"} 0+10x100
+  http_requests_total{pod="q",instance="10.0.0.2:8000",handler="/v1/completions",method="POST",status="5xx"} 0+9x100
 `, false, 10},
 	}
 	for _, tt := range tests {
@@ -425,5 +425,162 @@ func TestDetectTPOTMeanRatioIgnoresBucketSteps(t *testing.T) {
 				t.Errorf("firing %v, want %v", firing, tt.firing)
 			}
 		})
+	}
+}
+
+func TestChooseBaseline(t *testing.T) {
+	at := time.Unix(1700000000, 0)
+	tests := []struct {
+		name     string
+		since    time.Time
+		window   time.Duration
+		offset   time.Duration
+		learning bool
+		note     string
+	}{
+		{"unknown history", time.Time{}, 5 * time.Minute, time.Hour, false, ""},
+		{"enough history", at.Add(-2 * time.Hour), 5 * time.Minute, time.Hour, false, ""},
+		{"shrunk to the history", at.Add(-17 * time.Minute), 5 * time.Minute, 12 * time.Minute, true,
+			"baseline 12m (learning: 17 of 60 minutes of history)"},
+		{"just enough", at.Add(-10 * time.Minute), 5 * time.Minute, 5 * time.Minute, true,
+			"baseline 5m (learning: 10 of 60 minutes of history)"},
+		{"too little", at.Add(-7 * time.Minute), 2 * time.Minute, 0, true, "learning the baseline (7 of 60 minutes)"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := ChooseBaseline(time.Hour, tc.window, tc.since, at)
+			if c.Offset != tc.offset || c.Learning != tc.learning {
+				t.Errorf("choice %+v, want offset %s learning %v", c, tc.offset, tc.learning)
+			}
+			if c.Offset > 0 && c.Offset < tc.window {
+				t.Errorf("offset %s overlaps the window %s", c.Offset, tc.window)
+			}
+			if note := c.Note(); !strings.HasPrefix(note, tc.note) || (tc.note == "") != (note == "") {
+				t.Errorf("note %q, want prefix %q", note, tc.note)
+			}
+		})
+	}
+}
+
+// freshLoad is a store whose history starts at sample 660 (55 min, a
+// sidecar started then): TTFT of scope "bad" degrades at sample 841, and
+// its success rate falls below 98% from the first sample on.
+func freshLoad() string {
+	var b strings.Builder
+	b.WriteString("load 5s\n")
+	series := func(le, values string) {
+		fmt.Fprintf(&b, "  vllm:time_to_first_token_seconds_bucket{model_name=\"bad\",le=%q} %s\n", le, values)
+	}
+	series("0.1", "_x660 6600+10x180 8400+0x120")
+	series("0.25", "_x660 6600+10x180 8400+0x120")
+	series("1", "_x660 6600+10x180 8400+10x120")
+	series("+Inf", "_x660 6600+10x180 8400+10x120")
+	b.WriteString("  vllm:time_to_first_token_seconds_count{model_name=\"bad\"} _x660 6600+10x300\n")
+	b.WriteString("  vllm:request_success_total{model_name=\"bad\",finished_reason=\"stop\"} _x660 0+9x300\n")
+	b.WriteString("  vllm:request_success_total{model_name=\"bad\",finished_reason=\"error\"} _x660 0+1x300\n")
+	return b.String()
+}
+
+// TestDetectFreshSidecar: with less history than the 1h baseline, a ratio
+// trigger compares with the history there is (at least MinHistory), and
+// an absolute trigger fires without any baseline.
+func TestDetectFreshSidecar(t *testing.T) {
+	m := newDetectTestMetrics(t, freshLoad())
+	d, err := NewDetector(DetectConfig{For: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Unix(0, 0)
+	step := 5 * time.Second
+	since := start.Add(660 * step)
+	firing := func(at time.Time) map[string]TriggerResult {
+		// Twice: the first evaluation of a holding condition is pending.
+		if _, err := d.EvaluateSince(context.Background(), m, at.Add(-step), since); err != nil {
+			t.Fatal(err)
+		}
+		dets, err := d.EvaluateSince(context.Background(), m, at, since)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]TriggerResult{}
+		for _, det := range dets {
+			for _, tr := range det.Triggers {
+				if tr.State == TriggerFiring {
+					out[tr.Name] = tr
+				}
+			}
+		}
+		return out
+	}
+	// Three minutes of history: success rate (absolute) fires, nothing
+	// compares with a baseline.
+	got := firing(start.Add(696 * step))
+	if _, ok := got["success_rate"]; !ok {
+		t.Errorf("3 minutes in: success_rate not firing (%v)", got)
+	}
+	if tr, ok := got["ttft_p95"]; ok {
+		t.Errorf("3 minutes in: ttft_p95 fired on no baseline: %+v", tr)
+	}
+	// 20 minutes of history, 4 minutes after the TTFT onset: the ratio
+	// trigger fires against the history's start.
+	got = firing(start.Add(900 * step))
+	tr, ok := got["ttft_p95"]
+	if !ok {
+		t.Fatalf("20 minutes in: ttft_p95 not firing (%v)", got)
+	}
+	if tr.Baseline == nil || *tr.Baseline > 0.1 {
+		t.Errorf("baseline %v, want the healthy start of the history", tr.Baseline)
+	}
+	// Evaluate (history unknown) looks an hour back, where there is nothing.
+	dets, err := d.Evaluate(context.Background(), m, start.Add(900*step))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, det := range dets {
+		for _, tr := range det.Triggers {
+			if tr.Name == "ttft_p95" && tr.Baseline != nil {
+				t.Errorf("an hour back found a baseline %v", *tr.Baseline)
+			}
+		}
+	}
+}
+
+// TestDetectHTTPFailuresPerTarget: a sidecar scrape labels only instance;
+// two models on two targets each get their own API server's 5xx, the join
+// never matches one target's HTTP counters to another's model, and a
+// target serving two models attributes its 5xx to neither (no query error).
+func TestDetectHTTPFailuresPerTarget(t *testing.T) {
+	m := newDetectTestMetrics(t, `load 5s
+  vllm:request_success_total{model_name="a",instance="h:1",finished_reason="stop"} 0+9x100
+  vllm:request_success_total{model_name="a",instance="h:1",finished_reason="abort"} 0+1x100
+  vllm:num_requests_running{model_name="a",instance="h:1"} 4+0x100
+  http_requests_total{instance="h:1",handler="/v1/completions",method="POST",status="2xx"} 0+9x100
+  http_requests_total{instance="h:1",handler="/v1/completions",method="POST",status="5xx"} 0+1x100
+  vllm:request_success_total{model_name="b",instance="h:2",finished_reason="stop"} 0+10x100
+  vllm:num_requests_running{model_name="b",instance="h:2"} 4+0x100
+  http_requests_total{instance="h:2",handler="/v1/completions",method="POST",status="2xx"} 0+10x100
+  vllm:request_success_total{model_name="c",instance="h:3",finished_reason="stop"} 0+10x100
+  vllm:num_requests_running{model_name="c",instance="h:3"} 4+0x100
+  vllm:request_success_total{model_name="d",instance="h:3",finished_reason="stop"} 0+10x100
+  vllm:num_requests_running{model_name="d",instance="h:3"} 4+0x100
+  http_requests_total{instance="h:3",handler="/v1/completions",method="POST",status="5xx"} 0+10x100
+`)
+	d, err := NewDetector(DetectConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last []Detection
+	for i := 60; i <= 100; i++ {
+		if last, err = d.Evaluate(context.Background(), m, time.Unix(int64(i)*5, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	firing := map[string]bool{}
+	for _, det := range last {
+		firing[det.Scope.Labels["model_name"]] = det.Firing
+	}
+	// h:3 serves two models: its 5xx belong to neither for certain.
+	if !firing["a"] || firing["b"] || firing["c"] || firing["d"] || len(last) != 4 {
+		t.Errorf("firing %v over %d scopes, want a (10%% 5xx) only", firing, len(last))
 	}
 }

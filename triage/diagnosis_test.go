@@ -240,3 +240,30 @@ func TestGroupGapsCollapse(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownTokenBudget checks that a scheduler without settings or a
+// GPU class says "token budget unknown", not "0 (unknown)".
+func TestUnknownTokenBudget(t *testing.T) {
+	rs, err := rulesets.Default("vllm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := baseline()
+	m := newFake(t, rs, with(base, "ttft_mean", 2.0, "queue_mean", 1.6), base, nil)
+	v, err := Run(context.Background(), Options{Metrics: m, Ruleset: rs, At: at})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, st := range v.Steps {
+		if strings.Contains(st.Outcome, "token budget") {
+			found = true
+			if !strings.Contains(st.Outcome, "token budget unknown") || strings.Contains(st.Outcome, "(unknown)") {
+				t.Errorf("step %s: %s", st.Name, st.Outcome)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no step mentions the token budget: %+v", v.Steps)
+	}
+}

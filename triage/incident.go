@@ -212,13 +212,20 @@ type Incident struct {
 	Scope    Scope          `json:"scope"`
 	Status   IncidentStatus `json:"status"`
 	Severity Severity       `json:"severity"`
-	// TopCause is the id of the leading cause of the latest verdict with one.
+	// TopCause is the id of the leading cause of the incident's verdict
+	// (the latest one that is not insufficient_data): it follows every
+	// triage, and is empty once the latest verdict names no cause. What was
+	// notified is Notified.Cause.
 	TopCause string `json:"top_cause,omitempty"`
 	// Triggers are the detector triggers firing at the last evaluation.
 	Triggers   []string  `json:"triggers,omitempty"`
 	OpenedAt   time.Time `json:"opened_at"`
 	UpdatedAt  time.Time `json:"updated_at"`
 	ResolvedAt time.Time `json:"resolved_at,omitzero"`
+	// ResolveReason says why an incident resolves other than by its
+	// detector going clear (its scope's data is gone, see Gone); set while
+	// that holds, kept once resolved.
+	ResolveReason string `json:"resolve_reason,omitempty"`
 	// ClearSince is when the detector last went clear while the incident was open.
 	ClearSince time.Time `json:"clear_since,omitzero"`
 	// Detected says the detector opened or holds the incident.
@@ -327,6 +334,7 @@ func (t *Tracker) Observe(d Detection, at time.Time) []Event {
 			in = t.openIncident(d.Key, d.Scope, at)
 		}
 		in.Detected, in.Firing = true, true
+		in.ResolveReason = ""
 		in.Triggers = d.FiringTriggers()
 		if len(in.Triggers) == 0 {
 			in.Triggers = d.Holding()
@@ -341,6 +349,27 @@ func (t *Tracker) Observe(d Detection, at time.Time) []Event {
 	if in == nil {
 		return nil
 	}
+	in.ResolveReason = ""
+	return t.clear(in, at)
+}
+
+// Gone records that the open incident of key has lost its data: the scope's
+// series stopped (its engine targets are down, or the model is gone). It
+// counts as clear for the resolve countdown (ResolveAfter), and the
+// incident resolves with reason, so an engine that stopped does not hold
+// its incidents open forever, nor resolve them as if they had recovered.
+// A later firing detection cancels it.
+func (t *Tracker) Gone(key, reason string, at time.Time) []Event {
+	in := t.open[key]
+	if in == nil {
+		return nil
+	}
+	in.ResolveReason = reason
+	return t.clear(in, at)
+}
+
+// clear starts or continues the resolve countdown of an open incident.
+func (t *Tracker) clear(in *Incident, at time.Time) []Event {
 	if in.Firing || in.ClearSince.IsZero() {
 		in.ClearSince = at
 	}
@@ -376,6 +405,9 @@ func (t *Tracker) Record(key string, v *Verdict, at time.Time) []Event {
 	if in.Verdict == nil || v.Status != StatusInsufficientData {
 		in.Verdict = v
 	}
+	// The incident's state follows its verdict; the notification policy
+	// below decides what of it is news (Notified).
+	in.TopCause = topCause(in.Verdict)
 	in.UpdatedAt = at
 	if in.Detected && !in.Firing && len(in.Alerts) == 0 {
 		// The detector is clear and the resolve countdown runs: a verdict
@@ -384,10 +416,7 @@ func (t *Tracker) Record(key string, v *Verdict, at time.Time) []Event {
 		in.PendingSeverity, in.PendingSeverityCount = "", 0
 		return nil
 	}
-	top := ""
-	if v.Status == StatusAnomaly && len(v.Causes) > 0 {
-		top = v.Causes[0].ID
-	}
+	top := topCause(v)
 	if in.Notified.Count == 0 {
 		if severityRank(v.Severity) > severityRank(in.Severity) {
 			in.Severity = v.Severity
@@ -396,9 +425,8 @@ func (t *Tracker) Record(key string, v *Verdict, at time.Time) []Event {
 		if top == "" && at.Sub(in.OpenedAt) < t.cfg.OpenWait {
 			return nil
 		}
-		in.TopCause = top
-		t.setCondition(in, true, at)
-		return []Event{t.notify(in, EventOpened, "", at)}
+		t.setCondition(in, true, top, at)
+		return []Event{t.notify(in, EventOpened, top, "", at)}
 	}
 
 	// A verdict severity above the notified one must hold to count.
@@ -430,24 +458,32 @@ func (t *Tracker) Record(key string, v *Verdict, at time.Time) []Event {
 	}
 
 	if severityRank(in.Severity) > severityRank(in.Notified.Severity) {
+		cause := in.Notified.Cause
 		if in.PendingCause != "" && in.PendingCount >= t.cfg.CauseHold {
-			in.TopCause = in.PendingCause
+			cause = in.PendingCause
 			in.PendingCause, in.PendingCount = "", 0
-			t.setCondition(in, true, at)
+			t.setCondition(in, true, cause, at)
 		}
-		return []Event{t.notify(in, EventEscalated, "", at)}
+		return []Event{t.notify(in, EventEscalated, cause, "", at)}
 	}
 	if in.PendingCause != "" && in.PendingCount >= t.cfg.CauseHold && at.Sub(in.Notified.At) >= t.cfg.UpdateInterval {
-		prev := in.Notified.Cause
-		in.TopCause = in.PendingCause
+		prev, cause := in.Notified.Cause, in.PendingCause
 		in.PendingCause, in.PendingCount = "", 0
-		t.setCondition(in, true, at)
-		return []Event{t.notify(in, EventCauseChanged, prev, at)}
+		t.setCondition(in, true, cause, at)
+		return []Event{t.notify(in, EventCauseChanged, cause, prev, at)}
 	}
 	if at.Sub(in.Notified.At) >= t.cfg.RepeatInterval {
-		return []Event{t.notify(in, EventRepeated, "", at)}
+		return []Event{t.notify(in, EventRepeated, in.Notified.Cause, "", at)}
 	}
 	return nil
+}
+
+// topCause is the id of the leading cause of an anomaly verdict, "" otherwise.
+func topCause(v *Verdict) string {
+	if v == nil || v.Status != StatusAnomaly || len(v.Causes) == 0 {
+		return ""
+	}
+	return v.Causes[0].ID
 }
 
 // confidentLead reports whether cause top leads cause prev in v by margin:
@@ -544,7 +580,7 @@ func (t *Tracker) openIncident(key string, scope Scope, at time.Time) *Incident 
 		OpenedAt: at,
 	}
 	in.UpdatedAt = at
-	t.setCondition(in, true, at)
+	t.setCondition(in, true, "", at)
 	t.open[key] = in
 	return in
 }
@@ -553,7 +589,7 @@ func (t *Tracker) resolve(in *Incident, at time.Time) []Event {
 	in.Status = IncidentResolved
 	in.ResolvedAt = at
 	in.UpdatedAt = at
-	t.setCondition(in, false, at)
+	t.setCondition(in, false, "", at)
 	delete(t.open, in.Key)
 	t.resolved = append(t.resolved, in)
 	if n := len(t.resolved) - t.cfg.KeepResolved; n > 0 {
@@ -563,16 +599,19 @@ func (t *Tracker) resolve(in *Incident, at time.Time) []Event {
 		// Nobody heard about it opening; a lone resolve would only confuse.
 		return nil
 	}
-	return []Event{t.notify(in, EventResolved, "", at)}
+	return []Event{t.notify(in, EventResolved, in.Notified.Cause, "", at)}
 }
 
-// setCondition updates the condition; the transition time moves only when
-// the status or the reason changes.
-func (t *Tracker) setCondition(in *Incident, status bool, at time.Time) {
+// setCondition updates the condition (its reason the cause notified); the
+// transition time moves only when the status or the reason changes.
+func (t *Tracker) setCondition(in *Incident, status bool, cause string, at time.Time) {
 	reason := "Resolved"
 	msg := "the detector has been clear and no alert is firing"
+	if in.ResolveReason != "" {
+		reason, msg = "DataGone", in.ResolveReason
+	}
 	if status {
-		reason = in.TopCause
+		reason = cause
 		if reason == "" {
 			reason = "Degraded"
 		}
@@ -588,10 +627,12 @@ func (t *Tracker) setCondition(in *Incident, status bool, at time.Time) {
 	c.Type, c.Status, c.Reason, c.Message = ConditionType, status, reason, msg
 }
 
-func (t *Tracker) notify(in *Incident, kind EventKind, prev string, at time.Time) Event {
+// notify records a notification of kind about cause (the cause it names)
+// and returns its event.
+func (t *Tracker) notify(in *Incident, kind EventKind, cause, prev string, at time.Time) Event {
 	in.Notified.Count++
 	in.Notified.At = at
-	in.Notified.Cause = in.TopCause
+	in.Notified.Cause = cause
 	in.Notified.Severity = in.Severity
 	return Event{
 		Kind:          kind,
@@ -603,10 +644,11 @@ func (t *Tracker) notify(in *Incident, kind EventKind, prev string, at time.Time
 }
 
 // DedupeKey builds a notification's dedupe key from deterministic fields:
-// the scope key, the top cause id, the event kind and the incident's open
-// time, plus the notification count for repeats and escalations.
+// the scope key, the notified cause id (Notified.Cause), the event kind and
+// the incident's open time, plus the notification count for repeats and
+// escalations.
 func DedupeKey(in *Incident, kind EventKind) string {
-	cause := in.TopCause
+	cause := in.Notified.Cause
 	if cause == "" {
 		cause = "-"
 	}

@@ -62,7 +62,9 @@ func scored(sev Severity, pairs ...any) *Verdict {
 func kinds(evs []Event) string {
 	var ks []string
 	for _, e := range evs {
-		ks = append(ks, e.Kind.String()+":"+e.Incident.TopCause)
+		// The cause the notification names (the incident's TopCause
+		// follows every verdict, see TestTrackerTopCauseFollowsVerdict).
+		ks = append(ks, e.Kind.String()+":"+e.Incident.Notified.Cause)
 	}
 	return strings.Join(ks, " ")
 }
@@ -318,5 +320,75 @@ func TestTrackerPendingKeepsOpenIncidentFiring(t *testing.T) {
 	}
 	if kinds(evs) != "resolved:memory_bandwidth_saturation" {
 		t.Errorf("events %s, want resolved", kinds(evs))
+	}
+}
+
+// TestTrackerTopCauseFollowsVerdict: the incident's top cause is the latest
+// verdict's, also when that verdict dropped the first cause, while the
+// notifications keep to their policy (one open, no cause change).
+func TestTrackerTopCauseFollowsVerdict(t *testing.T) {
+	tr := NewTracker(IncidentConfig{ResolveAfter: time.Minute})
+	key := `model_name="m"`
+	at := incAt(0)
+	tr.Observe(detection(true, SeverityWarning), at)
+	evs := tr.Record(key, verdict(SeverityWarning, "kv_cache_pressure"), at)
+	if kinds(evs) != "opened:kv_cache_pressure" {
+		t.Fatalf("events %s", kinds(evs))
+	}
+	at = incAt(1)
+	tr.Observe(detection(true, SeverityWarning), at)
+	evs = append(evs, tr.Record(key, verdict(SeverityWarning, "queue_saturation"), at)...)
+	if in, _ := tr.Get(key); in.TopCause != "queue_saturation" || in.Notified.Cause != "kv_cache_pressure" {
+		t.Errorf("after a new ranking: top_cause %q, notified %q", in.TopCause, in.Notified.Cause)
+	}
+	at = incAt(2)
+	tr.Observe(detection(true, SeverityWarning), at)
+	evs = append(evs, tr.Record(key, verdict(SeverityWarning), at)...)
+	in, _ := tr.Get(key)
+	if in.TopCause != "" {
+		t.Errorf("a verdict without a cause left top_cause %q", in.TopCause)
+	}
+	// An insufficient verdict does not replace the diagnosis.
+	at = incAt(3)
+	tr.Observe(detection(true, SeverityWarning), at)
+	tr.Record(key, verdict(SeverityWarning, "prefill_contention"), at)
+	tr.Record(key, &Verdict{Status: StatusInsufficientData}, incAt(4))
+	if in, _ := tr.Get(key); in.TopCause != "prefill_contention" {
+		t.Errorf("after insufficient data: top_cause %q", in.TopCause)
+	}
+	if kinds(evs) != "opened:kv_cache_pressure" {
+		t.Errorf("events %s", kinds(evs))
+	}
+}
+
+// TestTrackerGoneResolvesWithReason: an incident whose scope lost its data
+// resolves after ResolveAfter with the reason, and a firing detection
+// before that cancels it.
+func TestTrackerGoneResolvesWithReason(t *testing.T) {
+	tr := NewTracker(IncidentConfig{ResolveAfter: time.Minute})
+	key := `model_name="m"`
+	tr.Observe(detection(true, SeverityWarning), incAt(0))
+	tr.Record(key, verdict(SeverityWarning, "kv_cache_pressure"), incAt(0))
+	const reason = "no data for the scope: engine target a down"
+	if evs := tr.Gone(key, reason, incAt(1)); len(evs) != 0 {
+		t.Fatalf("resolved at once: %s", kinds(evs))
+	}
+	tr.Observe(detection(true, SeverityWarning), incAt(2))
+	if in, _ := tr.Get(key); in.ResolveReason != "" || !in.Firing {
+		t.Fatalf("firing again kept reason %q", in.ResolveReason)
+	}
+	var evs []Event
+	for i := 3; i <= 20 && len(evs) == 0; i++ {
+		evs = tr.Gone(key, reason, incAt(i))
+	}
+	if kinds(evs) != "resolved:kv_cache_pressure" {
+		t.Fatalf("events %s", kinds(evs))
+	}
+	in := evs[0].Incident
+	if in.ResolveReason != reason || in.Condition.Reason != "DataGone" || in.Condition.Message != reason || in.Condition.Status {
+		t.Errorf("resolved incident: reason %q, condition %+v", in.ResolveReason, in.Condition)
+	}
+	if got := evs[0].At.Sub(incAt(3)); got < time.Minute {
+		t.Errorf("resolved %s after the data went, want >= resolve_after", got)
 	}
 }

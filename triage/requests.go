@@ -26,6 +26,13 @@ const (
 	AttrTimeInPrefill    = "gen_ai.latency.time_in_model_prefill"
 	AttrTimeInDecode     = "gen_ai.latency.time_in_model_decode"
 	AttrE2E              = "gen_ai.latency.e2e"
+	// AttrResponseModel is the model that served the request (vLLM's
+	// llm_request sets it); AttrRequestModel the model the client asked
+	// for (the gateway's span carries it).
+	AttrResponseModel = "gen_ai.response.model"
+	AttrRequestModel  = "gen_ai.request.model"
+	// AttrNamespace is the resource attribute of the pod's namespace.
+	AttrNamespace = "k8s.namespace.name"
 )
 
 // RequestPart names one slice of a request's time.
@@ -58,6 +65,12 @@ type RequestBreakdown struct {
 	// ran its prefill under prefill/decode disaggregation.
 	Pod        string
 	PrefillPod string
+	// Model is the model that served the request: the engine span's
+	// gen_ai.response.model, else a gen_ai.request.model of the engine span or
+	// of the spans it runs under (the gateway's); "" when no span says.
+	Model string
+	// Namespace is the engine span's k8s.namespace.name, "" when absent.
+	Namespace string
 	// Start is when the outermost span (client, gateway or engine) began;
 	// EngineStart when the engine core queued the request (after its API
 	// server, see BeforeEngineParts["api_server"]).
@@ -296,6 +309,33 @@ func podOf(s *Span) string {
 	return ""
 }
 
+// modelOf returns the model of an engine span: its own
+// gen_ai.response.model or gen_ai.request.model, the prefill leg's, or the
+// gen_ai.request.model of the nearest span above it (or of the gateway).
+func modelOf(e, prefillLeg, gateway *Span, byID map[SpanID]*Span) string {
+	for _, s := range []*Span{e, prefillLeg} {
+		if s == nil {
+			continue
+		}
+		for _, k := range []string{AttrResponseModel, AttrRequestModel} {
+			if a, ok := s.Attr(k); ok && a.Text() != "" {
+				return a.Text()
+			}
+		}
+	}
+	for p, n := byID[e.ParentID], 0; p != nil && n < 64; p, n = byID[p.ParentID], n+1 {
+		if a, ok := p.Attr(AttrRequestModel); ok && a.Text() != "" {
+			return a.Text()
+		}
+	}
+	if gateway != nil {
+		if a, ok := gateway.Attr(AttrRequestModel); ok {
+			return a.Text()
+		}
+	}
+	return ""
+}
+
 func buildRequest(e, prefillLeg *Span, spans []*Span, byID map[SpanID]*Span) RequestBreakdown {
 	en := readEngine(e)
 	b := RequestBreakdown{
@@ -369,6 +409,10 @@ func buildRequest(e, prefillLeg *Span, spans []*Span, byID map[SpanID]*Span) Req
 	}
 	if gateway == nil {
 		gateway = rqEnclosing(spans, SpanGatewayRequest, engStart)
+	}
+	b.Model = modelOf(e, prefillLeg, gateway, byID)
+	if a, ok := e.Attr(AttrNamespace); ok {
+		b.Namespace = a.Text()
 	}
 	if outer == e && gateway != nil {
 		outer = gateway

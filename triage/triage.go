@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -229,6 +230,7 @@ func Run(ctx context.Context, opts Options) (*Verdict, error) {
 		v.Engine = opts.Engine
 		v.DataGaps = append(v.DataGaps, DataGap{Signal: "engine", Window: "incident",
 			Reason: "no series of a known engine (vllm, sglang, trtllm) matched the scope"})
+		v.InsufficientReason = diagnoseInsufficient(ctx, &opts, nil, nil, nil)
 		return v, nil
 	}
 	v.Engine = rs.Engine
@@ -347,8 +349,11 @@ func Run(ctx context.Context, opts Options) (*Verdict, error) {
 	out := rs.Walk(facts)
 	corr := correlate(ctx, &opts, rs, facts, out, v)
 	v.DataGaps = append(v.DataGaps, gaps...)
-	buildVerdict(v, rs, out, &opts, now, base, gpu, coverage)
+	buildVerdict(v, rs, out, &opts, now, base, gpu, coverage, bucketBounds(ctx, &opts, rs, win, now, base))
 	corr.fill(v)
+	if v.Status == StatusInsufficientData {
+		v.InsufficientReason = diagnoseInsufficient(ctx, &opts, rs, now, base)
+	}
 	if opts.Explain {
 		for _, s := range rs.Signals {
 			v.Signals = append(v.Signals, SignalValue{Name: s.Name, Expr: exprs[s.Name], Now: valuePtr(now, s.Name),
@@ -356,6 +361,65 @@ func Run(ctx context.Context, opts Options) (*Verdict, error) {
 		}
 	}
 	return v, nil
+}
+
+// bucketBounds finds the bucket layout of the headline's quantile signals
+// (histogram_quantile over a *_bucket series): one `count by (le)` query per
+// signal with a value, so that a quantile interpolated inside a coarse
+// bucket can say so. A signal whose query fails or finds nothing is left
+// out.
+func bucketBounds(ctx context.Context, opts *Options, rs *rules.Ruleset, win string, now, base map[string]float64) map[string][]float64 {
+	out := map[string][]float64{}
+	for _, name := range headlineSignals(rs) {
+		s := rs.Declared(name)
+		_, okN := now[name]
+		_, okB := base[name]
+		if s == nil || s.Expr == "" || (!okN && !okB) || !strings.Contains(s.Expr, "histogram_quantile") {
+			continue
+		}
+		expr, err := s.Render(opts.Selector, win, nil)
+		if err != nil {
+			continue
+		}
+		var sels []string
+		for _, vs := range vectorSelectors(expr) {
+			if name, _, _ := strings.Cut(vs, "{"); strings.HasSuffix(name, "_bucket") {
+				sels = append(sels, vs)
+			}
+		}
+		for _, q := range []struct {
+			at time.Time
+			ok bool
+		}{{opts.At, okN}, {opts.At.Add(-opts.Baseline), okB}} {
+			if !q.ok || len(sels) == 0 || out[name] != nil {
+				continue
+			}
+			parts := make([]string, len(sels))
+			for i, sel := range sels {
+				parts[i] = fmt.Sprintf("count by (le) (last_over_time(%s[%s]))", sel, win)
+			}
+			vec, _, err := opts.Metrics.Query(ctx, strings.Join(parts, " or "), q.at)
+			if err != nil {
+				continue
+			}
+			out[name] = bucketLes(vec)
+		}
+	}
+	return out
+}
+
+// bucketLes returns the finite, sorted le bounds of a `count by (le)` result.
+func bucketLes(vec model.Vector) []float64 {
+	var les []float64
+	for _, s := range vec {
+		f, err := strconv.ParseFloat(string(s.Metric["le"]), 64)
+		if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+			continue
+		}
+		les = append(les, f)
+	}
+	sort.Float64s(les)
+	return les
 }
 
 // pickRuleset chooses the ruleset: the given one, the one for the named

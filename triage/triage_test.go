@@ -3,6 +3,8 @@ package triage
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -192,4 +194,124 @@ func TestRunErrors(t *testing.T) {
 	if _, err := Run(context.Background(), Options{Metrics: down, Ruleset: rs}); err == nil {
 		t.Error("missing time accepted")
 	}
+}
+
+// TestHeadlineShowsMeans checks that every latency quantile of the
+// headline has its mean on the next row: the evidence quotes the means.
+func TestHeadlineShowsMeans(t *testing.T) {
+	rs, err := rulesets.Default("vllm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := baseline()
+	v := run(t, rs, with(base, "tpot_mean", 0.036, "tpot_p95", 0.0303), base)
+	var order []string
+	for _, c := range v.Headline {
+		order = append(order, c.Signal)
+	}
+	got := strings.Join(order, ",")
+	if !strings.Contains(got, "ttft_p95,ttft_mean,") || !strings.Contains(got, "tpot_p95,tpot_mean,") {
+		t.Fatalf("headline %s: want each p95 followed by its mean", got)
+	}
+	for _, c := range v.Headline {
+		if c.Signal == "tpot_mean" && (c.Ratio == nil || *c.Ratio < 1.79 || *c.Ratio > 1.81) {
+			t.Errorf("tpot_mean row %+v, want ×1.8", c)
+		}
+	}
+}
+
+// TestConsideredBelowBar checks that candidates below the evidence bar are
+// listed with their scores, never among the ranked causes.
+func TestConsideredBelowBar(t *testing.T) {
+	rs, err := rulesets.Default("vllm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := baseline()
+	// Longer prompts, more computed: prefill contention gets a little
+	// support, under MinSupport.
+	now := with(base, "ttft_mean", 2.0, "queue_mean", 1.0, "prefill_mean", 0.9, "prompt_len_p90", 2600.0, "prefill_tps", 2600.0,
+		"request_rate", 3.3, "prefix_hit_rate", 0.2)
+	v := run(t, rs, now, base)
+	if v.Status != StatusAnomaly {
+		t.Fatalf("status %s", v.Status)
+	}
+	if len(v.Considered) == 0 {
+		t.Fatalf("nothing considered below the bar; causes %+v", v.Causes)
+	}
+	ranked := map[string]bool{}
+	for _, c := range v.Causes {
+		ranked[c.ID] = true
+	}
+	for _, c := range v.Considered {
+		if ranked[c.ID] || c.Score <= 0 || c.Score >= rs.Verdict.MinScore || c.Title == "" {
+			t.Errorf("considered %+v (ranked %v, min_score %g)", c, ranked[c.ID], rs.Verdict.MinScore)
+		}
+	}
+}
+
+// TestCoarseBucket checks when a quantile is marked as estimated inside a
+// coarse bucket: wider than half its lower bound.
+func TestCoarseBucket(t *testing.T) {
+	les := []float64{0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1}
+	for _, tc := range []struct {
+		v    float64
+		want string
+	}{
+		{0.238, "0.1–0.25"}, // the 100 ± 10 ms TTFT read as 238 ms
+		{0.07, ""},          // 60–80 ms: 20 ms wide, a third of 60
+		{0.6, ""},           // 0.5–0.75: exactly half
+		{0.005, "0–0.01"},   // the first bucket starts at 0
+		{3, ""},             // beyond the last finite bound
+		{0.25, "0.1–0.25"},  // on a bound: the bucket below it
+	} {
+		got := ""
+		if b := coarseBucket(les, &tc.v); b != nil {
+			got = fmt.Sprintf("%g–%g", b.Lower, b.Upper)
+		}
+		if got != tc.want {
+			t.Errorf("coarseBucket(%g) = %q, want %q", tc.v, got, tc.want)
+		}
+	}
+	if coarseBucket(les, nil) != nil {
+		t.Error("no value, yet a bucket")
+	}
+}
+
+// TestHeadlineBucket checks, over real PromQL, that a TTFT p95 interpolated
+// in the 100–250 ms bucket says so: 100 requests of about 100 ms read as
+// ≈242 ms.
+func TestHeadlineBucket(t *testing.T) {
+	rs, err := rulesets.Default("vllm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	load := `load 15s
+  vllm:num_requests_running{model_name="a"} 1+0x400
+  vllm:e2e_request_latency_seconds_count{model_name="a"} 0+1x400
+  vllm:time_to_first_token_seconds_bucket{model_name="a", le="0.05"} 0+0x400
+  vllm:time_to_first_token_seconds_bucket{model_name="a", le="0.1"} 0+0x400
+  vllm:time_to_first_token_seconds_bucket{model_name="a", le="0.25"} 0+1x400
+  vllm:time_to_first_token_seconds_bucket{model_name="a", le="+Inf"} 0+1x400
+  vllm:time_to_first_token_seconds_sum{model_name="a"} 0+0.1x400
+  vllm:time_to_first_token_seconds_count{model_name="a"} 0+1x400
+`
+	m := rangeMetrics{newDetectTestMetrics(t, load)}
+	v, err := Run(context.Background(), Options{Metrics: m, Ruleset: rs, At: time.Unix(0, 0).Add(90 * time.Minute), GPU: "H100"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range v.Headline {
+		if c.Signal != "ttft_p95" {
+			continue
+		}
+		if c.Now == nil || c.NowBucket == nil || c.NowBucket.Lower != 0.1 || c.NowBucket.Upper != 0.25 {
+			t.Fatalf("ttft_p95 %+v: want a value in the 0.1–0.25 bucket, marked", c)
+		}
+		if c.BaselineBucket == nil {
+			t.Errorf("baseline value not marked: %+v", c)
+		}
+		return
+	}
+	t.Fatalf("no ttft_p95 in the headline: %+v", v.Headline)
 }

@@ -69,11 +69,18 @@ type Verdict struct {
 	// nil when neither latency rose.
 	Attribution *Attribution `json:"attribution,omitempty"`
 	Causes      []Cause      `json:"causes"`
-	RuledOut    []RuledOut   `json:"ruled_out"`
-	Steps       []Step       `json:"steps"`
+	// Considered are the causes with evidence that stayed below the
+	// ruleset's evidence bar (min_score), with their scores; they are not
+	// ranked. Empty unless the verdict is an anomaly.
+	Considered []Considered `json:"considered,omitempty"`
+	RuledOut   []RuledOut   `json:"ruled_out"`
+	Steps      []Step       `json:"steps"`
 	// Targets lists the worst targets (pods/instances) when several match the scope.
 	Targets  []Target  `json:"targets,omitempty"`
 	DataGaps []DataGap `json:"data_gaps"`
+	// InsufficientReason says why the status is insufficient_data and what
+	// to do (insufficient.go); nil for any other status.
+	InsufficientReason *InsufficientReason `json:"insufficient_reason,omitempty"`
 	// Warnings are passed through from the metrics source (e.g. Prometheus query warnings).
 	Warnings []string `json:"warnings,omitempty"`
 	// Requests are the slowest individual requests with their breakdown (from traces).
@@ -127,6 +134,17 @@ type Comparison struct {
 	Baseline *float64 `json:"baseline"`
 	// Ratio is Now/Baseline when both are present and the baseline is not zero.
 	Ratio *float64 `json:"ratio,omitempty"`
+	// NowBucket and BaselineBucket are the histogram buckets a quantile's
+	// values were interpolated in, when the bucket is coarse (wider than
+	// half its lower bound): the value is an estimate inside it.
+	NowBucket      *Bucket `json:"now_bucket,omitempty"`
+	BaselineBucket *Bucket `json:"baseline_bucket,omitempty"`
+}
+
+// Bucket is one histogram bucket, (Lower, Upper], in the signal's unit.
+type Bucket struct {
+	Lower float64 `json:"lower"`
+	Upper float64 `json:"upper"`
 }
 
 // Cause is one ranked root cause.
@@ -177,6 +195,13 @@ type Evidence struct {
 	// Weight × Grade to the cause's score.
 	Grade float64 `json:"grade"`
 	Text  string  `json:"text"`
+}
+
+// Considered is a cause with some evidence that stayed below the evidence bar.
+type Considered struct {
+	ID    string  `json:"id"`
+	Title string  `json:"title"`
+	Score float64 `json:"score"`
 }
 
 // RuledOut is a cause a rule excluded, with the reason.

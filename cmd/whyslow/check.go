@@ -14,22 +14,38 @@ func init() {
 	register(command{name: "check", summary: "validate a file: check config FILE", run: runCheck})
 }
 
+// checkUsage is `whyslow check --help`.
+const checkUsage = `usage: whyslow check config FILE...
+
+  Validate whyslow serve config files completely: exit 0 when every file is
+  valid, 2 with every problem listed as file:line:col: message. Warnings (a
+  receiver skipped because its ${ENV} is unset, an API open or locked) do not
+  fail the check.`
+
 // runCheck implements `whyslow check config FILE...`: exit 0 when every file
 // is valid, 2 with every problem listed (file:line:col: message) otherwise.
 func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprintln(stderr, "usage: whyslow check config FILE...") }
-	if err := fs.Parse(args); err != nil {
-		return exitFailed
+	fs.Usage = func() { fmt.Fprintln(fs.Output(), checkUsage) }
+	if code, done := parseFlags(fs, args, stdout); done {
+		return code
 	}
-	if fs.NArg() < 2 || fs.Arg(0) != "config" {
+	switch {
+	case fs.NArg() == 1 && fs.Arg(0) == "help",
+		fs.NArg() == 2 && fs.Arg(0) == "config" && (fs.Arg(1) == "-h" || fs.Arg(1) == "--help"):
+		fmt.Fprintln(stdout, checkUsage)
+		return exitOK
+	case fs.NArg() < 2 || fs.Arg(0) != "config":
 		fs.Usage()
 		return exitFailed
 	}
 	code := exitOK
 	for _, file := range fs.Args()[1:] {
-		cfg, err := loadConfigFile(file)
+		cfg, warnings, err := loadConfig(file)
+		for _, w := range warnings {
+			fmt.Fprintln(stderr, w)
+		}
 		if err != nil {
 			code = exitFailed
 			n := 0

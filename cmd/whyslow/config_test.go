@@ -114,7 +114,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"missing env", "api:\n  token: ${NOPE}\n", nil,
 			[]string{"cfg.yml:2:10: environment variable NOPE is not set"}},
 		{"type error", "scrape_interval: soon\n", nil,
-			[]string{"cfg.yml:1: cannot unmarshal"}},
+			[]string{"cfg.yml:1:18: scrape_interval: want a duration such as 30s or 5m, not a string"}},
 		{"syntax error", "engine: [vllm\n", nil,
 			[]string{"cfg.yml:"}},
 		{"validation with position", "engine: tgi\nengine_urls:\n  - ftp://x\n", nil,
@@ -123,7 +123,6 @@ func TestParseConfigErrors(t *testing.T) {
 			[]string{`cfg.yml:1:1: detect: trigger 1 (x): unknown signal "ttft_p99"`}},
 		{"receiver validation never prints the url", "receivers:\n  - name: r\n    webhook:\n      url: ${URL}\n", map[string]string{"URL": "gopher://secret-token@x"},
 			[]string{`receivers[0].webhook`}},
-		{"empty", "", nil, []string{"cfg.yml: empty config"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -233,5 +232,199 @@ func TestParseConfigSchedulerAndGPUClass(t *testing.T) {
 				t.Errorf("error %v lacks %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestExampleConfigRunsAsShipped: without WHYSLOW_WEBHOOK_URL the example
+// validates (exit 0) and runs with its webhook receiver left out, and check
+// config says so as a warning at the variable's position.
+func TestExampleConfigRunsAsShipped(t *testing.T) {
+	t.Setenv("WHYSLOW_WEBHOOK_URL", "")
+	path := filepath.Join("..", "..", "whyslow.example.yml")
+	var stdout, stderr bytes.Buffer
+	if code := dispatch(context.Background(), []string{"check", "config", path}, &stdout, &stderr); code != exitOK {
+		t.Fatalf("check config %s: exit %d\n%s", path, code, stderr.String())
+	}
+	want := `whyslow.example.yml:164:12: warning: receivers[0] "oncall-webhook" skipped: environment variable WHYSLOW_WEBHOOK_URL is not set (set it to enable the receiver)`
+	if !strings.Contains(stderr.String(), want) {
+		t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), path+": ok") {
+		t.Errorf("stdout %q", stdout.String())
+	}
+	cfg, err := loadConfigFile(path) // what serve loads
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Receivers) != 1 || cfg.Receivers[0].Name != "log" || cfg.Receivers[0].Log == nil {
+		t.Errorf("receivers = %+v, want only the log receiver", cfg.Receivers)
+	}
+}
+
+// TestParseConfigSkipsReceiversWithUnsetEnv: a receiver using an unset
+// ${ENV} is left out with a warning (one per receiver, naming every unset
+// variable); the others are validated as usual and their errors keep the
+// receiver's index in the file; keys and types of a skipped receiver are
+// still checked; an unset ${ENV} outside receivers stays an error.
+func TestParseConfigSkipsReceiversWithUnsetEnv(t *testing.T) {
+	src := `receivers:
+  - name: hook
+    webhook:
+      url: ${HOOK_URL}
+      hmac_secret: ${HOOK_SECRET}
+  - name: bad
+    webhook:
+      url: http://x
+      timeout: -1s
+  - name: slack
+    slack:
+      token: ${SLACK_BOT_TOKEN}
+      channel: "#x"
+  - name: log
+    log: {}
+`
+	cfg, warnings, err := parseConfigWarnings("w.yml", []byte(src), envMap(nil))
+	if err == nil || !strings.Contains(err.Error(), "w.yml:7:5: receivers[1].webhook") || strings.Contains(err.Error(), "environment variable") {
+		t.Errorf("error %v: want only receivers[1]'s timeout, at its file index", err)
+	}
+	for i, want := range []string{
+		`w.yml:4:12: warning: receivers[0] "hook" skipped: environment variables HOOK_URL, HOOK_SECRET are not set (set them to enable the receiver)`,
+		`w.yml:12:14: warning: receivers[2] "slack" skipped: environment variable SLACK_BOT_TOKEN is not set (set it to enable the receiver)`,
+	} {
+		if i >= len(warnings) || warnings[i].Error() != want {
+			t.Errorf("warning %d: %v, want %q", i, warnings, want)
+		}
+	}
+
+	fixed := strings.Replace(src, "timeout: -1s", "timeout: 1s", 1)
+	cfg, warnings, err = parseConfigWarnings("w.yml", []byte(fixed), envMap(map[string]string{"HOOK_URL": "https://h.example/x"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, r := range cfg.Receivers {
+		names = append(names, r.Name)
+	}
+	if strings.Join(names, ",") != "bad,log" || len(warnings) != 2 {
+		t.Errorf("receivers %v, warnings %v; want bad,log and two warnings", names, warnings)
+	}
+
+	_, _, err = parseConfigWarnings("w.yml", []byte("receivers:\n  - name: h\n    webhook:\n      url: ${HOOK_URL}\n      timout: 1s\n      max_attempts: lots\n"), envMap(nil))
+	for _, want := range []string{`w.yml:5:7: unknown key "timout"`, "w.yml:6:21: receivers[0].webhook.max_attempts: want an integer"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("skipped receiver: error %v lacks %q", err, want)
+		}
+	}
+	_, _, err = parseConfigWarnings("w.yml", []byte("api:\n  token: ${NOPE}\n"), envMap(nil))
+	if err == nil || !strings.Contains(err.Error(), "w.yml:2:10: environment variable NOPE is not set") {
+		t.Errorf("unset env outside receivers: %v", err)
+	}
+}
+
+// TestParseConfigEmptyIsDefaults: an empty file (or only comments) is the
+// defaults, and check config accepts it.
+func TestParseConfigEmptyIsDefaults(t *testing.T) {
+	for _, src := range []string{"", "\n", "# nothing set yet\n", "---\n"} {
+		cfg, err := parseConfig("e.yml", []byte(src), envMap(nil))
+		if err != nil {
+			t.Errorf("%q: %v", src, err)
+			continue
+		}
+		if !reflect.DeepEqual(cfg.WithDefaults(), daemon.Config{}.WithDefaults()) {
+			t.Errorf("%q: config %+v, want the defaults", src, cfg)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "empty.yml")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := dispatch(context.Background(), []string{"check", "config", path}, &stdout, &stderr); code != exitOK || !strings.Contains(stdout.String(), ": ok") {
+		t.Errorf("check config of an empty file: exit %d\n%s%s", code, stdout.String(), stderr.String())
+	}
+}
+
+// TestParseConfigEveryTypeError: every type error is reported at its
+// line:col, also past a receiver (whose own decoder stopped at its first
+// error), a slash-command block and an unknown key; no value is quoted.
+func TestParseConfigEveryTypeError(t *testing.T) {
+	src := `receivers:
+  - name: s
+    slack:
+      token: xoxb-secret-token
+      channel: "#a"
+      timeout: soon
+      max_attempts: lots
+slack_command:
+  signing_secret: s
+  default_window: never
+bogus: 1
+scrape_interval: abc
+api:
+  max_body_bytes: [1]
+  insecure: maybe
+gpu:
+  labels: none
+engine_urls: http://x/metrics
+`
+	_, err := parseConfig("w.yml", []byte(src), envMap(nil))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	want := []string{
+		"w.yml:6:16: receivers[0].slack.timeout: want a duration such as 30s or 5m, not a string",
+		"w.yml:7:21: receivers[0].slack.max_attempts: want an integer, not a string",
+		"w.yml:10:19: slack_command.default_window: want a duration such as 30s or 5m, not a string",
+		`w.yml:11:1: unknown key "bogus" in the top level`,
+		"w.yml:12:18: scrape_interval: want a duration such as 30s or 5m, not a string",
+		"w.yml:14:19: api.max_body_bytes: want an integer, not a list",
+		"w.yml:15:13: api.insecure: want true or false, not a string",
+		"w.yml:17:11: gpu.labels: want a mapping, not a string",
+		"w.yml:18:14: engine_urls: want a list, not a string",
+	}
+	got := splitJoined(err)
+	if len(got) != len(want) {
+		t.Errorf("%d errors, want %d:\n%v", len(got), len(want), err)
+	}
+	for i, w := range want {
+		if i < len(got) && !strings.HasPrefix(got[i].Error(), w) {
+			t.Errorf("error %d = %q, want %q", i, got[i], w)
+		}
+	}
+	if strings.Contains(err.Error(), "secret") {
+		t.Errorf("error quotes a value: %v", err)
+	}
+}
+
+// TestParseConfigListenAddrs: listen and the OTLP addresses must be
+// host:port with a numeric port.
+func TestParseConfigListenAddrs(t *testing.T) {
+	for _, tc := range []struct{ src, want string }{
+		{"listen: nonsense\n", `w.yml:1:1: listen: "nonsense" is not host:port (e.g. ":9109" or "127.0.0.1:9109")`},
+		{"listen: \":http\"\n", `w.yml:1:1: listen: port "http" of ":http" is not a number from 0 to 65535`},
+		{"listen: 127.0.0.1:70000\n", `w.yml:1:1: listen: port "70000" of "127.0.0.1:70000" is not a number from 0 to 65535`},
+		{"otlp:\n  http: localhost\n", `w.yml:2:3: otlp.http: "localhost" is not host:port`},
+		{"otlp:\n  grpc: \"[::1]:x\"\n", `w.yml:2:3: otlp.grpc: port "x" of "[::1]:x" is not a number`},
+	} {
+		_, err := parseConfig("w.yml", []byte(tc.src), envMap(nil))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want %q", tc.src, err, tc.want)
+		}
+	}
+	for _, ok := range []string{"listen: \":9109\"\n", "listen: 127.0.0.1:0\n", "listen: \"[::1]:9109\"\n", "listen: whyslow.local:9109\notlp:\n  http: \"\"\n  grpc: 127.0.0.1:4317\n"} {
+		if _, err := parseConfig("w.yml", []byte(ok), envMap(nil)); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+}
+
+// TestCheckHelp: check's usage on stdout, exit 0, however help is asked for.
+func TestCheckHelp(t *testing.T) {
+	for _, args := range [][]string{{"check", "--help"}, {"check", "-h"}, {"check", "help"}, {"check", "config", "--help"}, {"check", "config", "-h"}} {
+		var stdout, stderr bytes.Buffer
+		code := dispatch(context.Background(), args, &stdout, &stderr)
+		if code != exitOK || !strings.HasPrefix(stdout.String(), "usage: whyslow check config FILE...") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, stdout.String(), stderr.String())
+		}
 	}
 }

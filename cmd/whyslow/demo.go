@@ -21,6 +21,14 @@ func init() {
 // defaultDemoScenario is the incident the demo shows when none is named.
 const defaultDemoScenario = "prompt_shift"
 
+// liveProgress is printed to stderr as `demo --live` starts: the daemon then
+// plays about 1.5 simulated hours before its first notification.
+const liveProgress = "whyslow demo: sampling the engine model for about 25s (1.5 hours of simulated time: " +
+	"the baseline hour, the incident, the fix)…"
+
+// runDemo implements `whyslow demo`. Its exit codes are why's: 0 healthy,
+// 1 a cause found (with --live: the daemon opened an incident), 2 failed or
+// not enough data.
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -30,8 +38,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	explain := fs.Bool("explain", false, "show every signal value and rule outcome behind the verdict")
 	keep := fs.String("keep", "", "also write the recorded incident bundle to `DIR` (replay it with 'whyslow why --bundle DIR')")
 	live := fs.Bool("live", false, "play the incident live to the daemon (detect, notify, resolve) instead of triaging its recorded bundle")
-	if err := fs.Parse(args); err != nil {
-		return exitFailed
+	if code, done := parseFlags(fs, args, stdout); done {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "whyslow demo: unexpected argument %q\n", fs.Arg(0))
@@ -40,10 +48,14 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *live {
 		// The full loop: the daemon watches the engine model on simulated time,
 		// opens the incident with its verdict and prints the resolve.
-		err := demo.Run(ctx, stdout, demo.Options{Scenario: *scenario, Seed: *seed, Format: *output})
+		fmt.Fprintln(stderr, liveProgress)
+		out, err := demo.Play(ctx, stdout, demo.Options{Scenario: *scenario, Seed: *seed, Format: *output})
 		if err != nil {
 			fmt.Fprintf(stderr, "whyslow demo: %v\n", err)
 			return exitFailed
+		}
+		if out.Opened {
+			return exitCause
 		}
 		return exitOK
 	}
@@ -69,7 +81,18 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "\nGround truth: %s\n", truthLine(truth, v))
 		fmt.Fprintf(stdout, "Watch the daemon detect, notify and resolve it: whyslow demo --live --scenario %s\n", *scenario)
 	}
-	return exitOK
+	return demoExit(v, stderr)
+}
+
+// demoExit maps the verdict to why's exit code, and says why in demo's
+// name when there was not enough data.
+func demoExit(v *triage.Verdict, stderr io.Writer) int {
+	var msg strings.Builder
+	code := verdictExit(v, &msg)
+	if msg.Len() > 0 {
+		fmt.Fprint(stderr, strings.Replace(msg.String(), "whyslow why:", "whyslow demo:", 1))
+	}
+	return code
 }
 
 // demoVerdict records the scenario into a bundle directory and replays it

@@ -19,8 +19,8 @@ func TestDemo(t *testing.T) {
 	} {
 		t.Run(tc.scenario, func(t *testing.T) {
 			r := runCLI(t, "demo", "--scenario", tc.scenario)
-			if r.code != exitOK {
-				t.Fatalf("exit %d: %s", r.code, r.stderr)
+			if r.code != exitCause {
+				t.Fatalf("exit %d, want %d (a cause found, as why): %s", r.code, exitCause, r.stderr)
 			}
 			for _, w := range []string{
 				`Engine model: scenario "` + tc.scenario + `"`,
@@ -41,8 +41,8 @@ func TestDemo(t *testing.T) {
 // TestDemoDefault runs the README's command as is.
 func TestDemoDefault(t *testing.T) {
 	r := runCLI(t, "demo")
-	if r.code != exitOK {
-		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	if r.code != exitCause {
+		t.Fatalf("exit %d, want %d (a cause found, as why): %s", r.code, exitCause, r.stderr)
 	}
 	if !strings.Contains(r.stdout, "whyslow ranked it #1") {
 		t.Errorf("default demo does not rank its injected cause first:\n%s", r.stdout)
@@ -56,8 +56,21 @@ func TestDemoLive(t *testing.T) {
 		t.Skip("plays 1.5 simulated hours through the daemon")
 	}
 	r := runCLI(t, "demo", "--live")
-	if r.code != exitOK {
-		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	if r.code != exitCause {
+		t.Fatalf("exit %d, want %d (an incident opened): %s", r.code, exitCause, r.stderr)
+	}
+	// The long simulated run is announced at once, on stderr.
+	if !strings.HasPrefix(r.stderr, liveProgress+"\n") {
+		t.Errorf("stderr does not start with the progress line %q:\n%s", liveProgress, r.stderr)
+	}
+	// The engine model serves its own GPU counters (the verdict names the
+	// model's GPU from them): the daemon's NVML collector has nothing to add,
+	// and this host's lack of a driver is no data gap of the modelled engine.
+	if !strings.Contains(r.stdout, "(from the GPU counters: model=") {
+		t.Errorf("live demo verdict does not name the model's GPU from its counters:\n%s", r.stdout)
+	}
+	if strings.Contains(r.stdout, "no GPU counters") || strings.Contains(r.stdout, "NVML") {
+		t.Errorf("live demo reports the host's NVML as a data gap while the model serves GPU counters:\n%s", r.stdout)
 	}
 	for _, w := range []string{
 		"== whyslow open: incident",
@@ -74,8 +87,8 @@ func TestDemoLive(t *testing.T) {
 
 func TestDemoJSON(t *testing.T) {
 	r := runCLI(t, "demo", "--scenario", "error_burst", "--output", "json")
-	if r.code != exitOK {
-		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	if r.code != exitCause {
+		t.Fatalf("exit %d, want %d (a cause found, as why): %s", r.code, exitCause, r.stderr)
 	}
 	if !json.Valid([]byte(r.stdout)) {
 		t.Fatalf("not JSON:\n%s", r.stdout)
@@ -94,8 +107,8 @@ func TestDemoJSON(t *testing.T) {
 func TestDemoKeep(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "bundle")
 	r := runCLI(t, "demo", "--scenario", "prefix_cache_loss", "--keep", dir, "--output", "json")
-	if r.code != exitOK {
-		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	if r.code != exitCause {
+		t.Fatalf("exit %d, want %d: %s", r.code, exitCause, r.stderr)
 	}
 	for _, f := range []string{"metrics.om", "incident.yaml", "truth.yaml"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
@@ -115,6 +128,29 @@ func TestDemoKeep(t *testing.T) {
 	}
 	if len(demo.Causes) == 0 || len(why.Causes) == 0 || demo.Causes[0].ID != why.Causes[0].ID || demo.Status != why.Status {
 		t.Errorf("demo %s %+v, why --bundle %s %+v", demo.Status, demo.Causes, why.Status, why.Causes)
+	}
+}
+
+// TestDemoHealthyExitsOK: a healthy scenario exits 0, as why does on a
+// healthy verdict.
+func TestDemoHealthyExitsOK(t *testing.T) {
+	r := runCLI(t, "demo", "--scenario", "healthy", "--output", "json")
+	var v triage.Verdict
+	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil {
+		t.Fatalf("exit %d: %v: %s", r.code, err, r.stderr)
+	}
+	if v.Status != triage.StatusHealthy || r.code != exitOK {
+		t.Errorf("status %s, exit %d; want healthy, exit %d", v.Status, r.code, exitOK)
+	}
+}
+
+// TestDemoHelp: --help, -h and help print demo's usage and exit 0.
+func TestDemoHelp(t *testing.T) {
+	for _, h := range []string{"--help", "-h", "help"} {
+		r := runCLI(t, "demo", h)
+		if r.code != exitOK || !strings.Contains(r.stdout, "-scenario") {
+			t.Errorf("demo %s: exit %d, stdout %q, stderr %q; want usage, exit 0", h, r.code, r.stdout, r.stderr)
+		}
 	}
 }
 

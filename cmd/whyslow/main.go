@@ -2,12 +2,16 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
 	"syscall"
 )
 
@@ -49,7 +53,72 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "whyslow: unknown command %q (see 'whyslow help')\n", args[0])
 		return exitFailed
 	}
+	if hargs, ok := helpArgs(args[1:]); ok {
+		return runHelp(ctx, c, hargs, stdout, stderr)
+	}
 	return c.run(ctx, args[1:], stdout, stderr)
+}
+
+// isHelp reports whether arg asks for help.
+func isHelp(arg string) bool { return arg == "-h" || arg == "--help" || arg == "help" }
+
+// helpArgs reports whether a command's arguments ask for its help and
+// nothing else: `whyslow CMD --help|-h|help`, or `whyslow CMD SUB
+// --help|-h` for a command with subcommands. It returns them with "help"
+// spelled "--help", so that every command's flag set sees a help flag.
+func helpArgs(args []string) ([]string, bool) {
+	switch {
+	case len(args) == 1 && isHelp(args[0]):
+		return []string{"--help"}, true
+	case len(args) == 2 && !strings.HasPrefix(args[0], "-") && args[1] != "help" && isHelp(args[1]):
+		return args, true
+	}
+	return nil, false
+}
+
+// runHelp runs c with help arguments. Help asked for is a success: the
+// usage goes to stdout and the exit code is 0, also from a command whose
+// flag set returns flag.ErrHelp as a failure. Anything else it printed (a
+// subcommand that takes no flags) goes to stderr with its exit code.
+func runHelp(ctx context.Context, c command, args []string, stdout, stderr io.Writer) int {
+	var out bytes.Buffer
+	code := c.run(ctx, args, &out, &out)
+	first, _, _ := strings.Cut(strings.TrimSpace(out.String()), "\n")
+	if code == exitOK || (code == exitFailed && strings.HasPrefix(strings.ToLower(first), "usage")) {
+		_, _ = out.WriteTo(stdout)
+		return exitOK
+	}
+	_, _ = out.WriteTo(stderr)
+	return code
+}
+
+// parseFlags parses args with fs and says whether the command is done: after
+// -h or --help (the usage printed to stdout, exit 0), or after a bad flag
+// (the error and the usage on fs's output, exit 2). fs.Usage, when set,
+// must print to fs.Output().
+func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) (code int, done bool) {
+	usage := fs.Usage
+	if usage == nil {
+		usage = func() {
+			fmt.Fprintf(fs.Output(), "Usage of %s:\n", fs.Name())
+			fs.PrintDefaults()
+		}
+	}
+	fs.Usage = func() {} // printed below, to the right writer
+	err := fs.Parse(args)
+	fs.Usage = usage
+	switch {
+	case err == nil:
+		return exitOK, false
+	case errors.Is(err, flag.ErrHelp):
+		out := fs.Output()
+		fs.SetOutput(stdout)
+		usage()
+		fs.SetOutput(out)
+		return exitOK, true
+	}
+	usage()
+	return exitFailed, true
 }
 
 func usage(w io.Writer) {
@@ -63,4 +132,6 @@ func usage(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-8s %s\n", n, commands[n].summary)
 	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "'whyslow COMMAND --help' shows a command's usage.")
 }

@@ -21,12 +21,23 @@ func init() {
 	register(command{name: "rules", summary: "check or test ruleset files (rules check FILE..., rules test FILE...)", run: runRules})
 }
 
+// rulesUsage is `whyslow rules --help`.
+const rulesUsage = `usage: whyslow rules check FILE... | whyslow rules test FILE...
+
+  check  validate ruleset files on top of the shipped ones: every problem as
+         file:line:col: message; exit 0 when all are valid, 2 otherwise
+  test   run rule test files (input series, an evaluation time, the expected
+         causes); exit 0 when every test passes, 1 when one fails, 2 on bad input`
+
 func runRules(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: whyslow rules check FILE... | whyslow rules test FILE...")
+		fmt.Fprintln(stderr, rulesUsage)
 		return exitFailed
 	}
 	switch args[0] {
+	case "-h", "--help", "help":
+		fmt.Fprintln(stdout, rulesUsage)
+		return exitOK
 	case "check":
 		return rulesCheck(args[1:], stdout, stderr)
 	case "test":
@@ -41,8 +52,9 @@ func runRules(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 func rulesCheck(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("rules check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
-		return exitFailed
+	fs.Usage = func() { fmt.Fprintln(fs.Output(), "usage: whyslow rules check FILE...") }
+	if code, done := parseFlags(fs, args, stdout); done {
+		return code
 	}
 	if fs.NArg() == 0 {
 		fmt.Fprintln(stderr, "usage: whyslow rules check FILE...")
@@ -124,8 +136,9 @@ type ruleTestCase struct {
 func rulesTest(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("rules test", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
-		return exitFailed
+	fs.Usage = func() { fmt.Fprintln(fs.Output(), "usage: whyslow rules test FILE...") }
+	if code, done := parseFlags(fs, args, stdout); done {
+		return code
 	}
 	if fs.NArg() == 0 {
 		fmt.Fprintln(stderr, "usage: whyslow rules test FILE...")

@@ -40,3 +40,40 @@ func TestRulesCommand(t *testing.T) {
 		})
 	}
 }
+
+// TestSubcommandHelp: every command group, and each of rules'
+// subcommands, prints its usage on stdout and exits 0 for --help, -h and
+// help (no more "unknown subcommand").
+func TestSubcommandHelp(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string // start of stdout
+	}{
+		{[]string{"rules", "--help"}, "usage: whyslow rules check FILE... | whyslow rules test FILE..."},
+		{[]string{"rules", "-h"}, "usage: whyslow rules check FILE... | whyslow rules test FILE..."},
+		{[]string{"rules", "help"}, "usage: whyslow rules check FILE... | whyslow rules test FILE..."},
+		{[]string{"rules", "check", "--help"}, "usage: whyslow rules check FILE..."},
+		{[]string{"rules", "test", "-h"}, "usage: whyslow rules test FILE..."},
+		{[]string{"check", "help"}, "usage: whyslow check config FILE..."},
+		{[]string{"sim", "--help"}, "usage:"},
+		{[]string{"gpu", "--help"}, "usage: whyslow gpu"},
+		{[]string{"gpu", "help"}, "usage: whyslow gpu"},
+		{[]string{"why", "-h"}, "Usage of why:"},
+		{[]string{"why", "help"}, "Usage of why:"},
+		{[]string{"demo", "help"}, "Usage of demo:"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := dispatch(context.Background(), tt.args, &out, &errOut)
+			if code != exitOK || !strings.HasPrefix(out.String(), tt.want) {
+				t.Errorf("exit %d, stdout %q, stderr %q; want exit 0 and usage %q", code, out.String(), errOut.String(), tt.want)
+			}
+		})
+	}
+	// A bad flag is still a failure, its usage on stderr.
+	var out, errOut bytes.Buffer
+	if code := dispatch(context.Background(), []string{"rules", "check", "--frob"}, &out, &errOut); code != exitFailed || !strings.Contains(errOut.String(), "usage: whyslow rules check") {
+		t.Errorf("bad flag: exit %d, stderr %q", code, errOut.String())
+	}
+}

@@ -112,7 +112,9 @@ func verdictExit(v *triage.Verdict, stderr io.Writer) int {
 		return exitOK
 	}
 	reason := "not enough data to judge"
-	if len(v.DataGaps) > 0 {
+	if v.InsufficientReason != nil && v.InsufficientReason.Message != "" {
+		reason = v.InsufficientReason.Message
+	} else if len(v.DataGaps) > 0 {
 		reason = v.DataGaps[0].Signal + ": " + v.DataGaps[0].Reason
 	}
 	fmt.Fprintf(stderr, "whyslow why: insufficient data: %s\n", reason)
@@ -269,8 +271,18 @@ func whyBundle(ctx context.Context, dir string, opts triage.Options, finish fini
 		// No incident.yaml time: the end of the recorded data is the natural "now".
 		opts.At = stats.MaxTime
 	}
-	opts.Metrics = st
+	opts.Metrics = spannedStore{st}
 	return triageThen(ctx, opts, finish)
+}
+
+// spannedStore is the embedded store as a triage.DataSpanner: an
+// insufficient-data verdict can say where its data lies.
+type spannedStore struct{ *store.Store }
+
+// DataSpan returns the time range of the stored samples.
+func (s spannedStore) DataSpan() (time.Time, time.Time) {
+	st := s.Stats()
+	return st.MinTime, st.MaxTime
 }
 
 // applyIncident fills options the user did not set from the bundle's incident.yaml.

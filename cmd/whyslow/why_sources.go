@@ -69,7 +69,7 @@ func whyScrape(ctx context.Context, f *whyFlags, opts triage.Options) (*triage.V
 	if err != nil {
 		return nil, err
 	}
-	opts.Metrics = st
+	opts.Metrics = spannedStore{st}
 	opts.At = last
 	opts.Window = window
 	opts.Baseline = last.Sub(baseEnd)
@@ -79,6 +79,7 @@ func whyScrape(ctx context.Context, f *whyFlags, opts triage.Options) (*triage.V
 		return nil, err
 	}
 	v.DataGaps = foldGaugeGaps(v.DataGaps)
+	scrapeReason(v.InsufficientReason)
 	// The baseline is no clock-time window: say what it really is.
 	v.Incident.Label = "sample " + shortDuration(window)
 	if lb.StartKnown {
@@ -88,6 +89,23 @@ func whyScrape(ctx context.Context, f *whyFlags, opts triage.Options) (*triage.V
 		v.Baseline = triage.Window{Label: "the engine's lifetime, length unknown (no start time exported: means, quantiles and ratios only)"}
 	}
 	return v, nil
+}
+
+// scrapeReason restates an insufficient-data reason in a sample's terms:
+// its baseline is the engine's lifetime before the first scrape, not a
+// window the user chose.
+func scrapeReason(r *triage.InsufficientReason) {
+	if r == nil {
+		return
+	}
+	if r.Code == triage.InsufficientBaseline || (r.Code == triage.InsufficientSignal && r.Window == "baseline") {
+		r.Code = triage.InsufficientBaseline
+		r.Message = "the engine had served no requests before the sample began, so its lifetime counters give no baseline " +
+			"(a --scrape compares the sample with the engine's lifetime): let it serve traffic for a while, then sample again"
+	}
+	if r.Code == triage.InsufficientSignal && r.Window == "incident" && r.Signal == "requests" {
+		r.Message = "no request completed during the sample (the engine was idle): sample again under traffic, or use a longer --sample"
+	}
 }
 
 // shortDuration renders 6h12m0s as 6h12m and 20s as 20s.

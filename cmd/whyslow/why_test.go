@@ -651,3 +651,92 @@ func BenchmarkWhyBundle(b *testing.B) {
 		}
 	}
 }
+
+// TestWhyInsufficientReason checks that each way of getting no verdict
+// from a bundle prints its own reason on stderr, with exit 2, and that the
+// JSON verdict carries it.
+func TestWhyInsufficientReason(t *testing.T) {
+	kv := filepath.Join(incidentsDir, "kv_pressure")
+	for _, tc := range []struct {
+		name string
+		args []string
+		code triage.InsufficientCode
+		want []string
+	}{
+		{"no engine series", []string{"--bundle", "testdata/insufficient/no_engine"}, triage.InsufficientNoEngine,
+			[]string{"no series of a known engine (vllm, sglang, trtllm) in the source", "vllm:num_requests_running"}},
+		{"engine named wrong", []string{"--bundle", kv, "--engine", "sglang"}, triage.InsufficientNoEngine,
+			[]string{"no sglang series in the source, but it holds vllm series: use --engine vllm"}},
+		{"selector matches nothing", []string{"--bundle", kv, "--selector", `model_name="llama"`}, triage.InsufficientSelector,
+			[]string{`the selector {model_name="llama"} matched no vllm series`, "model_name values: meta-llama/Llama-3.1-8B-Instruct"}},
+		{"window outside the data", []string{"--bundle", kv, "--at", "2027-01-01T00:00:00Z"}, triage.InsufficientOutsideData,
+			[]string{"lies outside the scope's data, which runs from 2026-01-01 00:13:00 UTC to 2026-01-01 01:23:00 UTC", "--at 2026-01-01T01:23:00Z"}},
+		{"baseline not covered", []string{"--bundle", kv, "--baseline", "80m"}, triage.InsufficientBaseline,
+			[]string{"(1h20m before --at) is not covered", "1h10m of history", "--baseline 1h5m or less"}},
+		{"required signal missing", []string{"--bundle", "testdata/insufficient/no_ttft"}, triage.InsufficientSignal,
+			[]string{"the required signal ttft_mean (TTFT mean) has no value in the incident window", "vllm:time_to_first_token_seconds_sum"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runCLI(t, append([]string{"why"}, tc.args...)...)
+			if r.code != exitFailed {
+				t.Errorf("exit %d, want %d", r.code, exitFailed)
+			}
+			line := strings.TrimSpace(r.stderr)
+			if !strings.HasPrefix(line, "whyslow why: insufficient data: ") || strings.Contains(line, "\n") {
+				t.Errorf("stderr is not one insufficient-data line:\n%s", r.stderr)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(r.stderr, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, r.stderr)
+				}
+			}
+			if !strings.Contains(r.stdout, "\nreason:   ") {
+				t.Errorf("text output does not give the reason:\n%s", r.stdout)
+			}
+			j := runCLI(t, append([]string{"why", "--output", "json"}, tc.args...)...)
+			v := decodeVerdict(t, j.stdout)
+			if v.InsufficientReason == nil || v.InsufficientReason.Code != tc.code {
+				t.Errorf("insufficient_reason %+v, want code %s", v.InsufficientReason, tc.code)
+			}
+		})
+	}
+}
+
+// TestVerdictExitNamesReason checks that the CLI prints the verdict's
+// reason, not the first data gap (a --scrape whose engine started serving
+// during the sample lists preemption_rate's gap first).
+func TestVerdictExitNamesReason(t *testing.T) {
+	r := &triage.InsufficientReason{Code: triage.InsufficientSignal, Signal: "ttft_mean", Window: "baseline", Message: "ttft_mean missing"}
+	scrapeReason(r)
+	v := &triage.Verdict{Status: triage.StatusInsufficientData, InsufficientReason: r,
+		DataGaps: []triage.DataGap{{Signal: "preemption_rate", Window: "incident", Reason: "no series matched"}}}
+	var errb bytes.Buffer
+	if code := verdictExit(v, &errb); code != exitFailed {
+		t.Errorf("exit %d", code)
+	}
+	if strings.Contains(errb.String(), "preemption_rate") || !strings.Contains(errb.String(), "served no requests before the sample began") {
+		t.Errorf("stderr %q: want the baseline reason, not the first gap", errb.String())
+	}
+	if r.Code != triage.InsufficientBaseline {
+		t.Errorf("code %s, want %s", r.Code, triage.InsufficientBaseline)
+	}
+}
+
+// TestWhyTextShowsWhatEvidenceQuotes checks, on committed bundles, that the
+// text headline carries the means the evidence quotes, marks quantiles
+// estimated inside coarse buckets, and lists causes below the evidence bar.
+func TestWhyTextShowsWhatEvidenceQuotes(t *testing.T) {
+	r := runCLI(t, "why", "--bundle", filepath.Join(incidentsDir, "bandwidth_bound"))
+	if r.code != exitCause {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	for _, w := range []string{
+		"\n  Inter-token latency mean ", "\n  TTFT mean ", "(mean ×",
+		"≈ estimated inside a coarse histogram bucket:", "(bucket ",
+		"Also considered (below the evidence bar)\n  - More work arrives than the replicas admit [queue_saturation] score 0.042",
+	} {
+		if !strings.Contains(r.stdout, w) {
+			t.Errorf("text lacks %q:\n%s", w, r.stdout)
+		}
+	}
+}

@@ -80,7 +80,7 @@ func openTraces(f *whyFlags) (triage.Traces, error) {
 		if tok := bearerToken(f); tok != "" {
 			client.Transport = bearerTransport{token: tok, next: http.DefaultTransport}
 		}
-		return &tracequery.Tempo{BaseURL: rest, Client: client}, nil
+		return pagedTempo{&tracequery.Tempo{BaseURL: rest, Client: client, SearchLimit: tracePageSize}}, nil
 	case "jaeger":
 		return &tracequery.Jaeger{BaseURL: rest, Service: f.traces.service, Client: client}, nil
 	case "http", "https":
@@ -94,6 +94,76 @@ func openTraces(f *whyFlags) (triage.Traces, error) {
 		fmt.Fprintf(os.Stderr, "whyslow why: %s: %d invalid spans skipped (first: %s)\n", src, file.Rejected, file.Reason)
 	}
 	return file, nil
+}
+
+// tracePageSize is how many traces one search of a whyslow daemon's
+// Tempo-compatible API asks for (the most it answers).
+const tracePageSize = 1000
+
+// pagedTempo reads a window from a whyslow daemon's Tempo-compatible API
+// page by page. One search answers at most SearchLimit traces (at most
+// tracePageSize), oldest first; a window of a busy engine holds more. Read in one search, as
+// tracequery.Tempo does (DefaultSearchLimit, 200 traces), the triage saw only
+// the oldest traces of each window and gave another verdict than the same
+// spans read from a file.
+type pagedTempo struct{ *tracequery.Tempo }
+
+// SpansBetween implements triage.Traces: without a limit it returns every
+// span that started in [start, end) of the traces holding an llm_request
+// span in it, as a traces.jsonl of the same spans would.
+func (p pagedTempo) SpansBetween(ctx context.Context, start, end time.Time, limit int) ([]triage.Span, error) {
+	if limit > 0 {
+		return p.Tempo.SpansBetween(ctx, start, end, limit)
+	}
+	done := map[triage.TraceID]bool{}
+	var out []triage.Span
+	for from := start; ; {
+		page, err := p.Tempo.SpansBetween(ctx, from, end, 0)
+		if err != nil {
+			return nil, err
+		}
+		byTrace := map[triage.TraceID][]triage.Span{}
+		// first: each trace's first llm_request span in the page, the span
+		// the search matched it by.
+		first := map[triage.TraceID]int64{}
+		for _, s := range page {
+			byTrace[s.TraceID] = append(byTrace[s.TraceID], s)
+			if t, ok := first[s.TraceID]; s.Name == triage.SpanLLMRequest && (!ok || s.StartUnixNano < t) {
+				first[s.TraceID] = s.StartUnixNano
+			}
+		}
+		var last int64
+		for id, spans := range byTrace {
+			last = max(last, first[id])
+			if done[id] {
+				continue
+			}
+			done[id] = true
+			if from.After(start) {
+				// The page cut the trace's spans at from; read all of it.
+				all, err := p.Trace(ctx, id)
+				if err != nil {
+					return nil, err
+				}
+				spans = slices.DeleteFunc(all, func(s triage.Span) bool {
+					return s.StartUnixNano < start.UnixNano() || s.StartUnixNano >= end.UnixNano()
+				})
+			}
+			out = append(out, spans...)
+		}
+		if len(byTrace) < p.SearchLimit {
+			break
+		}
+		// Searches take whole seconds: the next page starts at the second
+		// of the newest trace found, and the traces seen again are skipped.
+		next := time.Unix(last/int64(time.Second), 0)
+		if !next.After(from) {
+			return nil, fmt.Errorf("whyslow trace search: more than %d traces start at %s; cannot page", p.SearchLimit, from.UTC().Format(time.RFC3339))
+		}
+		from = next
+	}
+	triage.SortByStart(out)
+	return out, nil
 }
 
 // runWhyRequest explains one request: its breakdown and, when a metrics

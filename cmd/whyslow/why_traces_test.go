@@ -1,13 +1,19 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/whyslow/whyslow/collectors/otlp"
+	"github.com/whyslow/whyslow/collectors/spanstore"
 	"github.com/whyslow/whyslow/collectors/tracequery"
 	"github.com/whyslow/whyslow/triage"
 )
@@ -136,5 +142,176 @@ func TestSimRecordTraces(t *testing.T) {
 	v := decodeVerdict(t, w.stdout)
 	if len(v.Requests) == 0 || len(v.Causes) == 0 || v.Causes[0].ID != "outside_engine" {
 		t.Fatalf("exit %d, causes %+v, %d requests: %s", w.code, v.Causes, len(v.Requests), w.stderr)
+	}
+}
+
+// TestWhyTracesDaemonMatchesFile triages each bundle with traces twice: from
+// its traces.jsonl and from the same spans served by a daemon's
+// Tempo-compatible API (--traces whyslow:URL). The verdicts must be the same.
+func TestWhyTracesDaemonMatchesFile(t *testing.T) {
+	names := []string{"frontend_delay", "long_prompt_burst", "router_skew"}
+	if testing.Short() {
+		names = names[:1] // the one with more traces in a window than one search answers
+	}
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			dir := filepath.Join(incidentsDir, name)
+			path, err := tracequery.BundleTraces(dir)
+			if err != nil || path == "" {
+				t.Fatalf("bundle traces: %q %v", path, err)
+			}
+			f, err := tracequery.OpenJSONL(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := httptest.NewServer(f.QueryHandler(nil))
+			defer srv.Close()
+			fromFile := runCLI(t, "why", "--bundle", dir, "--output", "json")
+			fromDaemon := runCLI(t, "why", "--bundle", dir, "--traces", "whyslow:"+srv.URL, "--output", "json")
+			if fromFile.code != fromDaemon.code {
+				t.Fatalf("exit %d from the file, %d from the daemon: %s", fromFile.code, fromDaemon.code, fromDaemon.stderr)
+			}
+			a, b := decodeVerdict(t, fromFile.stdout), decodeVerdict(t, fromDaemon.stdout)
+			if len(a.Requests) == 0 {
+				t.Fatal("no requests from the file")
+			}
+			ja, _ := json.MarshalIndent(struct {
+				C, R any
+			}{a.Causes, a.Requests}, "", " ")
+			jb, _ := json.MarshalIndent(struct {
+				C, R any
+			}{b.Causes, b.Requests}, "", " ")
+			if string(ja) != string(jb) {
+				t.Errorf("verdicts differ:\nfile:   %.2000s\ndaemon: %.2000s", ja, jb)
+			}
+		})
+	}
+}
+
+// TestPagedTempoReadsWholeWindow reads a window holding more traces than one
+// search answers: page by page, the requests built are those of the file.
+func TestPagedTempoReadsWholeWindow(t *testing.T) {
+	path, err := tracequery.BundleTraces(filepath.Join(incidentsDir, "frontend_delay"))
+	if err != nil || path == "" {
+		t.Fatalf("bundle traces: %q %v", path, err)
+	}
+	f, err := tracequery.OpenJSONL(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(f.QueryHandler(nil))
+	defer srv.Close()
+	ctx := context.Background()
+	start, end := time.Unix(0, 0), time.Unix(4e9, 0)
+	want, err := f.SpansBetween(ctx, start, end, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantReqs := triage.BuildRequests(want)
+	if len(wantReqs) <= 3*40 {
+		t.Fatalf("%d requests: too few to page", len(wantReqs))
+	}
+	p := pagedTempo{&tracequery.Tempo{BaseURL: srv.URL, SearchLimit: 40}}
+	got, err := p.SpansBetween(ctx, start, end, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotReqs := triage.BuildRequests(got)
+	if len(gotReqs) != len(wantReqs) {
+		t.Fatalf("%d requests paged, %d in the file", len(gotReqs), len(wantReqs))
+	}
+	for i := range wantReqs {
+		if a, b := wantReqs[i].Request(), gotReqs[i].Request(); !reflect.DeepEqual(a, b) {
+			t.Fatalf("request %d: paged %+v, file %+v", i, b, a)
+		}
+	}
+	// One search alone (what --traces whyslow:URL did) sees a part.
+	one, err := (&tracequery.Tempo{BaseURL: srv.URL, SearchLimit: 40}).SpansBetween(ctx, start, end, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(triage.BuildRequests(one)); n >= len(wantReqs) {
+		t.Errorf("one search found %d of %d requests: the test does not page", n, len(wantReqs))
+	}
+}
+
+// TestWhyTracesOfTheScope triages an 8B-model bundle with traces that also
+// hold a 70B model's requests, ten times slower, on other pods (the engine
+// spans naming the model in gen_ai.response.model). The slowest requests
+// listed are the scope's own, as without the 70B spans; and served through
+// a daemon's API, the verdict is the same.
+func TestWhyTracesOfTheScope(t *testing.T) {
+	dir := filepath.Join(incidentsDir, "long_prompt_burst")
+	path, err := tracequery.BundleTraces(dir)
+	if err != nil || path == "" {
+		t.Fatalf("bundle traces: %q %v", path, err)
+	}
+	f, err := tracequery.OpenJSONL(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := f.SpansBetween(context.Background(), time.Unix(0, 0), time.Unix(4e9, 0), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const big = "meta-llama/Llama-3.1-70B-Instruct"
+	mixed := slices.Clone(own)
+	for _, s := range own {
+		s.TraceID[0] ^= 0xff
+		s.Attrs = slices.Clone(s.Attrs)
+		for i, a := range s.Attrs {
+			switch {
+			case a.Key == triage.AttrRequestModel:
+				s.Attrs[i] = triage.StringAttr(a.Key, big)
+			case strings.HasPrefix(a.Key, "gen_ai.latency."):
+				s.Attrs[i] = triage.FloatAttr(a.Key, 10*a.Float())
+			}
+		}
+		if s.Name == triage.SpanLLMRequest {
+			s.EndUnixNano = s.StartUnixNano + 10*(s.EndUnixNano-s.StartUnixNano)
+			s.Attrs = append(s.Attrs, triage.StringAttr(triage.AttrResponseModel, big))
+			s.Resource = triage.Attrs{triage.StringAttr("service.name", "vllm"), triage.StringAttr("k8s.pod.name", "vllm-llama-70b-0")}
+		}
+		mixed = append(mixed, s)
+	}
+	body, err := otlp.EncodeJSON(spanstore.ToOTLP(mixed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mixedPath := filepath.Join(t.TempDir(), "traces.jsonl")
+	if err := os.WriteFile(mixedPath, append(body, '\n'), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	requests := func(args ...string) []triage.Request {
+		t.Helper()
+		r := runCLI(t, append([]string{"why", "--bundle", dir, "--output", "json"}, args...)...)
+		if r.code != exitCause {
+			t.Fatalf("%v: exit %d: %s", args, r.code, r.stderr)
+		}
+		return decodeVerdict(t, r.stdout).Requests
+	}
+	want := requests()
+	if len(want) == 0 {
+		t.Fatal("no requests from the bundle's traces")
+	}
+	got := requests("--traces", mixedPath)
+	for _, r := range got {
+		if r.Pod == "vllm-llama-70b-0" {
+			t.Fatalf("the 8B scope lists the 70B model's request %s (%gs)", r.TraceID, r.E2E)
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("requests with the 70B spans differ from the bundle's own:\n%+v\n%+v", got, want)
+	}
+
+	mf, err := tracequery.OpenJSONL(mixedPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(mf.QueryHandler(nil))
+	defer srv.Close()
+	if daemon := requests("--traces", "whyslow:"+srv.URL); !reflect.DeepEqual(daemon, want) {
+		t.Errorf("requests through the daemon's API differ:\n%+v\n%+v", daemon, want)
 	}
 }

@@ -94,34 +94,40 @@ func WriteLifetimeBaseline(ctx context.Context, q Querier, app storage.Appendabl
 	return out, nil
 }
 
-// startTimes maps an instance to its engine's start time, from
-// process_start_time_seconds or, failing that, the earliest *_created sample.
+// startTimes maps a target (instance and target labels: replicas may share
+// an instance) to its engine's start time, from process_start_time_seconds
+// or, failing that, the earliest *_created sample.
 func startTimes(ctx context.Context, q Querier, at time.Time) (map[string]time.Time, error) {
 	out := map[string]time.Time{}
 	for _, expr := range []string{
-		`min by (instance) (process_start_time_seconds)`,
-		`min by (instance) ({__name__=~".+_created"})`,
+		`min by (instance, target) (process_start_time_seconds)`,
+		`min by (instance, target) ({__name__=~".+_created"})`,
 	} {
 		vec, _, err := q.Query(ctx, expr, at)
 		if err != nil {
 			return nil, fmt.Errorf("lifetime baseline: %w", err)
 		}
 		for _, s := range vec {
-			inst := string(s.Metric["instance"])
-			if _, ok := out[inst]; ok || float64(s.Value) <= 0 {
+			key := targetKey(s.Metric)
+			if _, ok := out[key]; ok || float64(s.Value) <= 0 {
 				continue
 			}
-			out[inst] = time.UnixMilli(int64(float64(s.Value) * 1000))
+			out[key] = time.UnixMilli(int64(float64(s.Value) * 1000))
 		}
 	}
 	return out, nil
 }
 
 func lifetimeOf(m model.Metric, starts map[string]time.Time, first time.Time) (time.Duration, bool) {
-	if st, ok := starts[string(m["instance"])]; ok && st.Before(first) {
+	if st, ok := starts[targetKey(m)]; ok && st.Before(first) {
 		return first.Sub(st), true
 	}
 	return AssumedLifetime, false
+}
+
+// targetKey identifies the target a series was scraped from.
+func targetKey(m model.Metric) string {
+	return string(m["instance"]) + "\xff" + string(m[TargetLabel])
 }
 
 func toLabels(m model.Metric) labels.Labels {

@@ -3,6 +3,7 @@ package scrape
 import (
 	"fmt"
 	"mime"
+	"net/url"
 	"strings"
 	"time"
 
@@ -43,7 +44,7 @@ func FormatFor(contentType string) (bundle.Format, error) {
 }
 
 // Parse turns a scrape body into samples. target holds the labels every
-// sample gets (job, instance); an exposed label of the same name is kept as
+// sample gets (job, instance, target); an exposed label of the same name is kept as
 // exported_<name>, as Prometheus does without honor_labels. Samples without
 // a timestamp get at. name prefixes errors (the target's URL).
 func Parse(name string, body []byte, contentType string, at time.Time, target labels.Labels) ([]Sample, error) {
@@ -103,4 +104,13 @@ func instanceOf(scheme, host string) string {
 		return host + ":443"
 	}
 	return host + ":80"
+}
+
+// targetOf returns the target label of a URL: its path, "/" when it has
+// none. The query is left out: it may hold a credential.
+func targetOf(u *url.URL) string {
+	if u.Path == "" {
+		return "/"
+	}
+	return u.Path
 }

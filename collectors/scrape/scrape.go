@@ -1,8 +1,8 @@
 // Package scrape scrapes engine /metrics endpoints into the embedded store,
 // as Prometheus would: Prometheus text or OpenMetrics (chosen by the
 // response Content-Type; the Accept header asks for OpenMetrics first),
-// gzip, a timeout and a body size limit, and target labels job and instance
-// (host:port) on every series. Each scrape also writes Prometheus's own
+// gzip, a timeout and a body size limit, and target labels job, instance
+// (host:port) and target (the URL's path) on every series. Each scrape also writes Prometheus's own
 // per-target series, up, scrape_duration_seconds and scrape_samples_scraped,
 // and sets whyslow's metrics whyslow_scrape_duration_seconds{target},
 // whyslow_scrape_success{target} and whyslow_scrape_samples{target} on the
@@ -29,6 +29,18 @@
 // 20 s sample gives about 20. A counter reset (engine restart) during the
 // sample makes the lifetime figures cover only the time since the restart.
 // No staleness markers are written when a series disappears.
+//
+// # Target identity
+//
+// A target is its whole URL, as Prometheus keeps __metrics_path__ apart
+// from the address: instance is host:port only, so replicas served by one
+// process on different paths (whyslow sim serve's /replica/N/metrics, a
+// multi-engine pod) would share every series and collide ("duplicate
+// sample for timestamp"). Every series therefore also gets the label
+// target, the URL's path ("/metrics", "/replica/1/metrics"). The query
+// string is left out, since it may hold a credential: targets that differ
+// only in their query still collide. Group by instance and target to tell
+// such replicas apart.
 package scrape
 
 import (
@@ -57,6 +69,10 @@ const (
 	DefaultMaxBodyBytes = 64 << 20
 	DefaultJob          = "engine"
 )
+
+// TargetLabel is the label, set on every scraped series, that tells apart
+// targets sharing a host:port: the URL's path (see "Target identity").
+const TargetLabel = "target"
 
 // AcceptHeader is sent with every scrape: OpenMetrics preferred, classic
 // text accepted, as Prometheus asks.
@@ -152,7 +168,7 @@ func New(app storage.Appendable, opts Options) (*Scraper, error) {
 }
 
 // Scrape fetches target once, stores its samples (timestamped at, unless
-// the exposition has its own timestamps) with job and instance labels, plus
+// the exposition has its own timestamps) with job, instance and target labels, plus
 // up, scrape_duration_seconds and scrape_samples_scraped, and returns the
 // number of exposed samples stored. A down or malformed target is an error
 // (and up 0).
@@ -162,7 +178,7 @@ func (s *Scraper) Scrape(ctx context.Context, target string, at time.Time) (int,
 		return 0, fmt.Errorf("scrape %s: not an http(s) URL", redact.URL(target))
 	}
 	name := redact.URL(target)
-	tl := labels.FromStrings("instance", instanceOf(u.Scheme, u.Host), "job", s.job)
+	tl := labels.FromStrings("instance", instanceOf(u.Scheme, u.Host), "job", s.job, TargetLabel, targetOf(u))
 
 	start := time.Now()
 	samples, scrapeErr := s.scrape(ctx, u, name, at, tl)

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -345,5 +346,89 @@ func TestLoopSample(t *testing.T) {
 	}
 	if status[0].OK == 0 || status[1].OK != 0 || status[1].Failed == 0 {
 		t.Errorf("status = %+v", status)
+	}
+}
+
+// TestScrapeReplicasSharingHostPort scrapes two replicas that one server
+// exposes on /replica/1/metrics and /replica/2/metrics (as whyslow sim serve
+// does): same host:port, so the same instance label, but two targets. Both
+// scrapes at the same time must be stored, as two series sets told apart by
+// the target label, and each replica's lifetime comes from its own start.
+func TestScrapeReplicasSharingHostPort(t *testing.T) {
+	mux := http.NewServeMux()
+	for _, r := range []struct {
+		n       int
+		running int
+		total   int
+		start   int64
+	}{{1, 3, 10, 1700000000 - 3600}, {2, 5, 20, 1700000000 - 600}} {
+		body := fmt.Sprintf("vllm:num_requests_running{model_name=\"m\"} %d\nreq_total %d\nprocess_start_time_seconds %d\n", r.running, r.total, r.start)
+		mux.HandleFunc(fmt.Sprintf("/replica/%d/metrics", r.n), func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = w.Write([]byte(body))
+		})
+	}
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	st := newStore(t)
+	s, err := New(st, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	targets := []string{srv.URL + "/replica/1/metrics", srv.URL + "/replica/2/metrics"}
+	for _, target := range targets {
+		if _, err := s.Scrape(ctx, target, t0); err != nil {
+			t.Fatalf("second replica's samples refused: %v", err)
+		}
+	}
+	instance := strings.TrimPrefix(srv.URL, "http://")
+	for _, expr := range []string{`vllm:num_requests_running`, `up`, `req_total`} {
+		v, _, err := st.Query(ctx, expr, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]float64{}
+		for _, smp := range v {
+			if string(smp.Metric["instance"]) != instance {
+				t.Errorf("%s: instance %q, want host:port %q", expr, smp.Metric["instance"], instance)
+			}
+			got[string(smp.Metric[TargetLabel])] = float64(smp.Value)
+		}
+		if len(got) != 2 || got["/replica/1/metrics"] == 0 || got["/replica/2/metrics"] == 0 {
+			t.Errorf("%s: series by target %v, want one per replica path", expr, got)
+		}
+	}
+
+	// Each replica's lifetime is its own: 1h and 10m.
+	end := t0.Add(-time.Minute)
+	if _, err := WriteLifetimeBaseline(ctx, st, st, t0, end, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for target, want := range map[string]float64{"/replica/1/metrics": 10 * 10.0 / 3600, "/replica/2/metrics": 20 * 10.0 / 600} {
+		v, _, err := st.Query(ctx, `req_total{target="`+target+`"}`, end)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(v) != 1 || math.Abs(float64(v[0].Value)-want) > 1e-9 {
+			t.Errorf("%s lifetime baseline = %v, want %g (its own start time)", target, v, want)
+		}
+	}
+}
+
+func TestTargetOf(t *testing.T) {
+	for raw, want := range map[string]string{
+		"http://h:1/metrics":                  "/metrics",
+		"http://h:1":                          "/",
+		"http://h:1/":                         "/",
+		"http://h:1/replica/2/metrics?tok=s3": "/replica/2/metrics",
+		"https://u:pw@h/prometheus/metrics":   "/prometheus/metrics",
+	} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := targetOf(u); got != want {
+			t.Errorf("targetOf(%s) = %q, want %q", raw, got, want)
+		}
 	}
 }

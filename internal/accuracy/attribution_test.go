@@ -49,6 +49,7 @@ var attrChecks = map[string]attrCheck{
 // points), and the unexplained remainder is under 25% of the change, in at
 // least minAttributionMatch of the instances.
 func TestAttribution(t *testing.T) {
+	skipInShort(t)
 	rss, err := rulesets.All()
 	if err != nil {
 		t.Fatal(err)

@@ -65,6 +65,7 @@ func earlyCases(t *testing.T, per int) []Case {
 //
 //	go test ./internal/accuracy -run TestEarlyAccuracy -v -accuracy.early-per=4 -accuracy.early-seed=0
 func TestEarlyAccuracy(t *testing.T) {
+	skipInShort(t)
 	rss, err := rulesets.All()
 	if err != nil {
 		t.Fatal(err)

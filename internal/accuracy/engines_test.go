@@ -208,6 +208,7 @@ func runEngineCase(ctx context.Context, c engineCase, explain bool) (*Result, bo
 //
 //	go test ./internal/accuracy -run TestEngineAccuracy -v -accuracy.engine-per=3 -accuracy.seed=11
 func TestEngineAccuracy(t *testing.T) {
+	skipInShort(t)
 	seed := *seedFlag
 	if seed == 0 {
 		seed = time.Now().UnixNano()

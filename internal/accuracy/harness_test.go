@@ -50,6 +50,7 @@ func models(t *testing.T) ([]engineModel, map[string]engineModel) {
 //
 //	go test ./internal/accuracy -run TestGeneralization -v -accuracy.validation -accuracy.wide-per=8 -accuracy.compound=24
 func TestGeneralization(t *testing.T) {
+	skipInShort(t)
 	rss, err := rulesets.All()
 	if err != nil {
 		t.Fatal(err)
@@ -149,5 +150,14 @@ func TestOneDraw(t *testing.T) {
 	}
 	for _, g := range o.Verdict.DataGaps {
 		t.Logf("gap %s/%s: %s", g.Signal, g.Window, g.Reason)
+	}
+}
+
+// skipInShort leaves the draws of the accuracy harness to the full run
+// (`make test`): `go test -short ./...` is the inner loop, under 3 minutes.
+func skipInShort(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("the accuracy harness draws and triages dozens of instances; it runs without -short (make test)")
 	}
 }

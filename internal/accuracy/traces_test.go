@@ -89,6 +89,7 @@ func runTraced(ctx context.Context, c Case, rss []*rules.Ruleset) (*tracedResult
 //
 //	go test ./internal/accuracy -run TestAccuracyTraces -v -accuracy.traces.per=6 -accuracy.traces.seed=0
 func TestAccuracyTraces(t *testing.T) {
+	skipInShort(t)
 	rss, err := rulesets.All()
 	if err != nil {
 		t.Fatal(err)

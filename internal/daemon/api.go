@@ -128,24 +128,40 @@ func (d *Daemon) handleIncidents(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"incidents": out})
 }
 
+// handleVerdict answers the latest verdict of a scope (?scope= or
+// ?selector=, PromQL label matchers): the one its incident holds, or else a
+// triage run now. A malformed selector is a 400.
 func (d *Daemon) handleVerdict(w http.ResponseWriter, r *http.Request) {
-	scope, ok := r.URL.Query()["scope"]
-	if !ok || len(scope) != 1 {
-		d.writeError(w, http.StatusBadRequest, errors.New("scope: give exactly one scope selector, e.g. scope=model_name=\"llama\""))
+	q := r.URL.Query()
+	scope := append(append([]string(nil), q["scope"]...), q["selector"]...)
+	if len(scope) != 1 {
+		d.writeError(w, http.StatusBadRequest, errors.New("scope: give exactly one scope selector (scope= or selector=), e.g. scope=model_name=\"llama\""))
 		return
 	}
-	if scope[0] != "" {
-		if _, err := parseMatchers(strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(scope[0]), "{"), "}")); err != nil {
+	sel := strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(scope[0]), "{"), "}")
+	if len(sel) > DefaultMaxSelectorBytes {
+		d.stats.triageRefused.WithLabelValues("api", "selector_too_long").Inc()
+		d.writeError(w, http.StatusBadRequest, fmt.Errorf("scope: %d bytes, more than the %d allowed", len(sel), DefaultMaxSelectorBytes))
+		return
+	}
+	if strings.TrimSpace(sel) != "" {
+		if _, err := parseMatchers(sel); err != nil {
 			d.writeError(w, http.StatusBadRequest, fmt.Errorf("scope: %w", err))
 			return
 		}
 	}
-	v, ok := d.Verdict(scope[0])
-	if !ok {
-		d.writeError(w, http.StatusNotFound, fmt.Errorf("no verdict for scope %q yet", truncate(scope[0], 200)))
+	if v, ok := d.Verdict(scope[0]); ok {
+		writeJSON(w, http.StatusOK, render.Normalize(v))
 		return
 	}
-	writeJSON(w, http.StatusOK, render.Normalize(v))
+	// No incident holds a verdict for this scope: triage it now.
+	cfg := d.Config()
+	if strings.TrimSpace(sel) == "" {
+		sel = cfg.Detect.Selector
+	}
+	d.serveTriage(w, r, cfg, TriageRequest{
+		Selector: sel, At: d.opts.Now(), Window: cfg.Triage.Window, Baseline: cfg.Triage.Baseline, Engine: cfg.Engine,
+	})
 }
 
 // TriageBody is the body of POST /api/v1/triage. Every field is optional:
@@ -224,6 +240,12 @@ func (d *Daemon) handleTriage(w http.ResponseWriter, r *http.Request) {
 		d.writeError(w, http.StatusBadRequest, err)
 		return
 	}
+	d.serveTriage(w, r, cfg, req)
+}
+
+// serveTriage runs an API triage in a free slot, bounded by
+// api.triage_timeout, and writes its verdict.
+func (d *Daemon) serveTriage(w http.ResponseWriter, r *http.Request, cfg Config, req TriageRequest) {
 	release, ok := d.tryTriageSlot()
 	if !ok {
 		d.stats.triageRefused.WithLabelValues("api", "busy").Inc()

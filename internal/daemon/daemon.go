@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -125,6 +126,7 @@ type Daemon struct {
 	tracker   *triage.Tracker
 	stats     *stats
 	scraped   atomic.Bool                   // a scrape has succeeded
+	history   atomic.Int64                  // unix ns of the first successful scrape the store holds; 0: none yet
 	triages   atomic.Pointer[chan struct{}] // slots for ad-hoc, alert and Slack triages
 	budget    *httplimit.Budget
 	down      map[string]time.Time // target → down since; guarded by viewMu
@@ -225,7 +227,7 @@ func (d *Daemon) Tick(ctx context.Context, at time.Time) error {
 		d.persist() // what an earlier cycle could not hand to the outbox
 	}
 
-	dets, err := d.detector.Evaluate(ctx, d.opts.Metrics, at)
+	dets, err := d.detector.EvaluateSince(ctx, d.opts.Metrics, at, d.HistorySince())
 	if err != nil {
 		d.stats.detectErrors.Inc()
 		d.log.Error("Detection failed", "err", err)
@@ -237,14 +239,15 @@ func (d *Daemon) Tick(ctx context.Context, at time.Time) error {
 		seen[det.Key] = true
 		events = append(events, d.tracker.Observe(det, at)...)
 	}
-	// A scope that no longer has data while every engine answers (the model
-	// was renamed or the engine restarted with another one) counts as clear;
-	// while an engine is down its incidents neither progress nor resolve.
-	if allUp {
-		for _, key := range d.tracker.OpenKeys() {
-			if in, _ := d.tracker.Get(key); in.Detected && !seen[key] {
-				events = append(events, d.tracker.Observe(triage.Detection{Key: key, Scope: in.Scope, Severity: triage.SeverityNone}, at)...)
-			}
+	// A scope the detector no longer sees has lost its data: its engine
+	// stopped (a target is down), or the model was renamed or the engine
+	// restarted with another one. Each such incident counts down to its
+	// resolve on its own, with the reason, whatever other targets do: a
+	// stopped engine's incidents must not stay open while another target
+	// is down, nor resolve as if they had recovered.
+	for _, key := range d.tracker.OpenKeys() {
+		if in, _ := d.tracker.Get(key); in.Detected && !seen[key] {
+			events = append(events, d.tracker.Gone(key, d.unseenReason(allUp), at)...)
 		}
 	}
 	for _, key := range d.tracker.OpenKeys() {
@@ -259,6 +262,43 @@ func (d *Daemon) Tick(ctx context.Context, at time.Time) error {
 	}
 	d.commit(events, at)
 	return nil
+}
+
+// unseenReason is the resolve reason of an incident whose scope the
+// detector no longer sees.
+func (d *Daemon) unseenReason(allUp bool) string {
+	if allUp {
+		return "the scope's series stopped while every engine target answers (the model was renamed or its engine restarted with another one)"
+	}
+	d.viewMu.RLock()
+	defer d.viewMu.RUnlock()
+	var parts []string
+	targets := make([]string, 0, len(d.down))
+	for target := range d.down {
+		targets = append(targets, target)
+	}
+	sort.Strings(targets)
+	for _, target := range targets {
+		parts = append(parts, fmt.Sprintf("%s down since %s", target, d.down[target].UTC().Format(time.RFC3339)))
+	}
+	if msg, ok := d.problems[problemStore]; ok {
+		parts = append(parts, msg)
+	}
+	if len(parts) == 0 {
+		parts = append(parts, "no engine target answered")
+	}
+	return "the scope's series stopped (its engine targets are gone): " + strings.Join(parts, "; ")
+}
+
+// HistorySince is when the history in the store starts (the first
+// successful scrape, kept in the state file with a data dir); zero before
+// the first scrape.
+func (d *Daemon) HistorySince() time.Time {
+	ns := d.history.Load()
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns).UTC()
 }
 
 // IncidentWindow is the triage window of an incident open for age: the
@@ -313,6 +353,7 @@ func (d *Daemon) scrape(ctx context.Context, at time.Time) bool {
 			delete(d.down, r.Target)
 		}
 		d.scraped.Store(true)
+		d.history.CompareAndSwap(0, at.UnixNano())
 	}
 	_, had := d.problems[problemStore]
 	switch {
@@ -345,9 +386,20 @@ func (d *Daemon) collectSources(ctx context.Context, at time.Time) {
 }
 
 // runTriage runs one triage, records its metrics, and adds a data gap for
-// every engine target that is down.
+// every engine target that is down. With less history in the store than
+// the baseline offset (a fresh sidecar), the baseline shrinks to the
+// history there is (triage.ChooseBaseline), and the verdict says so in a
+// warning; a scope that mixes several models gets a warning too.
 func (d *Daemon) runTriage(ctx context.Context, source string, req TriageRequest) (*triage.Verdict, error) {
 	req = withEngineFacts(d.Config(), req)
+	learning := ""
+	if since := d.HistorySince(); !since.IsZero() {
+		c := triage.ChooseBaseline(req.Baseline, req.Window, since, req.At)
+		if c.Offset > 0 {
+			req.Baseline = c.Offset
+		}
+		learning = c.Note()
+	}
 	start := time.Now()
 	v, err := d.opts.Triage(ctx, req)
 	d.stats.triageDuration.WithLabelValues(source).Observe(time.Since(start).Seconds())
@@ -360,6 +412,10 @@ func (d *Daemon) runTriage(ctx context.Context, source string, req TriageRequest
 		return nil, err
 	}
 	d.stats.triageRuns.WithLabelValues(source, "ok").Inc()
+	if learning != "" {
+		v.Warnings = append(v.Warnings, learning)
+	}
+	triage.CheckMixedModels(ctx, d.opts.Metrics, v)
 	d.viewMu.Lock()
 	defer d.viewMu.Unlock()
 	targets := make([]string, 0, len(d.down))

@@ -36,6 +36,15 @@ type synthEngine struct {
 	down bool
 	n    float64 // cumulative fast observations
 	s    float64 // cumulative slow observations
+	// model, pod and target name the engine (default m, p0, synth).
+	model, pod, target string
+}
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
 }
 
 func (e *synthEngine) setSlow(v bool) { e.mu.Lock(); e.slow = v; e.mu.Unlock() }
@@ -44,8 +53,9 @@ func (e *synthEngine) setDown(v bool) { e.mu.Lock(); e.down = v; e.mu.Unlock() }
 func (e *synthEngine) Scrape(ctx context.Context, at time.Time) []ScrapeResult {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	model, pod, target := orDefault(e.model, "m"), orDefault(e.pod, "p0"), orDefault(e.target, "synth")
 	if e.down {
-		return []ScrapeResult{{Target: "synth", Err: errors.New("connection refused")}}
+		return []ScrapeResult{{Target: target, Err: errors.New("connection refused")}}
 	}
 	if e.slow {
 		e.s += 10
@@ -55,7 +65,7 @@ func (e *synthEngine) Scrape(ctx context.Context, at time.Time) []ScrapeResult {
 	app := e.st.Appender(ctx)
 	ts := at.UnixMilli()
 	add := func(le string, v float64) {
-		ls := labels.FromStrings("__name__", "vllm:time_to_first_token_seconds_bucket", "model_name", "m", "le", le, "pod", "p0")
+		ls := labels.FromStrings("__name__", "vllm:time_to_first_token_seconds_bucket", "model_name", model, "le", le, "pod", pod)
 		if _, err := app.Append(0, ls, ts, v); err != nil {
 			panic(err)
 		}
@@ -64,18 +74,29 @@ func (e *synthEngine) Scrape(ctx context.Context, at time.Time) []ScrapeResult {
 	add("0.25", e.n)
 	add("1", e.n+e.s)
 	add("+Inf", e.n+e.s)
-	cnt := labels.FromStrings("__name__", "vllm:time_to_first_token_seconds_count", "model_name", "m", "pod", "p0")
+	cnt := labels.FromStrings("__name__", "vllm:time_to_first_token_seconds_count", "model_name", model, "pod", pod)
 	if _, err := app.Append(0, cnt, ts, e.n+e.s); err != nil {
 		panic(err)
 	}
-	ls := labels.FromStrings("__name__", "vllm:request_success_total", "model_name", "m", "finished_reason", "stop", "pod", "p0")
+	ls := labels.FromStrings("__name__", "vllm:request_success_total", "model_name", model, "finished_reason", "stop", "pod", pod)
 	if _, err := app.Append(0, ls, ts, e.n+e.s); err != nil {
 		panic(err)
 	}
 	if err := app.Commit(); err != nil {
 		panic(err)
 	}
-	return []ScrapeResult{{Target: "synth", Samples: 5}}
+	return []ScrapeResult{{Target: target, Samples: 5}}
+}
+
+// multiScraper scrapes several engines, as a daemon with several targets.
+type multiScraper []Scraper
+
+func (m multiScraper) Scrape(ctx context.Context, at time.Time) []ScrapeResult {
+	var out []ScrapeResult
+	for _, s := range m {
+		out = append(out, s.Scrape(ctx, at)...)
+	}
+	return out
 }
 
 // fakeTriage names a fixed cause when the scope is slow.
@@ -422,7 +443,8 @@ func TestAPIBadInput(t *testing.T) {
 		{"triage bad selector", "POST", "/api/v1/triage", "tok", `{"selector":"model_name=="}`, 400, "selector:"},
 		{"triage bad window", "POST", "/api/v1/triage", "tok", `{"window":"soon","at":"yesterday"}`, 400, "window:"},
 		{"verdict no scope", "GET", "/api/v1/verdict", "tok", "", 400, "scope"},
-		{"verdict unknown scope", "GET", "/api/v1/verdict?scope=" + url.QueryEscape(`model_name="zz"`), "tok", "", 404, "no verdict"},
+		{"verdict bad scope", "GET", "/api/v1/verdict?scope=" + url.QueryEscape(`model_name==`), "tok", "", 400, "scope:"},
+		{"verdict two scopes", "GET", "/api/v1/verdict?scope=a%3D%22b%22&selector=a%3D%22c%22", "tok", "", 400, "exactly one"},
 		{"incidents bad status", "GET", "/api/v1/incidents?status=x", "tok", "", 400, "status"},
 		{"wrong method", "GET", "/api/v1/alerts", "tok", "", 405, ""},
 	}

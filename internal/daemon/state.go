@@ -39,6 +39,10 @@ type stateFileV2 struct {
 	Version int                       `json:"version"`
 	Tracker json.RawMessage           `json:"tracker"`
 	Pending []*notifiers.Notification `json:"pending,omitempty"`
+	// HistorySince is when the store's history starts (the first
+	// successful scrape into this data dir's TSDB): a restarted daemon
+	// keeps its baseline rather than learning it again.
+	HistorySince time.Time `json:"history_since,omitzero"`
 }
 
 // Readiness problems, by key; /readyz answers 503 while any is set.
@@ -50,26 +54,33 @@ const (
 
 // decodeState reads a state file: the envelope or a bare v1 snapshot.
 func decodeState(cfg triage.IncidentConfig, b []byte) (*triage.Tracker, []*notifiers.Notification, error) {
+	t, pending, _, err := decodeStateFile(cfg, b)
+	return t, pending, err
+}
+
+// decodeStateFile is decodeState that also returns the history start
+// (zero when the file has none).
+func decodeStateFile(cfg triage.IncidentConfig, b []byte) (*triage.Tracker, []*notifiers.Notification, time.Time, error) {
 	var env stateFileV2
 	if err := json.Unmarshal(b, &env); err != nil {
-		return nil, nil, fmt.Errorf("decode state: %w", err)
+		return nil, nil, time.Time{}, fmt.Errorf("decode state: %w", err)
 	}
 	if env.Version != stateVersion || len(env.Tracker) == 0 {
 		t, err := triage.LoadTracker(cfg, b)
-		return t, nil, err
+		return t, nil, time.Time{}, err
 	}
 	t, err := triage.LoadTracker(cfg, env.Tracker)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, time.Time{}, err
 	}
 	var pending []*notifiers.Notification
 	for i, n := range env.Pending {
 		if err := n.Validate(); err != nil {
-			return nil, nil, fmt.Errorf("decode state: pending[%d]: %w", i, err)
+			return nil, nil, time.Time{}, fmt.Errorf("decode state: pending[%d]: %w", i, err)
 		}
 		pending = append(pending, n)
 	}
-	return t, pending, nil
+	return t, pending, env.HistorySince, nil
 }
 
 // loadState restores the tracker and the pending notifications from the
@@ -86,8 +97,12 @@ func (d *Daemon) loadState(dir string, now time.Time) {
 	if err == nil {
 		var t *triage.Tracker
 		var pending []*notifiers.Notification
-		if t, pending, err = decodeState(d.Config().Incidents, b); err == nil {
+		var since time.Time
+		if t, pending, since, err = decodeStateFile(d.Config().Incidents, b); err == nil {
 			d.tracker, d.pending = t, pending
+			if !since.IsZero() && !since.After(now) {
+				d.history.Store(since.UnixNano())
+			}
 			d.persisted = b
 			if len(pending) > 0 {
 				d.log.Info("Incident state has notifications not yet in the outbox", "pending", len(pending))
@@ -111,7 +126,7 @@ func (d *Daemon) encodeState() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return json.Marshal(stateFileV2{Version: stateVersion, Tracker: tr, Pending: d.pending})
+	return json.Marshal(stateFileV2{Version: stateVersion, Tracker: tr, Pending: d.pending, HistorySince: d.HistorySince()})
 }
 
 // persist writes the state to the data dir (atomically) when it changed,

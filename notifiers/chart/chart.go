@@ -4,7 +4,9 @@
 // range queries from any triage.Metrics; Render draws them with gonum/plot.
 package chart
 
-//go:generate go test . -run TestKVPressureChart -update
+// docs/img/kv_pressure.png is `whyslow why --bundle
+// testdata/incidents/kv_pressure --chart ...`: go generate ./cmd/whyslow
+// rewrites it, and cmd/whyslow's docs test checks it.
 
 import (
 	"bytes"

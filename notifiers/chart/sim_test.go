@@ -3,10 +3,7 @@ package chart_test
 import (
 	"bytes"
 	"context"
-	"flag"
 	"image/png"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/whyslow/whyslow/collectors/bundle"
@@ -16,11 +13,8 @@ import (
 	"github.com/whyslow/whyslow/triage"
 )
 
-var update = flag.Bool("update", false, "rewrite docs/img/kv_pressure.png")
-
 // TestKVPressureChart renders the chart of the engine model's kv_pressure
 // scenario end to end: sim bundle → embedded store → range queries → PNG.
-// With -update it rewrites docs/img/kv_pressure.png (go generate does that).
 func TestKVPressureChart(t *testing.T) {
 	ctx := context.Background()
 	b, err := sim.Record(ctx, sim.Options{Scenario: "kv_pressure", Seed: 1, Trim: true})
@@ -68,15 +62,5 @@ func TestKVPressureChart(t *testing.T) {
 	}
 	if _, err := png.Decode(bytes.NewReader(buf.Bytes())); err != nil {
 		t.Fatal(err)
-	}
-	if *update {
-		path := filepath.Join("..", "..", "docs", "img", "kv_pressure.png")
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("wrote %s (%d bytes)", path, buf.Len())
 	}
 }

@@ -25,6 +25,9 @@ func Markdown(w io.Writer, v *triage.Verdict, opts Options) error {
 	if split := splitSummary(v, " · "); split != "" {
 		p("**%s**\n\n", mdEscape(split))
 	}
+	if r := insufficientText(v); r != "" {
+		p("**Reason:** %s\n\n", mdEscape(r))
+	}
 	p("- **Scope:** `%s`\n", mdCode(scopeFmt(v.Scope)))
 	if len(v.Scope.Labels) > 0 {
 		p("- **Labels:** %s\n", mdEscape(labelsFmt(v.Scope.Labels)))
@@ -46,6 +49,12 @@ func Markdown(w io.Writer, v *triage.Verdict, opts Options) error {
 		for _, c := range v.Headline {
 			r := comparisonRow(c)
 			p("| %s | %s | %s | %s |\n", mdCell(r[0]), mdCell(r[1]), mdCell(r[2]), mdCell(r[3]))
+		}
+		if notes := bucketNotes(v.Headline); len(notes) > 0 {
+			p("\n≈ estimated inside a coarse histogram bucket:\n\n")
+			for _, n := range notes {
+				p("- %s\n", mdEscape(n))
+			}
 		}
 	}
 
@@ -83,6 +92,13 @@ func Markdown(w io.Writer, v *triage.Verdict, opts Options) error {
 		}
 	} else if v.Status == triage.StatusAnomaly {
 		p("\nNo cause could be ranked: see the data gaps for the series that would have told.\n")
+	}
+
+	if len(v.Considered) > 0 {
+		p("\n#### Also considered (below the evidence bar)\n\n")
+		for _, c := range v.Considered {
+			p("- %s (`%s`): score %s\n", mdEscape(titleOr(c.Title, c.ID)), mdCode(c.ID), num(c.Score))
+		}
 	}
 
 	if len(v.RuledOut) > 0 {

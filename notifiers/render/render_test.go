@@ -26,6 +26,16 @@ var samples = []struct {
 	{"healthy", notifytest.Healthy},
 	{"insufficient", notifytest.Insufficient},
 	{"traces", tracesVerdict},
+	{"insufficient_reason", insufficientReasonVerdict},
+}
+
+// insufficientReasonVerdict is the insufficient-data verdict with the
+// reason newer producers give.
+func insufficientReasonVerdict() *triage.Verdict {
+	v := notifytest.Insufficient()
+	v.InsufficientReason = &triage.InsufficientReason{Code: triage.InsufficientSelector,
+		Message: `the selector {model_name="llama"} matched no vllm series in the source; model_name values: a, b: fix --selector (or incident.yaml's selector)`}
+	return v
 }
 
 func fp(v float64) *float64 { return &v }
@@ -36,6 +46,13 @@ func fp(v float64) *float64 { return &v }
 // Markdown list five).
 func tracesVerdict() *triage.Verdict {
 	v := notifytest.Anomaly()
+	// A quantile estimated inside a coarse bucket, its mean on the next
+	// row, and a cause below the evidence bar.
+	v.Headline[0].NowBucket = &triage.Bucket{Lower: 1, Upper: 2.5}
+	v.Headline[0].BaselineBucket = &triage.Bucket{Lower: 0.25, Upper: 0.5}
+	v.Headline = append(v.Headline[:2:2], append([]triage.Comparison{{Signal: "tpot_mean", Title: "TPOT mean", Unit: "seconds",
+		Now: fp(0.036), Baseline: fp(0.02), Ratio: fp(1.8)}}, v.Headline[2:]...)...)
+	v.Considered = []triage.Considered{{ID: "prefix_cache_regression", Title: "Prefix cache hit rate fell", Score: 0.42}}
 	v.GPU = &triage.GPUClass{Class: "H200", Source: triage.GPUSourceMetrics,
 		Detail: `model="NVIDIA H200" on the whyslow_gpu_* series of 8 GPUs serving the scope`}
 	v.Causes[2].Evidence = append(v.Causes[2].Evidence,
@@ -113,6 +130,32 @@ func TestGolden(t *testing.T) {
 				}
 				golden(t, s.name+"."+vr.suffix, buf.Bytes())
 			})
+		}
+	}
+}
+
+// TestTextAdditions checks the reason of an insufficient-data verdict, the
+// quantile's mean next to it, coarse-bucket marks and the causes below the
+// evidence bar, in text and Markdown.
+func TestTextAdditions(t *testing.T) {
+	for _, f := range []Format{FormatText, FormatMarkdown} {
+		var buf bytes.Buffer
+		if err := Render(&buf, tracesVerdict(), f, Options{}); err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range []string{"TPOT p95 42 ms vs 40 ms ×1.05 (mean ×1.8)", "TPOT mean", "36 ms",
+			"≈ estimated inside a coarse histogram bucket", "TTFT p95: now ≈2.41 s (bucket 1–2.5 s), baseline ≈310 ms (bucket 250–500 ms)",
+			"Also considered (below the evidence bar)", "score 0.42"} {
+			if !strings.Contains(buf.String(), w) {
+				t.Errorf("%s lacks %q:\n%s", f, w, buf.String())
+			}
+		}
+		buf.Reset()
+		if err := Render(&buf, insufficientReasonVerdict(), f, Options{}); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(strings.Join(strings.Fields(buf.String()), " "), "values: a, b: fix --selector") {
+			t.Errorf("%s lacks the insufficient-data reason:\n%s", f, buf.String())
 		}
 	}
 }

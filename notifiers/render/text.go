@@ -187,6 +187,9 @@ func Text(w io.Writer, v *triage.Verdict, opts Options) error {
 	if s := splitSummary(v, " · "); s != "" {
 		t.line(0, 2, ansiBold, s)
 	}
+	if s := insufficientText(v); s != "" {
+		t.field(ansiYellow, "reason:", s)
+	}
 	t.field("", "scope:", scopeFmt(v.Scope))
 	if s := engineLine(v); s != "" {
 		t.line(0, 10, "", s)
@@ -212,6 +215,12 @@ func Text(w io.Writer, v *triage.Verdict, opts Options) error {
 				code = ansiDim
 			}
 			t.line(2, 4, code, l)
+		}
+		if notes := bucketNotes(v.Headline); len(notes) > 0 {
+			t.line(2, 4, ansiDim, "≈ estimated inside a coarse histogram bucket:")
+			for _, n := range notes {
+				t.line(4, 4, ansiDim, n)
+			}
 		}
 	}
 
@@ -256,6 +265,14 @@ func Text(w io.Writer, v *triage.Verdict, opts Options) error {
 	} else if v.Status == triage.StatusAnomaly {
 		t.blank()
 		t.line(0, 2, ansiYellow, "No cause could be ranked: see the data gaps for the series that would have told.")
+	}
+
+	if len(v.Considered) > 0 {
+		t.blank()
+		t.line(0, 0, ansiBold, "Also considered (below the evidence bar)")
+		for _, c := range v.Considered {
+			t.line(2, 4, ansiDim, "- "+consideredLine(c))
+		}
 	}
 
 	if len(v.RuledOut) > 0 {
@@ -384,23 +401,98 @@ func phaseWords(p triage.Phase) string {
 }
 
 // splitSummary renders the TTFT and TPOT headline rows compactly:
-// "TTFT p95 2.41 s vs 310 ms ×7.8, TPOT p95 42 ms vs 40 ms ×1.05".
+// "TTFT p95 2.41 s vs 310 ms ×7.8, TPOT p95 42 ms vs 40 ms ×1.05 (mean
+// ×1.8)". A quantile's mean row (ttft_mean after ttft_p95) joins its
+// quantile's part; a value estimated inside a coarse bucket reads "≈".
 func splitSummary(v *triage.Verdict, sep string) string {
 	var parts []string
+	quantiles := map[string]int{} // "ttft" → index in parts
 	for _, c := range v.Headline {
 		if !isSplitSignal(c.Signal) {
 			continue
 		}
-		s := comparisonTitle(c) + " " + optValue(c.Now, c.Unit)
+		if stem, ok := strings.CutSuffix(c.Signal, "_mean"); ok {
+			if i, ok := quantiles[stem]; ok {
+				if c.Ratio != nil {
+					parts[i] += " (mean " + FormatRatio(*c.Ratio) + ")"
+				} else if c.Now != nil {
+					parts[i] += " (mean " + optValue(c.Now, c.Unit) + ")"
+				}
+				continue
+			}
+		}
+		s := comparisonTitle(c) + " " + approx(c.Now, c.NowBucket, c.Unit)
 		if c.Baseline != nil {
-			s += " vs " + optValue(c.Baseline, c.Unit)
+			s += " vs " + approx(c.Baseline, c.BaselineBucket, c.Unit)
 		}
 		if c.Ratio != nil {
 			s += " " + FormatRatio(*c.Ratio)
 		}
+		if stem, ok := strings.CutSuffix(c.Signal, "_p95"); ok {
+			quantiles[stem] = len(parts)
+		}
 		parts = append(parts, s)
 	}
 	return strings.Join(parts, sep)
+}
+
+// approx is a value, marked "≈" when it was estimated inside a coarse bucket.
+func approx(v *float64, b *triage.Bucket, unit string) string {
+	if v != nil && b != nil {
+		return "≈" + optValue(v, unit)
+	}
+	return optValue(v, unit)
+}
+
+// bucketNotes says, for each headline row with a value estimated inside a
+// coarse bucket, which bucket: "TTFT p95: now ≈2m34s (bucket 1m20s–2m40s),
+// baseline ≈136 ms (bucket 100–250 ms)".
+func bucketNotes(rows []triage.Comparison) []string {
+	var out []string
+	for _, c := range rows {
+		var parts []string
+		if c.NowBucket != nil {
+			parts = append(parts, "now "+bucketValue(c.Now, c.NowBucket, c.Unit))
+		}
+		if c.BaselineBucket != nil {
+			parts = append(parts, "baseline "+bucketValue(c.Baseline, c.BaselineBucket, c.Unit))
+		}
+		if len(parts) > 0 {
+			out = append(out, comparisonTitle(c)+": "+strings.Join(parts, ", "))
+		}
+	}
+	return out
+}
+
+// bucketValue is a headline value, with the coarse bucket it was estimated
+// in: "≈238 ms (bucket 100–250 ms)".
+func bucketValue(v *float64, b *triage.Bucket, unit string) string {
+	if v == nil || b == nil {
+		return optValue(v, unit)
+	}
+	return "≈" + optValue(v, unit) + " (bucket " + bucketRange(*b, unit) + ")"
+}
+
+// bucketRange is "100–250 ms": the unit once when both bounds share it.
+func bucketRange(b triage.Bucket, unit string) string {
+	lo, hi := FormatValue(b.Lower, unit), FormatValue(b.Upper, unit)
+	if i := strings.LastIndexByte(hi, ' '); i > 0 && strings.HasSuffix(lo, hi[i:]) {
+		lo = strings.TrimSuffix(lo, hi[i:])
+	}
+	return lo + "–" + hi
+}
+
+// insufficientText is the reason an insufficient-data verdict gives, or "".
+func insufficientText(v *triage.Verdict) string {
+	if v.Status != triage.StatusInsufficientData || v.InsufficientReason == nil {
+		return ""
+	}
+	return v.InsufficientReason.Message
+}
+
+// consideredLine is one cause below the evidence bar: "Title [id] score 0.42".
+func consideredLine(c triage.Considered) string {
+	return titleOr(c.Title, c.ID) + " [" + c.ID + "] score " + num(c.Score)
 }
 
 // isSplitSignal reports whether a headline signal is part of the TTFT/TPOT
@@ -434,7 +526,7 @@ func comparisonRow(c triage.Comparison) []string {
 	if c.Ratio != nil {
 		change = FormatRatio(*c.Ratio)
 	}
-	return []string{comparisonTitle(c), optValue(c.Now, c.Unit), optValue(c.Baseline, c.Unit), change}
+	return []string{comparisonTitle(c), approx(c.Now, c.NowBucket, c.Unit), approx(c.Baseline, c.BaselineBucket, c.Unit), change}
 }
 
 // table aligns rows into columns separated by two spaces; right marks

@@ -30,11 +30,29 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Run plays one incident: the engine model runs healthy for its baseline
+// Outcome is what a played incident came to.
+type Outcome struct {
+	// Opened reports whether the daemon opened (and notified) an incident.
+	Opened bool
+	// TopCause is the opened incident's top cause ("" when none was named).
+	TopCause string
+}
+
+// Run plays one incident (see Play) and reports only whether it failed.
+func Run(ctx context.Context, w io.Writer, o Options) error {
+	_, err := Play(ctx, w, o)
+	return err
+}
+
+// Play plays one incident: the engine model runs healthy for its baseline
 // hour, the scenario's cause sets in, the daemon opens an incident and
 // prints the verdict, the engine is fixed, and the daemon prints the
-// resolve. Simulated time: it takes seconds, not hours.
-func Run(ctx context.Context, w io.Writer, o Options) error {
+// resolve. Simulated time: it takes seconds, not hours. The engine model
+// serves its own GPU counters (whyslow_gpu_*), so the daemon's NVML
+// collector stays off: this host's GPUs, or its lack of a driver, are no
+// part of the modelled engine.
+func Play(ctx context.Context, w io.Writer, o Options) (Outcome, error) {
+	var out Outcome
 	if o.Scenario == "" {
 		o.Scenario = "kv_pressure"
 	}
@@ -54,11 +72,12 @@ func Run(ctx context.Context, w io.Writer, o Options) error {
 		}
 	}
 	lc := logsink.Config{Format: o.Format}
+	noNVML := false
 	// An on-disk store in a temporary directory appends live scrapes faster
 	// than the in-memory mode (built for loading bundles out of order).
 	dir, err := os.MkdirTemp("", "whyslow-demo-")
 	if err != nil {
-		return fmt.Errorf("demo: %w", err)
+		return out, fmt.Errorf("demo: %w", err)
 	}
 	defer os.RemoveAll(dir)
 	// The log receiver delivers on the dispatcher's goroutine: its output
@@ -66,10 +85,10 @@ func Run(ctx context.Context, w io.Writer, o Options) error {
 	held := &heldWriter{}
 	env, err := NewEnv(EnvOptions{
 		Scenario: o.Scenario, Seed: o.Seed, LogWriter: held, Logger: o.Logger,
-		Config: daemon.Config{DataDir: dir, Receivers: []daemon.ReceiverConfig{{Name: "terminal", Log: &lc}}},
+		Config: daemon.Config{DataDir: dir, Receivers: []daemon.ReceiverConfig{{Name: "terminal", Log: &lc}}, GPU: daemon.GPUConfig{Enabled: &noNVML}},
 	})
 	if err != nil {
-		return fmt.Errorf("demo: %w", err)
+		return out, fmt.Errorf("demo: %w", err)
 	}
 	defer env.Close(context.Background())
 	start := env.Now()
@@ -83,15 +102,16 @@ func Run(ctx context.Context, w io.Writer, o Options) error {
 	deadline := fixAt.Add(30 * time.Minute)
 	for env.Now().Before(deadline) {
 		if err := ctx.Err(); err != nil {
-			return err
+			return out, err
 		}
 		if err := env.Tick(ctx); err != nil {
-			return fmt.Errorf("demo: %w", err)
+			return out, fmt.Errorf("demo: %w", err)
 		}
 		incs := d.Incidents()
 		if !opened && len(incs) > 0 && incs[0].Notified.Count > 0 {
 			opened = true
 			in := incs[0]
+			out = Outcome{Opened: true, TopCause: in.TopCause}
 			fmt.Fprintf(w, "%s  incident %s opened (%d intervals after onset), top cause %s:\n\n",
 				rel(env.Now()), in.Key, int(env.Now().Sub(env.Onset())/env.Step), orNone(in.TopCause))
 			waitDelivered(env)
@@ -99,7 +119,7 @@ func Run(ctx context.Context, w io.Writer, o Options) error {
 		if !fixed && !env.Now().Before(fixAt) {
 			fixed = true
 			if err := env.Fix(o.Seed); err != nil {
-				return fmt.Errorf("demo: %w", err)
+				return out, fmt.Errorf("demo: %w", err)
 			}
 			fmt.Fprintf(w, "%s  the engine is fixed (restarted healthy)\n", rel(env.Now()))
 		}
@@ -107,12 +127,12 @@ func Run(ctx context.Context, w io.Writer, o Options) error {
 			fmt.Fprintf(w, "%s  incident resolved:\n\n", rel(env.Now()))
 			waitDelivered(env)
 			if err := held.flushTo(w); err != nil {
-				return fmt.Errorf("demo: %w", err)
+				return out, fmt.Errorf("demo: %w", err)
 			}
 			break
 		}
 		if err := held.flushTo(w); err != nil {
-			return fmt.Errorf("demo: %w", err)
+			return out, fmt.Errorf("demo: %w", err)
 		}
 	}
 	if !opened {
@@ -121,7 +141,7 @@ func Run(ctx context.Context, w io.Writer, o Options) error {
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	err = env.Close(sctx)
-	return errors.Join(err, held.flushTo(w))
+	return out, errors.Join(err, held.flushTo(w))
 }
 
 // heldWriter keeps what the log receiver writes until flushTo passes it on,

@@ -139,6 +139,7 @@ var updatesAllowed = map[string]bool{
 }
 
 func TestE2EIncidentScenarios(t *testing.T) {
+	skipInShort(t)
 	causes := map[string]string{}
 	var all []string
 	for _, s := range sim.Scenarios() {
@@ -258,13 +259,17 @@ func TestE2EIncidentScenarios(t *testing.T) {
 // TestE2EHealthyHourIsQuiet runs the healthy scenarios through the baseline
 // hour and 20 minutes past the scenario's onset: zero notifications. The
 // short burst past capacity that drains is quiet with a 90 s hold (with the
-// default 15 s hold it pages and resolves: it did hurt for a minute).
+// default 15 s hold it pages and resolves: it did hurt for a minute). The
+// daemon watches from the engine's start, so it sees the first hour too
+// (against the history it has, see TestE2EFreshSidecar): the healthy
+// scenario's minute-long bursts there (TTFT p95 ×6 at 19 minutes) page
+// with the default hold as healthy_burst's does, and are quiet with 90 s.
 func TestE2EHealthyHourIsQuiet(t *testing.T) {
 	type quietCase struct {
 		scenario string
 		detect   triage.DetectConfig
 	}
-	scenarios := []quietCase{{"healthy", triage.DetectConfig{}}, {"healthy_busy", triage.DetectConfig{}},
+	scenarios := []quietCase{{"healthy", triage.DetectConfig{For: 90 * time.Second}}, {"healthy_busy", triage.DetectConfig{}},
 		{"healthy_burst", triage.DetectConfig{For: 90 * time.Second}}}
 	if testing.Short() {
 		scenarios = scenarios[:1]
@@ -336,5 +341,14 @@ func TestE2EOutboxSurvivesRestart(t *testing.T) {
 	}
 	if k := rcv.kinds(); len(k) != 1 || k[0] != "open" || rcv.dups() != 0 {
 		t.Fatalf("after restart the receiver got %v (dups %d)", k, rcv.dups())
+	}
+}
+
+// skipInShort leaves the end-to-end incident runs to the full run (`make
+// test`): `go test -short ./...` is the inner loop, under 3 minutes.
+func skipInShort(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("plays whole incidents through the daemon on simulated time; runs without -short (make test)")
 	}
 }

@@ -29,6 +29,10 @@ type EnvOptions struct {
 	// LogWriter receives log-receiver output.
 	LogWriter io.Writer
 	Logger    *slog.Logger
+	// SidecarAfter starts the daemon this long after the engine model (a
+	// sidecar deployed next to a running engine: the store holds nothing
+	// of what came before). Zero starts both together.
+	SidecarAfter time.Duration
 	// Extra holds further stack options (Retry, HTTPClient); its Config,
 	// Clock, LogWriter and Logger are set by the Env.
 	Extra daemon.StackOptions
@@ -53,6 +57,9 @@ func NewEnv(o EnvOptions) (*Env, error) {
 	live, err := sim.NewLive(sim.Options{Scenario: o.Scenario, Seed: o.Seed, ScrapeInterval: o.Config.WithDefaults().ScrapeInterval})
 	if err != nil {
 		return nil, err
+	}
+	if o.SidecarAfter > 0 {
+		live.Advance(o.SidecarAfter)
 	}
 	e := &Env{Clock: daemon.NewSimClock(live.Now()), Step: o.Config.WithDefaults().ScrapeInterval, onset: live.Onset()}
 	e.live.Store(live)

@@ -1,0 +1,236 @@
+package daemon
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/triage"
+)
+
+// freshConfig is testConfig with the default 1h baselines: a sidecar that
+// has less history than its baseline.
+func freshConfig() Config {
+	cfg := testConfig()
+	cfg.Detect.Baseline = 0
+	cfg.Triage.Baseline = 0
+	return cfg
+}
+
+// TestDaemonFreshSidecarUsesItsHistory: 15 minutes after a fresh start
+// with the default 1h baselines, a TTFT regression opens an incident (the
+// ratio trigger compares with the history there is), the triage's baseline
+// shrinks to that history, and the verdict says so.
+func TestDaemonFreshSidecarUsesItsHistory(t *testing.T) {
+	cfg := freshConfig()
+	cfg.DataDir = t.TempDir()
+	h := newHarness(t, cfg)
+	first := h.now.Add(5 * time.Second)
+	h.ticks(t, 15*12)
+	h.eng.setSlow(true)
+	h.tri.cause = "prefill_contention"
+	h.ticks(t, 6)
+	incs := h.d.Incidents()
+	if len(incs) != 1 || incs[0].Notified.Count == 0 {
+		t.Fatalf("no incident opened 15 minutes into a fresh sidecar: %+v", incs)
+	}
+	h.tri.mu.Lock()
+	last := h.tri.last
+	h.tri.mu.Unlock()
+	history := last.At.Sub(first)
+	if want := (history - last.Window).Truncate(time.Minute); last.Baseline != want {
+		t.Errorf("triage baseline %s, want the history %s less the window %s", last.Baseline, history, last.Window)
+	}
+	v := incs[0].Verdict
+	if v == nil || !hasWarning(v, "baseline "+strings.TrimSuffix(last.Baseline.String(), "0s")) || !hasWarning(v, "(learning: 15 of 60 minutes of history)") {
+		t.Errorf("verdict warnings %q lack the shortened baseline", warnings(v))
+	}
+	// A restart with the data dir keeps the history (the TSDB has it).
+	if err := h.d.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	d2, err := New(Options{Config: cfg, Metrics: h.eng.st, Scraper: h.eng, Triage: h.tri.run, Outbox: h.ob, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d2.HistorySince(); !got.Equal(first) {
+		t.Errorf("restored history starts %s, want %s", got, first)
+	}
+}
+
+// TestDaemonLearningBaseline: with less than ten minutes of history an
+// absolute trigger (success rate) still opens the incident, the triage
+// gets no shortened baseline, and the verdict says it is learning.
+func TestDaemonLearningBaseline(t *testing.T) {
+	cfg := freshConfig()
+	cfg.Detect.Triggers = []triage.Trigger{{Name: "ttft_abs", Signal: triage.SignalTTFTP95, Above: ptrTo(0.2)},
+		{Name: "ttft_ratio", Signal: triage.SignalTTFTP95, Ratio: 2}}
+	h := newHarness(t, cfg)
+	h.ticks(t, 3*12)
+	h.eng.setSlow(true)
+	h.tri.cause = "queue_saturation"
+	h.ticks(t, 3*12)
+	incs := h.d.Incidents()
+	if len(incs) != 1 || incs[0].Notified.Count == 0 {
+		t.Fatalf("absolute trigger did not open an incident 3 minutes in: %+v", incs)
+	}
+	if got := strings.Join(incs[0].Triggers, ","); got != "ttft_abs" {
+		t.Errorf("firing triggers %q, want only the absolute one", got)
+	}
+	h.tri.mu.Lock()
+	last := h.tri.last
+	h.tri.mu.Unlock()
+	if last.Baseline != time.Hour {
+		t.Errorf("learning triage baseline %s, want the configured 1h (nothing to shorten to)", last.Baseline)
+	}
+	if !hasWarning(incs[0].Verdict, "learning the baseline (5 of 60 minutes)") {
+		t.Errorf("verdict warnings %q", warnings(incs[0].Verdict))
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+func hasWarning(v *triage.Verdict, sub string) bool {
+	for _, w := range warnings(v) {
+		if strings.Contains(w, sub) {
+			return true
+		}
+	}
+	return false
+}
+
+func warnings(v *triage.Verdict) []string {
+	if v == nil {
+		return nil
+	}
+	return v.Warnings
+}
+
+// TestDaemonTopCauseFollowsVerdict: the incident's top_cause and the
+// whyslow_incident_top_cause gauge follow the latest verdict, also when it
+// dropped the first cause.
+func TestDaemonTopCauseFollowsVerdict(t *testing.T) {
+	h := newHarness(t, testConfig())
+	h.ticks(t, 15*12)
+	h.eng.setSlow(true)
+	h.tri.cause = "kv_cache_pressure"
+	h.ticks(t, 6)
+	h.tri.mu.Lock()
+	h.tri.cause = "queue_saturation"
+	h.tri.mu.Unlock()
+	h.ticks(t, 2)
+	if in := h.d.Incidents()[0]; in.TopCause != "queue_saturation" || in.Notified.Cause != "kv_cache_pressure" {
+		t.Errorf("top_cause %q (notified %q), want the latest verdict's", in.TopCause, in.Notified.Cause)
+	}
+	h.tri.mu.Lock()
+	h.tri.cause = ""
+	h.tri.mu.Unlock()
+	h.ticks(t, 2)
+	in := h.d.Incidents()[0]
+	if in.Status != triage.IncidentOpen || in.TopCause != "" {
+		t.Errorf("incident %s top_cause %q after a verdict without a cause", in.Status, in.TopCause)
+	}
+	body := h.get(t, "/metrics", "", http.StatusOK)
+	if strings.Contains(body, `cause="kv_cache_pressure"`) || strings.Contains(body, `cause="queue_saturation"`) ||
+		!strings.Contains(body, `whyslow_incident_top_cause{cause="unknown"`) {
+		t.Errorf("top cause gauge does not follow the verdict:\n%s", grepLines(body, "whyslow_incident_top_cause"))
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// twoEngines is a harness whose daemon scrapes two engines serving models
+// a and b into one store.
+func twoEngines(t *testing.T, cfg Config) (*harness, *synthEngine, *synthEngine) {
+	t.Helper()
+	var a, b *synthEngine
+	h := newHarnessWith(t, cfg, func(o *Options) {
+		st := o.Metrics.(*store.Store)
+		a = &synthEngine{st: st, model: "a", pod: "pa", target: "engine-a"}
+		b = &synthEngine{st: st, model: "b", pod: "pb", target: "engine-b"}
+		o.Scraper = multiScraper{a, b}
+	})
+	return h, a, b
+}
+
+// TestDaemonStoppedEngineIncidentResolves: the engine of an open incident
+// stops; while its target stays down the incident resolves (with a reason
+// saying its data is gone) instead of staying open forever.
+func TestDaemonStoppedEngineIncidentResolves(t *testing.T) {
+	h, a, _ := twoEngines(t, testConfig())
+	h.ticks(t, 15*12)
+	a.setSlow(true)
+	h.tri.cause = "kv_cache_pressure"
+	h.ticks(t, 6)
+	incs := h.d.Incidents()
+	if len(incs) != 1 || incs[0].Key != `model_name="a"` || incs[0].Notified.Count == 0 {
+		t.Fatalf("incidents %+v", incs)
+	}
+	a.setDown(true)
+	h.ticks(t, 10*12)
+	incs = h.d.Incidents()
+	if len(incs) != 1 || incs[0].Status != triage.IncidentResolved {
+		t.Fatalf("incident of the stopped engine is %s after 10 minutes", incs[0].Status)
+	}
+	if r := incs[0].ResolveReason; !strings.Contains(r, "engine-a down since") || incs[0].Condition.Reason != "DataGone" {
+		t.Errorf("resolve reason %q, condition %+v", r, incs[0].Condition)
+	}
+	if got := h.ob.kinds(); got != "open:kv_cache_pressure resolve:kv_cache_pressure" {
+		t.Errorf("notifications %s", got)
+	}
+}
+
+// TestAPIVerdictOnDemand: a scope without an incident is triaged when its
+// verdict is asked for, by ?scope= or ?selector=.
+func TestAPIVerdictOnDemand(t *testing.T) {
+	h := newHarness(t, testConfig())
+	h.ticks(t, 3)
+	for _, q := range []string{"scope=", "selector="} {
+		body := h.get(t, "/api/v1/verdict?"+q+url.QueryEscape(`model_name="m"`), "", http.StatusOK)
+		if !strings.Contains(body, `"selector":"model_name=\"m\""`) {
+			t.Errorf("%s: verdict %s", q, body)
+		}
+	}
+	if h.tri.runs != 2 {
+		t.Errorf("%d triage runs, want 2", h.tri.runs)
+	}
+	if len(h.d.Incidents()) != 0 {
+		t.Error("an on-demand verdict opened an incident")
+	}
+}
+
+// TestDaemonGroupsByModel: two models behind one daemon are two scopes (the
+// slow one opens its own incident); a triage of a scope that still holds
+// both says so in a warning.
+func TestDaemonGroupsByModel(t *testing.T) {
+	h, a, _ := twoEngines(t, testConfig())
+	h.ticks(t, 15*12)
+	a.setSlow(true)
+	h.tri.cause = "load_imbalance"
+	h.ticks(t, 6)
+	incs := h.d.Incidents()
+	if len(incs) != 1 || incs[0].Key != `model_name="a"` {
+		t.Fatalf("incidents %+v, want one for model a", incs)
+	}
+	if hasWarning(incs[0].Verdict, "mixes") {
+		t.Errorf("one-model scope flagged: %q", warnings(incs[0].Verdict))
+	}
+	for _, path := range []string{"/api/v1/verdict?scope=", "/api/v1/verdict?scope=" + url.QueryEscape(`pod=~"pa|pb"`)} {
+		body := h.get(t, path, "", http.StatusOK)
+		if !strings.Contains(body, "mixes 2 models (a, b)") {
+			t.Errorf("%s: verdict does not flag the mixed scope: %s", path, body)
+		}
+	}
+}
