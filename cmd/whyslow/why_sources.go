@@ -37,13 +37,13 @@ func whyScrape(ctx context.Context, f *whyFlags, opts triage.Options) (*triage.V
 		return nil, fmt.Errorf("embedded store: %w", err)
 	}
 	defer st.Close()
-	sc, err := scrape.New(st, scrape.Options{Timeout: min(f.timeout, f.sample)})
-	if err != nil {
-		return nil, err
-	}
 	targets := splitList(f.scrape)
 	if len(targets) == 0 {
 		return nil, fmt.Errorf("--scrape %q: no URL", f.scrape)
+	}
+	sc, err := scrape.New(st, scrape.Options{Timeout: min(f.timeout, f.sample), Targets: targets})
+	if err != nil {
+		return nil, err
 	}
 	// The first round fails fast on a target that does not answer, rather
 	// than after the whole sample; its samples are the sample's first.

@@ -36,11 +36,13 @@
 // from the address: instance is host:port only, so replicas served by one
 // process on different paths (whyslow sim serve's /replica/N/metrics, a
 // multi-engine pod) would share every series and collide ("duplicate
-// sample for timestamp"). Every series therefore also gets the label
-// target, the URL's path ("/metrics", "/replica/1/metrics"). The query
-// string is left out, since it may hold a credential: targets that differ
-// only in their query still collide. Group by instance and target to tell
-// such replicas apart.
+// sample for timestamp"). The series of targets that share a host:port
+// (Options.Targets) therefore also get the label target, the URL's path
+// ("/metrics", "/replica/1/metrics"); a target alone on its host:port gets
+// exactly the labels Prometheus gives it (job, instance), so queries read
+// the embedded store and a Prometheus alike. The query string is left out,
+// since it may hold a credential: targets that differ only in their query
+// still collide. Group by instance and target to tell such replicas apart.
 package scrape
 
 import (
@@ -94,6 +96,9 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Logger logs failed scrapes at debug level; nil discards.
 	Logger *slog.Logger
+	// Targets are the URLs this scraper will scrape: those that share a
+	// host:port get the target label (see the package doc).
+	Targets []string
 }
 
 // ErrStore is wrapped by a scrape error when the target answered but its
@@ -110,6 +115,7 @@ type Scraper struct {
 	maxBody int64
 	job     string
 	logger  *slog.Logger
+	shared  map[string]bool // instances more than one target shares
 
 	duration *prometheus.GaugeVec
 	success  *prometheus.GaugeVec
@@ -128,6 +134,7 @@ func New(app storage.Appendable, opts Options) (*Scraper, error) {
 		maxBody: opts.MaxBodyBytes,
 		job:     opts.Job,
 		logger:  opts.Logger,
+		shared:  sharedInstances(opts.Targets),
 	}
 	if s.client == nil {
 		s.client = &http.Client{}
@@ -178,7 +185,11 @@ func (s *Scraper) Scrape(ctx context.Context, target string, at time.Time) (int,
 		return 0, fmt.Errorf("scrape %s: not an http(s) URL", redact.URL(target))
 	}
 	name := redact.URL(target)
-	tl := labels.FromStrings("instance", instanceOf(u.Scheme, u.Host), "job", s.job, TargetLabel, targetOf(u))
+	inst := instanceOf(u.Scheme, u.Host)
+	tl := labels.FromStrings("instance", inst, "job", s.job)
+	if s.shared[inst] {
+		tl = labels.FromStrings("instance", inst, "job", s.job, TargetLabel, targetOf(u))
+	}
 
 	start := time.Now()
 	samples, scrapeErr := s.scrape(ctx, u, name, at, tl)
@@ -386,4 +397,22 @@ func (l *Loop) Sample(ctx context.Context, d time.Duration) ([]TargetStatus, err
 		}
 	}
 	return st, errors.Join(errs...)
+}
+
+// sharedInstances returns the host:ports that more than one of the URLs
+// names.
+func sharedInstances(targets []string) map[string]bool {
+	n := map[string]int{}
+	for _, t := range targets {
+		if u, err := url.Parse(t); err == nil {
+			n[instanceOf(u.Scheme, u.Host)]++
+		}
+	}
+	out := map[string]bool{}
+	for inst, c := range n {
+		if c > 1 {
+			out[inst] = true
+		}
+	}
+	return out
 }

@@ -370,12 +370,12 @@ func TestScrapeReplicasSharingHostPort(t *testing.T) {
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	st := newStore(t)
-	s, err := New(st, Options{})
+	targets := []string{srv.URL + "/replica/1/metrics", srv.URL + "/replica/2/metrics"}
+	s, err := New(st, Options{Targets: targets})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	targets := []string{srv.URL + "/replica/1/metrics", srv.URL + "/replica/2/metrics"}
 	for _, target := range targets {
 		if _, err := s.Scrape(ctx, target, t0); err != nil {
 			t.Fatalf("second replica's samples refused: %v", err)
@@ -430,5 +430,30 @@ func TestTargetOf(t *testing.T) {
 		if got := targetOf(u); got != want {
 			t.Errorf("targetOf(%s) = %q, want %q", raw, got, want)
 		}
+	}
+}
+
+// TestScrapeTargetLabelOnlyWhereShared: a target alone on its host:port
+// gets exactly Prometheus's labels (job, instance), so queries read the
+// embedded store and a Prometheus alike.
+func TestScrapeTargetLabelOnlyWhereShared(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("req_total 1\n"))
+	}))
+	defer srv.Close()
+	st := newStore(t)
+	s, err := New(st, Options{Targets: []string{srv.URL + "/metrics", "http://127.0.0.2:9/metrics"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Scrape(context.Background(), srv.URL+"/metrics", t0); err != nil {
+		t.Fatal(err)
+	}
+	v, _, err := st.Query(context.Background(), "req_total", t0)
+	if err != nil || len(v) != 1 {
+		t.Fatalf("req_total: %v %v", v, err)
+	}
+	if _, ok := v[0].Metric[TargetLabel]; ok {
+		t.Errorf("a target alone on its host:port got a target label: %v", v[0].Metric)
 	}
 }

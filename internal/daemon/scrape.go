@@ -39,7 +39,7 @@ type ScraperOptions struct {
 // NewEngineScraper returns a scraper appending into app.
 func NewEngineScraper(app storage.Appendable, o ScraperOptions) (*EngineScraper, error) {
 	w := &targetWatch{app: app, pods: map[string]string{}}
-	s, err := scrape.New(w, scrape.Options{Client: o.Client, Timeout: o.Timeout, Registerer: o.Registerer})
+	s, err := scrape.New(w, scrape.Options{Client: o.Client, Timeout: o.Timeout, Registerer: o.Registerer, Targets: o.Targets})
 	if err != nil {
 		return nil, err
 	}
