@@ -44,9 +44,7 @@ func (m *detectTestMetrics) Query(ctx context.Context, expr string, at time.Time
 	}
 	out := make(model.Vector, 0, len(v))
 	for _, s := range v {
-		met := model.Metric{}
-		s.Metric.Range(func(l labels.Label) { met[model.LabelName(l.Name)] = model.LabelValue(l.Value) })
-		out = append(out, &model.Sample{Metric: met, Value: model.SampleValue(s.F), Timestamp: model.TimeFromUnixNano(at.UnixNano())})
+		out = append(out, &model.Sample{Metric: toModelMetric(s.Metric), Value: model.SampleValue(s.F), Timestamp: model.TimeFromUnixNano(at.UnixNano())})
 	}
 	return out, nil, nil
 }
@@ -583,4 +581,11 @@ func TestDetectHTTPFailuresPerTarget(t *testing.T) {
 	if !firing["a"] || firing["b"] || firing["c"] || firing["d"] || len(last) != 4 {
 		t.Errorf("firing %v over %d scopes, want a (10%% 5xx) only", firing, len(last))
 	}
+}
+
+// toModelMetric converts a PromQL engine's labels to the client's metric.
+func toModelMetric(ls labels.Labels) model.Metric {
+	met := model.Metric{}
+	ls.Range(func(l labels.Label) { met[model.LabelName(l.Name)] = model.LabelValue(l.Value) })
+	return met
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/prometheus/common/model"
-	"github.com/prometheus/prometheus/model/labels"
 
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/rulesets"
@@ -33,9 +32,7 @@ func (m rangeMetrics) QueryRange(ctx context.Context, expr string, start, end ti
 	}
 	out := make(model.Matrix, 0, len(mat))
 	for _, s := range mat {
-		met := model.Metric{}
-		s.Metric.Range(func(l labels.Label) { met[model.LabelName(l.Name)] = model.LabelValue(l.Value) })
-		ss := &model.SampleStream{Metric: met}
+		ss := &model.SampleStream{Metric: toModelMetric(s.Metric)}
 		for _, p := range s.Floats {
 			ss.Values = append(ss.Values, model.SamplePair{Timestamp: model.Time(p.T), Value: model.SampleValue(p.F)})
 		}

@@ -78,14 +78,7 @@ func TestWhyBundleWithTraces(t *testing.T) {
 // a whyslow daemon serves over its span store (--traces whyslow:URL).
 func TestWhyTracesFromDaemon(t *testing.T) {
 	dir := filepath.Join(incidentsDir, "frontend_delay")
-	path, err := tracequery.BundleTraces(dir)
-	if err != nil || path == "" {
-		t.Fatalf("bundle traces: %q %v", path, err)
-	}
-	f, err := tracequery.OpenJSONL(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openBundleTraces(t, dir)
 	srv := httptest.NewServer(f.QueryHandler(nil))
 	defer srv.Close()
 	r := runCLI(t, "why", "--bundle", dir, "--traces", "whyslow:"+srv.URL, "--output", "json")
@@ -156,14 +149,7 @@ func TestWhyTracesDaemonMatchesFile(t *testing.T) {
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			dir := filepath.Join(incidentsDir, name)
-			path, err := tracequery.BundleTraces(dir)
-			if err != nil || path == "" {
-				t.Fatalf("bundle traces: %q %v", path, err)
-			}
-			f, err := tracequery.OpenJSONL(path)
-			if err != nil {
-				t.Fatal(err)
-			}
+			f := openBundleTraces(t, dir)
 			srv := httptest.NewServer(f.QueryHandler(nil))
 			defer srv.Close()
 			fromFile := runCLI(t, "why", "--bundle", dir, "--output", "json")
@@ -191,14 +177,7 @@ func TestWhyTracesDaemonMatchesFile(t *testing.T) {
 // TestPagedTempoReadsWholeWindow reads a window holding more traces than one
 // search answers: page by page, the requests built are those of the file.
 func TestPagedTempoReadsWholeWindow(t *testing.T) {
-	path, err := tracequery.BundleTraces(filepath.Join(incidentsDir, "frontend_delay"))
-	if err != nil || path == "" {
-		t.Fatalf("bundle traces: %q %v", path, err)
-	}
-	f, err := tracequery.OpenJSONL(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openBundleTraces(t, filepath.Join(incidentsDir, "frontend_delay"))
 	srv := httptest.NewServer(f.QueryHandler(nil))
 	defer srv.Close()
 	ctx := context.Background()
@@ -242,14 +221,7 @@ func TestPagedTempoReadsWholeWindow(t *testing.T) {
 // a daemon's API, the verdict is the same.
 func TestWhyTracesOfTheScope(t *testing.T) {
 	dir := filepath.Join(incidentsDir, "long_prompt_burst")
-	path, err := tracequery.BundleTraces(dir)
-	if err != nil || path == "" {
-		t.Fatalf("bundle traces: %q %v", path, err)
-	}
-	f, err := tracequery.OpenJSONL(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openBundleTraces(t, dir)
 	own, err := f.SpansBetween(context.Background(), time.Unix(0, 0), time.Unix(4e9, 0), 0)
 	if err != nil {
 		t.Fatal(err)
@@ -314,4 +286,18 @@ func TestWhyTracesOfTheScope(t *testing.T) {
 	if daemon := requests("--traces", "whyslow:"+srv.URL); !reflect.DeepEqual(daemon, want) {
 		t.Errorf("requests through the daemon's API differ:\n%+v\n%+v", daemon, want)
 	}
+}
+
+// openBundleTraces opens the traces.jsonl(.gz) of a bundle directory.
+func openBundleTraces(t *testing.T, dir string) *tracequery.File {
+	t.Helper()
+	path, err := tracequery.BundleTraces(dir)
+	if err != nil || path == "" {
+		t.Fatalf("bundle traces: %q %v", path, err)
+	}
+	f, err := tracequery.OpenJSONL(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
