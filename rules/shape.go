@@ -146,13 +146,16 @@ func (b *builder) compileShapes() {
 		v := *rs
 		v.shape, v.Shapes = sh, nil
 		v.Detect = sh.Detect
+		if len(sh.Exports) == 0 && len(sh.Rename) == 0 && len(sh.match) == 0 {
+			// A shape that only names what it found reads the map as is.
+			rs.Shapes = append(rs.Shapes, &v)
+			continue
+		}
 		v.signalIndex = map[string]*Signal{}
 		v.Signals, v.Unmapped = nil, append([]*Signal(nil), rs.Unmapped...)
 		for _, s := range rs.Signals {
 			c := *s
-			if len(sh.Exports) > 0 || len(sh.Rename) > 0 || len(sh.match) > 0 {
-				c.shape = sh
-			}
+			c.shape = sh
 			ok, err := c.mapped()
 			if err != nil {
 				b.errs.add(s.Pos, fmt.Sprintf("shape %q: signal %q", sh.Name, s.Name), "%v", err)

@@ -82,16 +82,18 @@ func newTestEnv(t *testing.T, scenario string, rcv *receiver, dataDir string) *E
 // newTestEnvDetect is newTestEnv with detector settings (zero: defaults).
 func newTestEnvDetect(t *testing.T, scenario string, rcv *receiver, dataDir string, detect triage.DetectConfig) *Env {
 	t.Helper()
-	env, err := NewEnv(EnvOptions{
-		Scenario: scenario, Seed: 1, Logger: quiet(), LogWriter: io.Discard,
-		Config: daemon.Config{
-			Detect:  detect,
-			DataDir: dataDir,
-			Receivers: []daemon.ReceiverConfig{{Name: "hook", Webhook: &webhook.Config{
-				URL: notifiers.Secret(rcv.srv.URL + "/hook"), MaxAttempts: 2}}},
-		},
-		Extra: daemon.StackOptions{Retry: notifiers.RetryOptions{Jitter: -1}},
-	})
+	return newTestEnvWith(t, rcv, EnvOptions{Scenario: scenario, Config: daemon.Config{Detect: detect, DataDir: dataDir}})
+}
+
+// newTestEnvWith starts an environment from o, seed 1, quiet, with the
+// test receiver's webhook as its only receiver, closed with the test.
+func newTestEnvWith(t *testing.T, rcv *receiver, o EnvOptions) *Env {
+	t.Helper()
+	o.Seed, o.Logger, o.LogWriter = 1, quiet(), io.Discard
+	o.Config.Receivers = []daemon.ReceiverConfig{{Name: "hook", Webhook: &webhook.Config{
+		URL: notifiers.Secret(rcv.srv.URL + "/hook"), MaxAttempts: 2}}}
+	o.Extra = daemon.StackOptions{Retry: notifiers.RetryOptions{Jitter: -1}}
+	env, err := NewEnv(o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,15 +2,11 @@ package demo
 
 import (
 	"context"
-	"io"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/whyslow/whyslow/internal/daemon"
 	"github.com/whyslow/whyslow/internal/sim"
-	"github.com/whyslow/whyslow/notifiers"
-	"github.com/whyslow/whyslow/notifiers/webhook"
 	"github.com/whyslow/whyslow/triage"
 )
 
@@ -44,23 +40,7 @@ func TestE2EFreshSidecar(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			env, err := NewEnv(EnvOptions{
-				Scenario: tc.scenario, Seed: 1, Logger: quiet(), LogWriter: io.Discard,
-				SidecarAfter: probe.Onset().Sub(probe.Now()) - tc.before,
-				Config: daemon.Config{
-					Receivers: []daemon.ReceiverConfig{{Name: "hook", Webhook: &webhook.Config{
-						URL: notifiers.Secret(rcv.srv.URL + "/hook"), MaxAttempts: 2}}},
-				},
-				Extra: daemon.StackOptions{Retry: notifiers.RetryOptions{Jitter: -1}},
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				_ = env.Close(ctx)
-			})
+			env := newTestEnvWith(t, rcv, EnvOptions{Scenario: tc.scenario, SidecarAfter: probe.Onset().Sub(probe.Now()) - tc.before})
 			ctx := context.Background()
 			var opened *triage.Incident
 			for env.Now().Before(env.Onset().Add(12*time.Minute)) && env.Ticks() < 1000 {
