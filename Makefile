@@ -19,11 +19,12 @@ demo:
 	$(GO) run ./cmd/whyslow demo
 
 # test-deps installs what the integration tests start: Debian's prometheus,
-# promtool and alertmanager. Needs root (CI runs as root) and the Debian mirror.
+# promtool and alertmanager, and chromium (the pages' browser test drives it
+# headless). Needs root (CI runs as root) and the Debian mirror.
 test-deps:
-	@if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null; then \
-		echo "installing prometheus and prometheus-alertmanager (Debian packages)"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus prometheus-alertmanager >/dev/null; \
+	@if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null || ! command -v chromium >/dev/null; then \
+		echo "installing prometheus, prometheus-alertmanager and chromium (Debian packages)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus prometheus-alertmanager chromium >/dev/null; \
 	fi
 	@# The packages start services on :9090/:9093 we do not want; tests start their own.
 	@-systemctl stop prometheus prometheus-alertmanager prometheus-node-exporter >/dev/null 2>&1 || true

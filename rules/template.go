@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
 )
 
 // SignalData is what a signal template sees.
@@ -78,11 +79,39 @@ func renderSignal(t *template.Template, selector, window string, targetLabels []
 	var buf bytes.Buffer
 	targets := defaultTargets(targetLabels)
 	data := SignalData{Selector: selector, Window: window, Recent: recentOf(window),
-		Target: strings.Join(targets, ", "), by: targetLabels, join: targets[0]}
+		Target: strings.Join(targets, ", "), by: targetLabels, join: joinLabels(selector, targets[0])}
 	if err := t.Execute(&buf, data); err != nil {
 		return "", err
 	}
 	return strings.TrimSpace(buf.String()), nil
+}
+
+// joinLabels are the labels other exporters' series join the engine's on:
+// the first target label, and the namespace when the scope names one — in
+// a fleet, pod names repeat across namespaces (a StatefulSet's vllm-0), so
+// a pod alone would join another deployment's GPUs.
+func joinLabels(selector, target string) string {
+	if target == "pod" && selectorHas(selector, "namespace") {
+		return "namespace, pod"
+	}
+	return target
+}
+
+// selectorHas reports whether selector has an equality matcher on label.
+func selectorHas(selector, label string) bool {
+	if !strings.Contains(selector, label) {
+		return false
+	}
+	ms, err := promqlParser.ParseMetricSelector("{" + selector + "}")
+	if err != nil {
+		return false
+	}
+	for _, m := range ms {
+		if m.Name == label && m.Type == labels.MatchEqual && m.Value != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // DefaultTargetLabels tell targets apart when no target labels are given:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -82,11 +83,11 @@ var httpSuccess = `(1 - ` + httpScoped(`status=~"5.."`, "vllm:num_requests_runni
 // scrape); series without a target label are left out rather than
 // matched to every scope.
 func httpScoped(match, engineSeries string) string {
-	return `sum by ($by) (rate(http_requests_total{` + match + `}[$window]) * on (pod, instance) group_left ($by) ` + oneScopeTargets(engineSeries) + `)`
+	return `sum by ($by) (rate(http_requests_total{` + match + `}[$window]) * on ($target) group_left ($scopeonly) ` + oneScopeTargets(engineSeries) + `)`
 }
 
 func httpScopedSGLang(match string) string {
-	return `sum by ($by) (rate(sglang:http_responses_total{` + match + `}[$window]) * on (pod, instance) group_left ($by) ` +
+	return `sum by ($by) (rate(sglang:http_responses_total{` + match + `}[$window]) * on ($target) group_left ($scopeonly) ` +
 		oneScopeTargets("sglang:num_running_reqs") + `)`
 }
 
@@ -94,8 +95,8 @@ func httpScopedSGLang(match string) string {
 // with the scope's labels: a target that serves several (one server for
 // two models) cannot say whose its HTTP errors were.
 func oneScopeTargets(engineSeries string) string {
-	scoped := `max by (pod, instance, $by) (` + engineSeries + `{$sel instance=~".+"})`
-	return `(` + scoped + ` and on (pod, instance) (count by (pod, instance) (` + scoped + `) == 1))`
+	scoped := `max by ($target, $by) (` + engineSeries + `{$sel instance=~".+"})`
+	return `(` + scoped + ` and on ($target) (count by ($target) (` + scoped + `) == 1))`
 }
 
 // volumeExprs count the requests behind each built-in signal over $window:
@@ -436,9 +437,25 @@ func (c DetectConfig) fill(tmpl string, window time.Duration) string {
 	if c.Selector != "" {
 		sel = c.Selector + ","
 	}
+	// A target is its pod and instance, and its namespace when scopes
+	// have one: in a fleet, pod names repeat across namespaces.
+	target := "pod, instance"
+	if slices.Contains(c.GroupBy, "namespace") {
+		target = "namespace, pod, instance"
+	}
+	// The scope labels a target's series take from its engine series
+	// (group_left): those the join does not already match on.
+	var scopeOnly []string
+	for _, l := range c.GroupBy {
+		if !strings.Contains(", "+target+",", ", "+l+",") {
+			scopeOnly = append(scopeOnly, l)
+		}
+	}
 	return strings.NewReplacer(
 		"$sel", sel,
 		"$by", strings.Join(c.GroupBy, ", "),
+		"$target", target,
+		"$scopeonly", strings.Join(scopeOnly, ", "),
 		"$window", model.Duration(window).String(),
 	).Replace(tmpl)
 }

@@ -83,6 +83,9 @@ type Verdict struct {
 	InsufficientReason *InsufficientReason `json:"insufficient_reason,omitempty"`
 	// Warnings are passed through from the metrics source (e.g. Prometheus query warnings).
 	Warnings []string `json:"warnings,omitempty"`
+	// Cohort says the scope slowed together with others that share a
+	// label (a fleet daemon's cross-scope view); nil otherwise.
+	Cohort *Cohort `json:"cohort,omitempty"`
 	// Requests are the slowest individual requests with their breakdown (from traces).
 	Requests []Request `json:"requests,omitempty"`
 	// Signals holds every evaluated signal value; filled only when explaining.

@@ -24,26 +24,33 @@ func writeChart(ctx context.Context, m triage.Metrics, v *triage.Verdict, path s
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".chart-*.png")
+	return writeAtomic("chart", path, ".chart-*.png", png)
+}
+
+// writeAtomic writes b (a chart, a page: what) to path through a temporary
+// file in its directory (named by pattern), so a reader never sees half a
+// file.
+func writeAtomic(what, path, pattern string, b []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), pattern)
 	if err != nil {
-		return fmt.Errorf("write chart %s: %w", path, osCause(err))
+		return fmt.Errorf("write %s %s: %w", what, path, osCause(err))
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(png); err != nil {
+	if _, err := tmp.Write(b); err != nil {
 		tmp.Close()
-		return fmt.Errorf("write chart %s: %w", path, osCause(err))
+		return fmt.Errorf("write %s %s: %w", what, path, osCause(err))
 	}
 	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write chart %s: %w", path, osCause(err))
+		return fmt.Errorf("write %s %s: %w", what, path, osCause(err))
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write chart %s: %w", path, osCause(err))
+		return fmt.Errorf("write %s %s: %w", what, path, osCause(err))
 	}
 	return nil
 }
 
 // osCause drops the file name from an os error (*os.PathError,
-// *os.LinkError): the chart is written through a temporary file whose name
+// *os.LinkError): files are written through a temporary file whose name
 // means nothing to the user, so errors name the requested path instead.
 func osCause(err error) error {
 	var pe *os.PathError

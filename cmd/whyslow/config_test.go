@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -176,33 +177,41 @@ func TestCheckConfigExitCodes(t *testing.T) {
 	}
 }
 
-// TestKubernetesExampleConfig checks the whyslow.yml embedded in the
-// deploy/ ConfigMap.
+// TestKubernetesExampleConfig checks the whyslow.yml embedded in each
+// deploy/ ConfigMap: the sidecar's and the fleet daemon's.
 func TestKubernetesExampleConfig(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "kubernetes", "vllm-whyslow.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	found := false
-	for _, doc := range strings.Split(string(b), "\n---\n") {
-		var cm struct {
-			Kind string            `yaml:"kind"`
-			Data map[string]string `yaml:"data"`
-		}
-		if err := yaml.Unmarshal([]byte(doc), &cm); err != nil {
-			t.Fatalf("deploy yaml: %v", err)
-		}
-		if cm.Kind != "ConfigMap" {
-			continue
-		}
-		found = true
-		env := envMap(map[string]string{"WHYSLOW_API_TOKEN": "t", "WHYSLOW_WEBHOOK_URL": "https://hooks.example.com/x", "POD_NAME": "llama-0"})
-		if _, err := parseConfig("configmap whyslow.yml", []byte(cm.Data["whyslow.yml"]), env); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if !found {
-		t.Fatal("no ConfigMap in the deploy example")
+	env := envMap(map[string]string{"WHYSLOW_API_TOKEN": "t", "WHYSLOW_WEBHOOK_URL": "https://hooks.example.com/x", "POD_NAME": "llama-0"})
+	for _, file := range []string{"vllm-whyslow.yaml", "whyslow-fleet.yaml"} {
+		t.Run(file, func(t *testing.T) {
+			b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "kubernetes", file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			found := false
+			for _, doc := range strings.Split(string(b), "\n---\n") {
+				var cm struct {
+					Kind string            `yaml:"kind"`
+					Data map[string]string `yaml:"data"`
+				}
+				if err := yaml.Unmarshal([]byte(doc), &cm); err != nil {
+					t.Fatalf("deploy yaml: %v", err)
+				}
+				if cm.Kind != "ConfigMap" {
+					continue
+				}
+				found = true
+				cfg, err := parseConfig("configmap whyslow.yml", []byte(cm.Data["whyslow.yml"]), env)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if fleet := file == "whyslow-fleet.yaml"; cfg.Fleet() != fleet {
+					t.Errorf("fleet mode %v, want %v", cfg.Fleet(), fleet)
+				}
+			}
+			if !found {
+				t.Fatal("no ConfigMap in the deploy example")
+			}
+		})
 	}
 }
 
@@ -245,7 +254,12 @@ func TestExampleConfigRunsAsShipped(t *testing.T) {
 	if code := dispatch(context.Background(), []string{"check", "config", path}, &stdout, &stderr); code != exitOK {
 		t.Fatalf("check config %s: exit %d\n%s", path, code, stderr.String())
 	}
-	want := `whyslow.example.yml:164:12: warning: receivers[0] "oncall-webhook" skipped: environment variable WHYSLOW_WEBHOOK_URL is not set (set it to enable the receiver)`
+	src, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := 1 + strings.Count(string(src[:strings.Index(string(src), "url: ${WHYSLOW_WEBHOOK_URL}")]), "\n")
+	want := fmt.Sprintf(`whyslow.example.yml:%d:12: warning: receivers[0] "oncall-webhook" skipped: environment variable WHYSLOW_WEBHOOK_URL is not set (set it to enable the receiver)`, line)
 	if !strings.Contains(stderr.String(), want) {
 		t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
 	}

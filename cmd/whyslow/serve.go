@@ -21,7 +21,7 @@ import (
 )
 
 func init() {
-	register(command{name: "serve", summary: "run the sidecar daemon: detect, triage, notify, serve the API", run: runServe})
+	register(command{name: "serve", summary: "run the daemon (a sidecar scraping engines, or with --prometheus the fleet): detect, triage, notify, serve the API", run: runServe})
 }
 
 // stringList is a repeatable flag.
@@ -33,6 +33,7 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 // serveFlags are the command-line overrides of the config file.
 type serveFlags struct {
 	config         string
+	prometheus     string
 	engineURLs     stringList
 	listen         string
 	dataDir        string
@@ -49,10 +50,11 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.config, "config", "", "YAML config file (see whyslow.example.yml)")
+	fs.StringVar(&f.prometheus, "prometheus", "", "fleet mode: read every engine from this Prometheus-compatible query API `URL` (source.prometheus.url) instead of scraping")
 	fs.Var(&f.engineURLs, "engine-url", "engine /metrics URL, repeatable (default "+daemon.DefaultEngineURL+")")
 	fs.StringVar(&f.listen, "listen", "", "HTTP API address (default "+daemon.DefaultListen+")")
 	fs.StringVar(&f.dataDir, "data-dir", "", "directory for the TSDB, incident state and outbox (default: in memory)")
-	fs.DurationVar(&f.scrapeInterval, "scrape-interval", 0, "scrape and detection interval (default 5s)")
+	fs.DurationVar(&f.scrapeInterval, "scrape-interval", 0, "scrape and detection interval (default 5s; 15s with --prometheus)")
 	fs.StringVar(&f.otlpHTTP, "otlp-http", daemon.DefaultOTLPHTTP, "OTLP/HTTP trace receiver address; empty disables")
 	fs.StringVar(&f.otlpGRPC, "otlp-grpc", daemon.DefaultOTLPGRPC, "OTLP/gRPC trace receiver address; empty disables")
 	fs.BoolVar(&f.gpu, "gpu", true, "read GPU counters through NVML (without a driver: logged once, reported as a data gap)")
@@ -79,6 +81,12 @@ func (f *serveFlags) load() (daemon.Config, error) {
 	}
 	if f.set["engine-url"] {
 		cfg.EngineURLs = append([]string(nil), f.engineURLs...)
+	}
+	if f.set["prometheus"] {
+		if cfg.Source.Prometheus == nil {
+			cfg.Source.Prometheus = &daemon.PrometheusSource{}
+		}
+		cfg.Source.Prometheus.URL = f.prometheus
 	}
 	if f.set["listen"] {
 		cfg.Listen = f.listen
@@ -154,7 +162,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		engines[i] = redact.URL(u)
 	}
 	mode, warning := daemon.APIAuth(cfg)
-	logger.Info("Serving", "listen", ln.Addr().String(), "engines", strings.Join(engines, ","), "data_dir", cfg.DataDir, "api_auth", mode)
+	if cfg.Fleet() {
+		logger.Info("Serving the fleet", "listen", ln.Addr().String(), "prometheus", redact.URL(cfg.Source.Prometheus.URL),
+			"group_by", strings.Join(cfg.Detect.GroupBy, ","), "interval", cfg.ScrapeInterval, "api_auth", mode)
+	} else {
+		logger.Info("Serving", "listen", ln.Addr().String(), "engines", strings.Join(engines, ","), "data_dir", cfg.DataDir, "api_auth", mode)
+	}
 	if warning != "" {
 		logger.Warn("API authentication", "api_auth", mode, "warning", warning)
 	}
@@ -208,6 +221,9 @@ func reload(f *serveFlags, stack *daemon.Stack) error {
 	}
 	if cfg.DataDir != cur.DataDir {
 		fixed = append(fixed, "data_dir")
+	}
+	if !reflect.DeepEqual(cfg.Source, cur.Source) {
+		fixed = append(fixed, "source")
 	}
 	if cfg.Retention != cur.Retention {
 		fixed = append(fixed, "retention")

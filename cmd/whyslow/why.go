@@ -44,6 +44,8 @@ type whyFlags struct {
 	basicPass  string
 	color      bool
 	chart      string
+	html       htmlFile   // why_html.go
+	groupBy    string     // why_fleet.go
 	traces     traceFlags // why_traces.go
 }
 
@@ -68,6 +70,8 @@ func (f *whyFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.basicPass, "basic-password", "", "basic-auth password for --prometheus (or env WHYSLOW_BASIC_PASSWORD)")
 	fs.BoolVar(&f.color, "color", false, "colour text output")
 	fs.StringVar(&f.chart, "chart", "", "also write a PNG chart of TTFT/ITL p95, KV-cache usage and queue depth to `FILE`")
+	fs.Var(&f.html, "html", "also write the verdict page (causes, attribution, curves) as one self-contained HTML `FILE`")
+	fs.StringVar(&f.groupBy, "group-by", "", "rank every scope by these labels (comma-separated, e.g. namespace,model_name) and triage each anomalous one")
 	f.traces.register(fs)
 }
 
@@ -85,6 +89,9 @@ func runWhy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if f.traces.oneRequest() {
 		return runWhyRequest(ctx, &f, stdout, stderr)
+	}
+	if f.groupBy != "" {
+		return runWhyFleet(ctx, &f, stdout, stderr)
 	}
 	format, err := render.ParseFormat(f.output)
 	if err != nil {
@@ -132,6 +139,25 @@ func whyVerdict(ctx context.Context, f *whyFlags, stderr io.Writer) (*triage.Ver
 	if sources != 1 {
 		return nil, errors.New("give exactly one source: --bundle DIR, --scrape URL, --prometheus URL or --server URL")
 	}
+	opts, err := whyOptions(f)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case f.bundle != "":
+		return whyBundle(ctx, f.bundle, opts, f.finish)
+	case f.server != "":
+		return whyServer(ctx, f, opts)
+	case f.prometheus != "":
+		return whyPrometheus(ctx, f, opts)
+	default:
+		return whyScrape(ctx, f, opts)
+	}
+}
+
+// whyOptions are the triage options the flags ask for, with the rulesets
+// and the traces source.
+func whyOptions(f *whyFlags) (triage.Options, error) {
 	opts := triage.Options{
 		Window:   f.window,
 		Baseline: f.baseline,
@@ -146,32 +172,22 @@ func whyVerdict(ctx context.Context, f *whyFlags, stderr io.Writer) (*triage.Ver
 	if f.at != "" {
 		at, err := time.Parse(time.RFC3339, f.at)
 		if err != nil {
-			return nil, fmt.Errorf("--at %q: want RFC 3339 (e.g. 2026-01-01T10:00:00Z)", f.at)
+			return opts, fmt.Errorf("--at %q: want RFC 3339 (e.g. 2026-01-01T10:00:00Z)", f.at)
 		}
 		opts.At = at
 	}
 	if err := checkChartPath(f.chart); err != nil {
-		return nil, err
+		return opts, err
 	}
 	if err := loadRulesets(&opts, f.rulesets); err != nil {
-		return nil, err
+		return opts, err
 	}
 	tr, err := openTraces(f)
 	if err != nil {
-		return nil, err
+		return opts, err
 	}
 	opts.Traces = tr
-
-	switch {
-	case f.bundle != "":
-		return whyBundle(ctx, f.bundle, opts, f.finish)
-	case f.server != "":
-		return whyServer(ctx, f, opts)
-	case f.prometheus != "":
-		return whyPrometheus(ctx, f, opts)
-	default:
-		return whyScrape(ctx, f, opts)
-	}
+	return opts, nil
 }
 
 // loadRulesets puts either the user's rulesets or the shipped ones into opts.
@@ -220,8 +236,11 @@ func checkChartPath(path string) error {
 // finishFunc runs after the triage while its metrics source is still open.
 type finishFunc func(ctx context.Context, m triage.Metrics, v *triage.Verdict) error
 
-// finish writes the --chart file, if asked for.
+// finish writes the --html and --chart files, if asked for.
 func (f *whyFlags) finish(ctx context.Context, m triage.Metrics, v *triage.Verdict) error {
+	if err := f.html.write(ctx, m, v); err != nil {
+		return err
+	}
 	if f.chart == "" {
 		return nil
 	}

@@ -226,7 +226,8 @@ func whyServer(ctx context.Context, f *whyFlags, opts triage.Options) (*triage.V
 	if err := json.Unmarshal(data, &v); err != nil {
 		return nil, fmt.Errorf("whyslow server %s: bad verdict JSON: %w", server, err)
 	}
-	return &v, nil
+	// The daemon keeps the metrics: the page comes without curves.
+	return &v, f.html.write(ctx, nil, &v)
 }
 
 func bearerToken(f *whyFlags) string {

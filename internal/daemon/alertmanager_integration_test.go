@@ -5,46 +5,29 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/whyslow/whyslow/internal/amtest"
 	"github.com/whyslow/whyslow/triage"
 )
-
-const alertmanagerBin = "/usr/bin/prometheus-alertmanager"
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 // TestAlertmanagerIntegration starts a real Alertmanager that routes to the
 // daemon's /api/v1/alerts: a pushed alert is triaged into an incident, and
 // its resolve closes the incident.
 func TestAlertmanagerIntegration(t *testing.T) {
-	if _, err := os.Stat(alertmanagerBin); err != nil {
-		t.Skipf("%s not installed (apt-get install prometheus-alertmanager): %v", alertmanagerBin, err)
-	}
+	amtest.SkipUnlessAvailable(t)
 	cfg := testConfig()
 	cfg.API.Token = "am-token"
 	h := newHarness(t, cfg)
 	h.ticks(t, 2)
 	h.tri.cause = "prefill_contention"
 
-	dir := t.TempDir()
-	amPort := freePort(t)
-	amCfg := fmt.Sprintf(`route:
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	amURL := amtest.Start(ctx, t, fmt.Sprintf(`route:
   receiver: whyslow
   group_by: [alertname, model_name]
   group_wait: 1s
@@ -58,40 +41,7 @@ receivers:
         http_config:
           authorization:
             credentials: am-token
-`, h.srv.URL)
-	cfgPath := filepath.Join(dir, "am.yml")
-	if err := os.WriteFile(cfgPath, []byte(amCfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	cmd := exec.CommandContext(ctx, alertmanagerBin,
-		"--config.file="+cfgPath,
-		"--storage.path="+filepath.Join(dir, "data"),
-		fmt.Sprintf("--web.listen-address=127.0.0.1:%d", amPort),
-		"--cluster.listen-address=",
-	)
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cancel()
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("alertmanager log:\n%s", logs.String())
-		}
-	}()
-	amURL := fmt.Sprintf("http://127.0.0.1:%d", amPort)
-	waitFor(t, 20*time.Second, "alertmanager ready", func() bool {
-		resp, err := http.Get(amURL + "/-/ready")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+`, h.srv.URL))
 
 	push := func(endsAt time.Time) {
 		t.Helper()

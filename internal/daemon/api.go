@@ -23,7 +23,8 @@ import (
 	"github.com/whyslow/whyslow/triage"
 )
 
-// Handler returns the HTTP API: /healthz, /readyz, /metrics and /api/v1/*.
+// Handler returns the HTTP API (/healthz, /readyz, /metrics, /api/v1/*)
+// and the pages (pages.go), also under the path of api.external_url.
 func (d *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -64,7 +65,8 @@ func (d *Daemon) Handler() http.Handler {
 		}
 		prof.ServeHTTP(w, r)
 	})))
-	return mux
+	d.registerPages(mux)
+	return d.underPrefix(mux)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -138,17 +140,10 @@ func (d *Daemon) handleVerdict(w http.ResponseWriter, r *http.Request) {
 		d.writeError(w, http.StatusBadRequest, errors.New("scope: give exactly one scope selector (scope= or selector=), e.g. scope=model_name=\"llama\""))
 		return
 	}
-	sel := strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(scope[0]), "{"), "}")
-	if len(sel) > DefaultMaxSelectorBytes {
-		d.stats.triageRefused.WithLabelValues("api", "selector_too_long").Inc()
-		d.writeError(w, http.StatusBadRequest, fmt.Errorf("scope: %d bytes, more than the %d allowed", len(sel), DefaultMaxSelectorBytes))
+	sel, err := d.scopeSelector(scope[0])
+	if err != nil {
+		d.writeError(w, http.StatusBadRequest, err)
 		return
-	}
-	if strings.TrimSpace(sel) != "" {
-		if _, err := parseMatchers(sel); err != nil {
-			d.writeError(w, http.StatusBadRequest, fmt.Errorf("scope: %w", err))
-			return
-		}
 	}
 	if v, ok := d.Verdict(scope[0]); ok {
 		writeJSON(w, http.StatusOK, render.Normalize(v))
@@ -162,6 +157,23 @@ func (d *Daemon) handleVerdict(w http.ResponseWriter, r *http.Request) {
 	d.serveTriage(w, r, cfg, TriageRequest{
 		Selector: sel, At: d.opts.Now(), Window: cfg.Triage.Window, Baseline: cfg.Triage.Baseline, Engine: cfg.Engine,
 	})
+}
+
+// scopeSelector checks a scope given by a caller (?scope=, optional braces)
+// and returns its matchers without braces; too long or malformed is an
+// error (a 400).
+func (d *Daemon) scopeSelector(scope string) (string, error) {
+	sel := strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(scope), "{"), "}")
+	if len(sel) > DefaultMaxSelectorBytes {
+		d.stats.triageRefused.WithLabelValues("api", "selector_too_long").Inc()
+		return "", fmt.Errorf("scope: %d bytes, more than the %d allowed", len(sel), DefaultMaxSelectorBytes)
+	}
+	if strings.TrimSpace(sel) != "" {
+		if _, err := parseMatchers(sel); err != nil {
+			return "", fmt.Errorf("scope: %w", err)
+		}
+	}
+	return sel, nil
 }
 
 // TriageBody is the body of POST /api/v1/triage. Every field is optional:
@@ -189,6 +201,12 @@ func ParseTriageBody(body []byte, cfg Config, now time.Time) (TriageRequest, err
 			return TriageRequest{}, errors.New("decode triage request: trailing data after the JSON object")
 		}
 	}
+	return b.Request(cfg, now)
+}
+
+// Request validates b against cfg and now and fills in the defaults: every
+// problem, joined. The triage form of the pages sends the same fields.
+func (b TriageBody) Request(cfg Config, now time.Time) (TriageRequest, error) {
 	req := TriageRequest{Selector: b.Selector, At: now, Window: cfg.Triage.Window, Baseline: cfg.Triage.Baseline, Engine: cfg.Engine}
 	if req.Selector == "" {
 		req.Selector = cfg.Detect.Selector
@@ -243,31 +261,49 @@ func (d *Daemon) handleTriage(w http.ResponseWriter, r *http.Request) {
 	d.serveTriage(w, r, cfg, req)
 }
 
-// serveTriage runs an API triage in a free slot, bounded by
-// api.triage_timeout, and writes its verdict.
+// serveTriage runs an API triage (adHocTriage) and writes its verdict.
 func (d *Daemon) serveTriage(w http.ResponseWriter, r *http.Request, cfg Config, req TriageRequest) {
+	v, terr := d.adHocTriage(r.Context(), cfg, req)
+	switch {
+	case terr != nil && terr.retryAfter > 0:
+		d.retryLater(w, terr.code, terr.retryAfter, terr.err)
+	case terr != nil:
+		d.writeError(w, terr.code, terr.err)
+	default:
+		writeJSON(w, http.StatusOK, render.Normalize(v))
+	}
+}
+
+// triageError is why an ad-hoc triage gave no verdict: the HTTP status to
+// answer, and when to retry for a 429 or 503.
+type triageError struct {
+	code       int
+	retryAfter time.Duration
+	err        error
+}
+
+// adHocTriage runs a triage asked for over HTTP (the API or a page) in a
+// free slot, bounded by api.triage_timeout.
+func (d *Daemon) adHocTriage(ctx context.Context, cfg Config, req TriageRequest) (*triage.Verdict, *triageError) {
 	release, ok := d.tryTriageSlot()
 	if !ok {
 		d.stats.triageRefused.WithLabelValues("api", "busy").Inc()
-		d.retryLater(w, http.StatusTooManyRequests, 5*time.Second,
-			fmt.Errorf("%d triages are running, the most allowed (api.max_concurrent_triages); retry later", cfg.API.MaxConcurrentTriages))
-		return
+		return nil, &triageError{http.StatusTooManyRequests, 5 * time.Second,
+			fmt.Errorf("%d triages are running, the most allowed (api.max_concurrent_triages); retry later", cfg.API.MaxConcurrentTriages)}
 	}
 	defer release()
-	ctx, cancel := context.WithTimeout(r.Context(), cfg.API.TriageTimeout)
+	ctx, cancel := context.WithTimeout(ctx, cfg.API.TriageTimeout)
 	defer cancel()
 	v, err := d.runTriage(ctx, "api", req)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) || ctx.Err() == context.DeadlineExceeded {
 			d.stats.triageRefused.WithLabelValues("api", "timeout").Inc()
-			d.retryLater(w, http.StatusServiceUnavailable, 10*time.Second,
-				fmt.Errorf("triage took longer than %s (api.triage_timeout); retry later or narrow the selector", cfg.API.TriageTimeout))
-			return
+			return nil, &triageError{http.StatusServiceUnavailable, 10 * time.Second,
+				fmt.Errorf("triage took longer than %s (api.triage_timeout); retry later or narrow the selector", cfg.API.TriageTimeout)}
 		}
-		d.writeError(w, http.StatusInternalServerError, fmt.Errorf("triage: %w", err))
-		return
+		return nil, &triageError{code: http.StatusInternalServerError, err: fmt.Errorf("triage: %w", err)}
 	}
-	writeJSON(w, http.StatusOK, render.Normalize(v))
+	return v, nil
 }
 
 // tryTriageSlot takes a slot for an ad-hoc triage without waiting.

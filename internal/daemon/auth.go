@@ -98,7 +98,9 @@ var errLocked = errors.New("no api.token is configured and the API listens beyon
 
 // authorize guards next with the configured authentication (see APIAuth).
 // The bearer scheme is matched case-insensitively; the token is compared
-// in constant time.
+// in constant time. A browser signed in to the pages (their session
+// cookie) may also read: GET and HEAD, so a page's link to the verdict
+// JSON opens, while writes (triage, alerts) still need the bearer token.
 func (d *Daemon) authorize(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		cfg := d.Config()
@@ -109,7 +111,8 @@ func (d *Daemon) authorize(next http.Handler) http.Handler {
 			d.writeError(w, http.StatusForbidden, errLocked)
 			return
 		case AuthToken:
-			if !httplimit.BearerOK(r.Header.Get("Authorization"), cfg.API.Token) {
+			read := r.Method == http.MethodGet || r.Method == http.MethodHead
+			if !httplimit.BearerOK(r.Header.Get("Authorization"), cfg.API.Token) && !(read && sessionOK(r, cfg.API.Token)) {
 				d.stats.authFailures.WithLabelValues("token").Inc()
 				w.Header().Set("WWW-Authenticate", `Bearer realm="whyslow"`)
 				d.writeError(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token"))

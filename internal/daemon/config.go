@@ -4,11 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/prometheus/common/model"
 
+	"github.com/whyslow/whyslow/collectors/remote"
 	"github.com/whyslow/whyslow/collectors/spanstore"
+	"github.com/whyslow/whyslow/internal/redact"
+	"github.com/whyslow/whyslow/notifiers/alertmanager"
 	"github.com/whyslow/whyslow/notifiers/logsink"
 	"github.com/whyslow/whyslow/notifiers/slack"
 	"github.com/whyslow/whyslow/notifiers/webhook"
@@ -27,8 +31,13 @@ const (
 	DefaultTriageBaseline = time.Hour
 	DefaultShutdownFlush  = 10 * time.Second
 	DefaultEngine         = "vllm"
-	DefaultOTLPHTTP       = ":4318"
-	DefaultOTLPGRPC       = ":4317"
+	// DefaultFleetInterval is a fleet daemon's cycle: Prometheus's usual
+	// scrape interval (a shorter one would re-read the same samples).
+	DefaultFleetInterval = 15 * time.Second
+	// DefaultTriageConcurrency bounds the detector's triages in one cycle.
+	DefaultTriageConcurrency = 4
+	DefaultOTLPHTTP          = ":4318"
+	DefaultOTLPGRPC          = ":4317"
 	// DefaultSpanBytes bounds the span store of a sidecar (the spanstore
 	// package's own default, 256 MiB, suits a fleet daemon).
 	DefaultSpanBytes = 64 << 20
@@ -62,9 +71,15 @@ type Config struct {
 	// `scheduler:` block; empty leaves them unknown (the ruleset's engine
 	// defaults for the GPU apply).
 	Scheduler SchedulerConfig `yaml:"scheduler,omitempty" json:"scheduler,omitempty"`
-	// EngineURLs are the /metrics endpoints scraped (default vLLM's local port).
+	// Source picks the mode: empty (the sidecar: whyslow scrapes
+	// EngineURLs into its own store) or prometheus (the fleet daemon: it
+	// reads every engine the Prometheus holds).
+	Source SourceConfig `yaml:"source,omitempty" json:"source,omitempty"`
+	// EngineURLs are the /metrics endpoints scraped (default vLLM's local
+	// port); not used with a Prometheus source.
 	EngineURLs []string `yaml:"engine_urls,omitempty" json:"engine_urls,omitempty"`
-	// ScrapeInterval is the collect → detect → triage period (default 5s).
+	// ScrapeInterval is the collect → detect → triage period (default 5s;
+	// 15s with a Prometheus source, its usual scrape interval).
 	ScrapeInterval time.Duration `yaml:"scrape_interval,omitempty" json:"scrape_interval,omitempty"`
 	// ScrapeTimeout bounds one scrape (default: the interval minus 10%).
 	ScrapeTimeout time.Duration `yaml:"scrape_timeout,omitempty" json:"scrape_timeout,omitempty"`
@@ -97,6 +112,39 @@ type Config struct {
 	ShutdownFlush time.Duration `yaml:"shutdown_flush,omitempty" json:"shutdown_flush,omitempty"`
 }
 
+// SourceConfig says where the daemon's metrics come from.
+type SourceConfig struct {
+	// Prometheus, when set, makes the daemon a fleet daemon over a
+	// Prometheus-compatible query API (Prometheus, Thanos, Mimir,
+	// VictoriaMetrics): no scraping, scopes are discovered from
+	// detect.group_by, each triaged with its own engine's ruleset.
+	Prometheus *PrometheusSource `yaml:"prometheus,omitempty" json:"prometheus,omitempty"`
+}
+
+// PrometheusSource is the query API a fleet daemon reads.
+type PrometheusSource struct {
+	// URL is the API's base URL, e.g. http://prometheus:9090 or
+	// https://mimir/prometheus.
+	URL string `yaml:"url" json:"url"`
+	// BearerToken is sent as "Authorization: Bearer ...".
+	BearerToken string `yaml:"bearer_token,omitempty" json:"-"`
+	// BasicAuth is sent as basic auth (exclusive with BearerToken).
+	BasicAuth *BasicAuth `yaml:"basic_auth,omitempty" json:"basic_auth,omitempty"`
+	// Headers are added to every query (e.g. X-Scope-OrgID for Mimir).
+	Headers map[string]string `yaml:"headers,omitempty" json:"-"`
+	// Timeout bounds one query (default 30s).
+	Timeout time.Duration `yaml:"timeout,omitempty" json:"timeout,omitempty"`
+}
+
+// BasicAuth is a user and password.
+type BasicAuth struct {
+	Username string `yaml:"username" json:"username"`
+	Password string `yaml:"password,omitempty" json:"-"`
+}
+
+// Fleet reports whether the daemon reads a Prometheus source.
+func (c Config) Fleet() bool { return c.Source.Prometheus != nil }
+
 // APIConfig configures the HTTP API.
 type APIConfig struct {
 	// Token, when set, is required as "Authorization: Bearer TOKEN" on /api/*
@@ -116,7 +164,7 @@ type APIConfig struct {
 	// MaxBodyBytes limits request bodies (default 1 MiB); larger ones get 413.
 	MaxBodyBytes int64 `yaml:"max_body_bytes,omitempty" json:"max_body_bytes,omitempty"`
 	// ExternalURL is how people reach this daemon; notifications link to
-	// ExternalURL/api/v1/verdict?scope=… when set.
+	// ExternalURL/verdict?scope=… (the verdict page) when set.
 	ExternalURL string `yaml:"external_url,omitempty" json:"external_url,omitempty"`
 	// Pprof serves Go's profiles at /debug/pprof/ (behind the token when
 	// one is set), to see where the daemon's memory and CPU go.
@@ -132,6 +180,13 @@ type TriageConfig struct {
 	Window time.Duration `yaml:"window,omitempty" json:"window,omitempty"`
 	// Baseline is the offset of the baseline window (default 1h).
 	Baseline time.Duration `yaml:"baseline,omitempty" json:"baseline,omitempty"`
+	// Concurrency bounds the detector's triages of open incidents that run
+	// at once in one cycle (default 4).
+	Concurrency int `yaml:"concurrency,omitempty" json:"concurrency,omitempty"`
+	// CycleBudget bounds one cycle's triages (default: the interval): the
+	// incidents not triaged within it are triaged first next cycle, so a
+	// fleet with many open incidents keeps its interval.
+	CycleBudget time.Duration `yaml:"cycle_budget,omitempty" json:"cycle_budget,omitempty"`
 }
 
 // SchedulerConfig is what the engine was started with (vLLM's
@@ -182,12 +237,15 @@ type AlertsConfig struct {
 }
 
 // ReceiverConfig is one notification receiver. Exactly one of Webhook,
-// Slack and Log is set; their fields are the receivers' own configuration.
+// Slack, Log and Alertmanager is set; their fields are the receivers' own
+// configuration. Alertmanager is not fed notifications: it gets every open
+// incident as an alert, re-sent while open (notifiers/alertmanager).
 type ReceiverConfig struct {
-	Name    string          `yaml:"name" json:"name"`
-	Webhook *webhook.Config `yaml:"webhook,omitempty" json:"webhook,omitempty"`
-	Slack   *slack.Config   `yaml:"slack,omitempty" json:"slack,omitempty"`
-	Log     *logsink.Config `yaml:"log,omitempty" json:"log,omitempty"`
+	Name         string               `yaml:"name" json:"name"`
+	Webhook      *webhook.Config      `yaml:"webhook,omitempty" json:"webhook,omitempty"`
+	Slack        *slack.Config        `yaml:"slack,omitempty" json:"slack,omitempty"`
+	Log          *logsink.Config      `yaml:"log,omitempty" json:"log,omitempty"`
+	Alertmanager *alertmanager.Config `yaml:"alertmanager,omitempty" json:"alertmanager,omitempty"`
 }
 
 // GPUConfig configures the NVML collector. Without an NVIDIA driver it logs
@@ -252,14 +310,35 @@ func strPtr(s string) *string { return &s }
 
 // WithDefaults returns c with zero values replaced by defaults.
 func (c Config) WithDefaults() Config {
-	if c.Engine == "" {
+	switch {
+	case c.Engine != "":
+	case c.Fleet():
+		c.Engine = "auto" // each scope is read with its own engine's ruleset
+	default:
 		c.Engine = DefaultEngine
 	}
-	if len(c.EngineURLs) == 0 {
+	if len(c.EngineURLs) == 0 && !c.Fleet() {
 		c.EngineURLs = []string{DefaultEngineURL}
 	}
 	if c.ScrapeInterval == 0 {
 		c.ScrapeInterval = DefaultScrapeInterval
+		if c.Fleet() {
+			c.ScrapeInterval = DefaultFleetInterval
+		}
+	}
+	if c.Fleet() && c.GPU.Enabled == nil {
+		// A fleet daemon runs away from the GPUs; their counters come
+		// from Prometheus (dcgm-exporter).
+		c.GPU.Enabled = new(bool)
+	}
+	if c.Fleet() && c.Source.Prometheus.Timeout == 0 {
+		c.Source.Prometheus.Timeout = remote.DefaultTimeout
+	}
+	if c.Triage.Concurrency == 0 {
+		c.Triage.Concurrency = DefaultTriageConcurrency
+	}
+	if c.Triage.CycleBudget == 0 {
+		c.Triage.CycleBudget = c.ScrapeInterval
 	}
 	if c.ScrapeTimeout == 0 {
 		c.ScrapeTimeout = c.ScrapeInterval - c.ScrapeInterval/10
@@ -329,9 +408,37 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("%s: %w", key, err))
 	}
 	switch c.Engine {
-	case "vllm", "sglang", "trtllm":
+	case "auto", "vllm", "sglang", "trtllm":
 	default:
-		add("engine", "unknown engine %q (want vllm, sglang or trtllm)", c.Engine)
+		add("engine", "unknown engine %q (want auto, vllm, sglang or trtllm)", c.Engine)
+	}
+	if p := c.Source.Prometheus; p != nil {
+		if u, err := url.Parse(p.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add("source.prometheus.url", "%q is not an http(s) URL", redact.URL(p.URL))
+		}
+		if p.BearerToken != "" && p.BasicAuth != nil {
+			add("source.prometheus", "bearer_token and basic_auth are exclusive")
+		}
+		if p.BasicAuth != nil && p.BasicAuth.Username == "" {
+			add("source.prometheus.basic_auth.username", "missing")
+		}
+		for name := range p.Headers {
+			if name == "" || strings.ContainsAny(name, " :\r\n") {
+				add("source.prometheus.headers", "invalid header name %q", name)
+			}
+		}
+		if p.Timeout < 0 {
+			add("source.prometheus.timeout", "must not be negative")
+		}
+		if len(c.EngineURLs) > 0 {
+			add("engine_urls", "not used with source.prometheus (a fleet daemon reads the engines from Prometheus)")
+		}
+		if c.GPU.On() {
+			add("gpu.enabled", "not available with source.prometheus (the GPU counters come from Prometheus: dcgm-exporter)")
+		}
+	}
+	if c.Triage.Concurrency < 0 || c.Triage.CycleBudget < 0 {
+		add("triage", "concurrency and cycle_budget must not be negative")
 	}
 	for i, u := range c.EngineURLs {
 		p, err := url.Parse(u)
@@ -417,16 +524,20 @@ func (c Config) Validate() error {
 		}
 		names[r.Name] = true
 		kinds := 0
-		for _, set := range []bool{r.Webhook != nil, r.Slack != nil, r.Log != nil} {
+		for _, set := range []bool{r.Webhook != nil, r.Slack != nil, r.Log != nil, r.Alertmanager != nil} {
 			if set {
 				kinds++
 			}
 		}
 		switch {
 		case kinds == 0:
-			add(key, "set one of webhook, slack or log")
+			add(key, "set one of webhook, slack, log or alertmanager")
 		case kinds > 1:
-			add(key, "webhook, slack and log are exclusive")
+			add(key, "webhook, slack, log and alertmanager are exclusive")
+		case r.Alertmanager != nil:
+			if err := r.Alertmanager.WithDefaults().Validate(); err != nil {
+				wrap(key, err) // its messages start with "alertmanager: "
+			}
 		case r.Slack != nil:
 			if err := r.Slack.Validate(); err != nil {
 				wrap(key+".slack", err)

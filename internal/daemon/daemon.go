@@ -83,6 +83,9 @@ type Options struct {
 	Outbox  Outbox
 	// Receivers are the receiver names a notification fans out to.
 	Receivers []string
+	// AlertSenders get every incident after each cycle (Alertmanager
+	// receivers: open incidents as alerts, re-sent while open).
+	AlertSenders []AlertSender
 	// Sources run every tick after the scrape (the GPU collector).
 	Sources []Source
 	// Gatherers add series to /metrics (the sources' last cycle).
@@ -96,6 +99,12 @@ type Options struct {
 	// Flush delivers what the outbox holds until ctx ends (the dispatcher's
 	// Shutdown); called by Shutdown. Optional.
 	Flush func(ctx context.Context) error
+	// OwnHistory says the metrics keep a history of their own (a
+	// Prometheus source, a replayed bundle): the baseline is not learned
+	// from the daemon's first scrape. HistoryStart is where that history
+	// starts (zero: unknown, taken as long enough).
+	OwnHistory   bool
+	HistoryStart time.Time
 	// Registry receives the daemon's own metrics (default: a new registry).
 	// Pass the one the outbox and retry stage register with so /metrics
 	// serves them all.
@@ -109,6 +118,12 @@ type Options struct {
 	Logger  *slog.Logger
 }
 
+// AlertSender keeps an alert manager in step with the incidents
+// (*alertmanager.Sender). Sync must not block.
+type AlertSender interface {
+	Sync(incidents []triage.Incident, at time.Time, link func(triage.Incident) string)
+}
+
 // Daemon is the sidecar loop and its API state. Changes to the incident
 // state (Tick, the Alertmanager intake's bookkeeping, Reload, Shutdown) are
 // serialised by one lock; triages other than the detector's run outside it,
@@ -117,22 +132,24 @@ type Options struct {
 type Daemon struct {
 	work sync.Mutex // serialises Tick, alert bookkeeping, Reload, Shutdown
 
-	cfg       atomic.Pointer[Config]
-	receivers atomic.Pointer[[]string]
-	opts      Options
-	log       *slog.Logger
-	secrets   *redact.Secrets
-	detector  *triage.Detector
-	tracker   *triage.Tracker
-	stats     *stats
-	scraped   atomic.Bool                   // a scrape has succeeded
-	history   atomic.Int64                  // unix ns of the first successful scrape the store holds; 0: none yet
-	triages   atomic.Pointer[chan struct{}] // slots for ad-hoc, alert and Slack triages
-	budget    *httplimit.Budget
-	down      map[string]time.Time // target → down since; guarded by viewMu
-	closed    bool
-	persisted []byte                    // the state last written to the data dir
-	pending   []*notifiers.Notification // not yet taken by the outbox (guarded by work)
+	cfg         atomic.Pointer[Config]
+	receivers   atomic.Pointer[[]string]
+	opts        Options
+	log         *slog.Logger
+	secrets     *redact.Secrets
+	detector    *triage.Detector
+	tracker     *triage.Tracker
+	stats       *stats
+	scraped     atomic.Bool                   // a scrape has succeeded
+	history     atomic.Int64                  // unix ns of the first successful scrape the store holds; 0: none yet
+	triages     atomic.Pointer[chan struct{}] // slots for ad-hoc, alert and Slack triages
+	budget      *httplimit.Budget
+	down        map[string]time.Time // target → down since; guarded by viewMu
+	metrics     triage.Metrics       // opts.Metrics
+	lastTriaged map[string]time.Time // open incident key → its last detector triage (guarded by work)
+	closed      bool
+	persisted   []byte                    // the state last written to the data dir
+	pending     []*notifiers.Notification // not yet taken by the outbox (guarded by work)
 
 	viewMu   sync.RWMutex
 	verdicts map[string]*triage.Verdict // last verdict per scope key
@@ -175,15 +192,17 @@ func New(opts Options) (*Daemon, error) {
 		return nil, fmt.Errorf("new daemon: %w", err)
 	}
 	d := &Daemon{
-		opts:     opts,
-		log:      opts.Logger.With("component", "daemon"),
-		secrets:  opts.Secrets,
-		detector: det,
-		tracker:  triage.NewTracker(cfg.Incidents),
-		budget:   httplimit.NewBudget(bodyBudget),
-		down:     map[string]time.Time{},
-		verdicts: map[string]*triage.Verdict{},
-		problems: map[string]string{},
+		opts:        opts,
+		log:         opts.Logger.With("component", "daemon"),
+		secrets:     opts.Secrets,
+		detector:    det,
+		tracker:     triage.NewTracker(cfg.Incidents),
+		budget:      httplimit.NewBudget(bodyBudget),
+		down:        map[string]time.Time{},
+		metrics:     opts.Metrics,
+		lastTriaged: map[string]time.Time{},
+		verdicts:    map[string]*triage.Verdict{},
+		problems:    map[string]string{},
 	}
 	d.cfg.Store(&cfg)
 	slots := make(chan struct{}, cfg.API.MaxConcurrentTriages)
@@ -193,6 +212,12 @@ func New(opts Options) (*Daemon, error) {
 	d.stats = newStats(d, opts.Registry)
 	if cfg.DataDir != "" {
 		d.loadState(cfg.DataDir, opts.Now())
+	}
+	if opts.OwnHistory {
+		d.history.Store(0)
+		if !opts.HistoryStart.IsZero() {
+			d.history.Store(opts.HistoryStart.UnixNano())
+		}
 	}
 	d.pruneAlertIncidents(opts.Now())
 	if len(d.pending) > 0 && d.flushPending() {
@@ -221,13 +246,14 @@ func (d *Daemon) Tick(ctx context.Context, at time.Time) error {
 		return errors.New("tick: daemon shut down")
 	}
 	cfg := d.Config()
+	cycleStart, queriesBefore := time.Now(), d.queries()
 	allUp := d.scrape(ctx, at)
 	d.collectSources(ctx, at)
 	if len(d.pending) > 0 && d.persist() && d.flushPending() {
 		d.persist() // what an earlier cycle could not hand to the outbox
 	}
 
-	dets, err := d.detector.EvaluateSince(ctx, d.opts.Metrics, at, d.HistorySince())
+	dets, err := d.detector.EvaluateSince(ctx, d.metrics, at, d.HistorySince())
 	if err != nil {
 		d.stats.detectErrors.Inc()
 		d.log.Error("Detection failed", "err", err)
@@ -250,23 +276,94 @@ func (d *Daemon) Tick(ctx context.Context, at time.Time) error {
 			events = append(events, d.tracker.Gone(key, d.unseenReason(allUp), at)...)
 		}
 	}
+	verdicts := d.triageOpen(ctx, cfg, at, cycleStart)
+	cohorts := triage.FindCohorts(d.tracker.Incidents(), dets, cfg.Detect.GroupBy, at)
 	for _, key := range d.tracker.OpenKeys() {
-		in, _ := d.tracker.Get(key)
-		v, err := d.runTriage(ctx, "detector", TriageRequest{
-			Selector: in.Scope.Selector, At: at, Window: IncidentWindow(cfg, at.Sub(in.OpenedAt)), Baseline: cfg.Triage.Baseline, Engine: cfg.Engine,
-		})
-		if err != nil {
+		v, ok := verdicts[key]
+		if !ok {
 			continue
+		}
+		if c, ok := cohorts[key]; ok {
+			v.Cohort = c
 		}
 		events = append(events, d.tracker.Record(key, v, at)...)
 	}
 	d.commit(events, at)
+	d.syncAlerts(at)
+	d.stats.observeCycle(dets, time.Since(cycleStart), d.queries()-queriesBefore)
 	return nil
+}
+
+// syncAlerts hands the incidents to the alert senders.
+func (d *Daemon) syncAlerts(at time.Time) {
+	if len(d.opts.AlertSenders) == 0 {
+		return
+	}
+	external := d.Config().API.ExternalURL
+	link := func(in triage.Incident) string { return verdictURL(external, in.Scope.Selector) }
+	incs := d.tracker.Incidents()
+	for _, s := range d.opts.AlertSenders {
+		s.Sync(incs, at, link)
+	}
+}
+
+// triageOpen triages the open incidents, at most Triage.Concurrency at
+// once, within the cycle's budget (Triage.CycleBudget from the cycle's
+// start). The incidents triaged longest ago go first, so those a spent
+// budget skipped lead the next cycle. It returns the verdicts by key.
+func (d *Daemon) triageOpen(ctx context.Context, cfg Config, at, cycleStart time.Time) map[string]*triage.Verdict {
+	keys := d.tracker.OpenKeys()
+	sort.SliceStable(keys, func(i, j int) bool { return d.lastTriaged[keys[i]].Before(d.lastTriaged[keys[j]]) })
+	ctx, cancel := context.WithDeadline(ctx, cycleStart.Add(cfg.Triage.CycleBudget))
+	defer cancel()
+	var mu sync.Mutex
+	out := map[string]*triage.Verdict{}
+	slots := make(chan struct{}, max(cfg.Triage.Concurrency, 1))
+	var wg sync.WaitGroup
+	for _, key := range keys {
+		if ctx.Err() != nil {
+			d.stats.triageRefused.WithLabelValues("detector", "cycle_budget").Inc()
+			continue
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			d.stats.triageRefused.WithLabelValues("detector", "cycle_budget").Inc()
+			continue
+		}
+		in, _ := d.tracker.Get(key)
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			v, err := d.runTriage(ctx, "detector", TriageRequest{
+				Selector: in.Scope.Selector, At: at, Window: IncidentWindow(cfg, at.Sub(in.OpenedAt)), Baseline: cfg.Triage.Baseline, Engine: cfg.Engine,
+			})
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			out[key] = v
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	for key := range out {
+		d.lastTriaged[key] = at
+	}
+	for key := range d.lastTriaged {
+		if !d.tracker.Open(key) {
+			delete(d.lastTriaged, key)
+		}
+	}
+	return out
 }
 
 // unseenReason is the resolve reason of an incident whose scope the
 // detector no longer sees.
 func (d *Daemon) unseenReason(allUp bool) string {
+	if allUp && d.Config().Fleet() {
+		return "the scope's series stopped in Prometheus (the deployment was removed, renamed, or stopped being scraped)"
+	}
 	if allUp {
 		return "the scope's series stopped while every engine target answers (the model was renamed or its engine restarted with another one)"
 	}
@@ -288,6 +385,14 @@ func (d *Daemon) unseenReason(allUp bool) string {
 		parts = append(parts, "no engine target answered")
 	}
 	return "the scope's series stopped (its engine targets are gone): " + strings.Join(parts, "; ")
+}
+
+// sourceKind names what the daemon's scrape reaches, for messages.
+func (d *Daemon) sourceKind() string {
+	if d.Config().Fleet() {
+		return "Prometheus"
+	}
+	return "engine target"
 }
 
 // HistorySince is when the history in the store starts (the first
@@ -353,7 +458,9 @@ func (d *Daemon) scrape(ctx context.Context, at time.Time) bool {
 			delete(d.down, r.Target)
 		}
 		d.scraped.Store(true)
-		d.history.CompareAndSwap(0, at.UnixNano())
+		if !d.opts.OwnHistory {
+			d.history.CompareAndSwap(0, at.UnixNano())
+		}
 	}
 	_, had := d.problems[problemStore]
 	switch {
@@ -415,7 +522,7 @@ func (d *Daemon) runTriage(ctx context.Context, source string, req TriageRequest
 	if learning != "" {
 		v.Warnings = append(v.Warnings, learning)
 	}
-	triage.CheckMixedModels(ctx, d.opts.Metrics, v)
+	triage.CheckMixedModels(ctx, d.metrics, v)
 	d.viewMu.Lock()
 	defer d.viewMu.Unlock()
 	targets := make([]string, 0, len(d.down))
@@ -426,7 +533,7 @@ func (d *Daemon) runTriage(ctx context.Context, source string, req TriageRequest
 	for _, target := range targets {
 		v.DataGaps = append(v.DataGaps, triage.DataGap{
 			Signal: "scrape",
-			Reason: fmt.Sprintf("engine target %s down since %s", target, d.down[target].UTC().Format(time.RFC3339)),
+			Reason: fmt.Sprintf("%s %s down since %s", d.sourceKind(), target, d.down[target].UTC().Format(time.RFC3339)),
 		})
 	}
 	if msg, ok := d.problems[problemStore]; ok {

@@ -27,6 +27,7 @@ type stats struct {
 	stateCorrupt   prometheus.Counter
 	pending        prometheus.Gauge
 	reloads        *prometheus.CounterVec
+	fleet          *fleetStats
 }
 
 func newStats(d *Daemon, reg *prometheus.Registry) *stats {
@@ -77,6 +78,7 @@ func newStats(d *Daemon, reg *prometheus.Registry) *stats {
 		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "whyslow_api_auth_failures_total", Help: "API requests refused by authentication, by reason (token, locked).",
 		}, []string{"reason"}),
+		fleet: newFleetStats(),
 		stateCorrupt: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "whyslow_state_corrupt_total", Help: "Unreadable incident state files moved aside at start.",
 		}),
@@ -99,6 +101,7 @@ func newStats(d *Daemon, reg *prometheus.Registry) *stats {
 		s.triageRuns, s.triageDuration, s.detectErrors, s.persistErrors, s.incidentsOpen,
 		s.topCause, s.notifications, s.alerts, s.alertsRefused, s.triageRefused, s.authFailures,
 		s.stateCorrupt, s.pending, s.reloads, ready)
+	s.reg.MustRegister(s.fleet.collectors()...)
 	return s
 }
 
@@ -129,4 +132,5 @@ func (s *stats) publish(incs []triage.Incident) {
 		s.topCause.WithLabelValues(in.Key, cause, string(in.Severity)).Set(1)
 	}
 	s.incidentsOpen.Set(float64(open))
+	s.fleet.open.set(incs)
 }

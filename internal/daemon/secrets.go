@@ -11,6 +11,16 @@ func ConfigSecrets(cfg Config) *redact.Secrets {
 	for _, u := range cfg.EngineURLs {
 		s.AddURL(u, false)
 	}
+	if p := cfg.Source.Prometheus; p != nil {
+		s.AddURL(p.URL, false)
+		s.Add(p.BearerToken)
+		if p.BasicAuth != nil {
+			s.Add(p.BasicAuth.Password)
+		}
+		for _, v := range p.Headers {
+			s.AddHeader(v)
+		}
+	}
 	for _, r := range cfg.Receivers {
 		switch {
 		case r.Webhook != nil:
@@ -19,6 +29,8 @@ func ConfigSecrets(cfg Config) *redact.Secrets {
 			for _, v := range r.Webhook.Headers {
 				s.AddHeader(string(v))
 			}
+		case r.Alertmanager != nil:
+			r.Alertmanager.AddSecrets(s)
 		case r.Slack != nil:
 			s.Add(string(r.Slack.Token))
 			s.AddURL(string(r.Slack.WebhookURL), true)

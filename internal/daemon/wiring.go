@@ -23,6 +23,7 @@ import (
 	"github.com/whyslow/whyslow/collectors/store"
 	"github.com/whyslow/whyslow/internal/redact"
 	"github.com/whyslow/whyslow/notifiers"
+	"github.com/whyslow/whyslow/notifiers/alertmanager"
 	"github.com/whyslow/whyslow/notifiers/chart"
 	"github.com/whyslow/whyslow/notifiers/logsink"
 	"github.com/whyslow/whyslow/notifiers/outbox"
@@ -101,12 +102,13 @@ type Stack struct {
 	// GPU is the NVML collector (nil when disabled).
 	GPU *gpu.Collector
 
-	scraper   *EngineScraper
-	scrapeReg *swapRegisterer
-	command   *slack.CommandHandler
-	cancel    context.CancelFunc
-	otlpDone  chan error
-	tmpOutbox string
+	scraper      *EngineScraper
+	scrapeReg    *swapRegisterer
+	alertSenders []*alertmanager.Sender
+	command      *slack.CommandHandler
+	cancel       context.CancelFunc
+	otlpDone     chan error
+	tmpOutbox    string
 }
 
 // NewStack builds everything Config describes and binds the OTLP listeners
@@ -135,19 +137,33 @@ func NewStack(o StackOptions) (*Stack, error) {
 		s.Close(context.Background())
 		return nil, err
 	}
-	// Without a data dir the store is a live in-memory one: bounded by the
-	// retention like the on-disk mode, without a WAL.
-	stOpts := store.Options{Retention: cfg.Retention, Live: true, Logger: o.Logger.With("component", "store")}
 	obDir := ""
 	if cfg.DataDir != "" {
-		stOpts.Dir = filepath.Join(cfg.DataDir, "tsdb")
 		obDir = filepath.Join(cfg.DataDir, "outbox")
 	}
-	st, err := store.Open(stOpts)
-	if err != nil {
-		return fail(err)
+	// A fleet daemon reads its Prometheus; a sidecar its own store.
+	var source triage.Metrics
+	if cfg.Fleet() {
+		rc, err := RemoteClient(cfg.Source.Prometheus)
+		if err != nil {
+			return fail(err)
+		}
+		source = rc
+	} else {
+		// Without a data dir the store is a live in-memory one: bounded by the
+		// retention like the on-disk mode, without a WAL.
+		stOpts := store.Options{Retention: cfg.Retention, Live: true, Logger: o.Logger.With("component", "store")}
+		if cfg.DataDir != "" {
+			stOpts.Dir = filepath.Join(cfg.DataDir, "tsdb")
+		}
+		st, err := store.Open(stOpts)
+		if err != nil {
+			return fail(err)
+		}
+		s.Store, source = st, st
 	}
-	s.Store = st
+	metrics := CountQueries(source)
+	var err error
 	if obDir == "" {
 		dir, err := mkTemp()
 		if err != nil {
@@ -159,7 +175,7 @@ func NewStack(o StackOptions) (*Stack, error) {
 	if err != nil {
 		return fail(err)
 	}
-	receivers, names, err := BuildReceivers(cfg.Receivers, o, st)
+	receivers, names, err := BuildReceivers(cfg.Receivers, o, metrics)
 	if err != nil {
 		return fail(err)
 	}
@@ -198,15 +214,19 @@ func NewStack(o StackOptions) (*Stack, error) {
 			return fail(fmt.Errorf("%w (set otlp.http / otlp.grpc, or --otlp-http= --otlp-grpc=, to another address or empty to disable)", err))
 		}
 	}
-	tri, err := TriageWith(st, traces)
+	tri, err := TriageWith(metrics, traces)
 	if err != nil {
 		return fail(err)
 	}
 
 	scraper := o.Scraper
-	if scraper == nil {
+	switch {
+	case scraper != nil:
+	case cfg.Fleet():
+		scraper = &PrometheusProbe{Metrics: metrics, Name: redact.URL(cfg.Source.Prometheus.URL)}
+	default:
 		s.scrapeReg = &swapRegisterer{reg: reg}
-		s.scraper, err = NewEngineScraper(st, ScraperOptions{Targets: cfg.EngineURLs, Timeout: cfg.ScrapeTimeout, Client: o.HTTPClient, Registerer: s.scrapeReg})
+		s.scraper, err = NewEngineScraper(s.Store, ScraperOptions{Targets: cfg.EngineURLs, Timeout: cfg.ScrapeTimeout, Client: o.HTTPClient, Registerer: s.scrapeReg})
 		if err != nil {
 			return fail(err)
 		}
@@ -224,7 +244,7 @@ func NewStack(o StackOptions) (*Stack, error) {
 		if err := creg.Register("gpu", s.GPU); err != nil {
 			return fail(err)
 		}
-		src := NewCollectorSource(creg, st, SourceOptions{Labels: cfg.GPU.Labels, Logger: o.Logger})
+		src := NewCollectorSource(creg, s.Store, SourceOptions{Labels: cfg.GPU.Labels, Logger: o.Logger})
 		sources = append(sources, src)
 		gatherers = append(gatherers, src)
 	}
@@ -253,8 +273,22 @@ func NewStack(o StackOptions) (*Stack, error) {
 		routes["POST "+SlackCommandPath] = s.command
 	}
 
+	var senders []AlertSender
+	for _, rc := range cfg.Receivers {
+		if rc.Alertmanager == nil {
+			continue
+		}
+		as, err := alertmanager.NewSender(rc.Name, *rc.Alertmanager, o.HTTPClient, reg, o.Logger)
+		if err != nil {
+			return fail(fmt.Errorf("receiver %s: %w", rc.Name, err))
+		}
+		s.alertSenders = append(s.alertSenders, as)
+		senders = append(senders, as)
+	}
+
 	s.Daemon, err = New(Options{
-		Config: cfg, Metrics: st, Scraper: scraper, Triage: tri, Outbox: s.Outbox, Receivers: names,
+		AlertSenders: senders,
+		Config:       cfg, Metrics: metrics, Scraper: scraper, Triage: tri, OwnHistory: cfg.Fleet(), Outbox: s.Outbox, Receivers: names,
 		Sources: sources, Gatherers: gatherers, Routes: routes, APIRoutes: apiRoutes,
 		Flush: s.Dispatcher.Shutdown, Registry: reg, Now: o.Clock.Now, Secrets: o.Secrets, Logger: o.Logger,
 	})
@@ -268,19 +302,23 @@ func NewStack(o StackOptions) (*Stack, error) {
 		go func() { s.otlpDone <- s.OTLP.Run(ctx) }()
 	}
 	s.Dispatcher.Start()
+	for _, as := range s.alertSenders {
+		go as.Run(ctx)
+	}
 	return s, nil
 }
 
 // SlackCommandPath is where the Slack slash command is served.
 const SlackCommandPath = "/slack/commands"
 
-// verdictURL links a scope's verdict in the daemon's API, or "" without an
-// external URL.
+// verdictURL links a scope's verdict page (pages.go: its latest verdict,
+// with its incident's timeline a click away), or "" without an external
+// URL.
 func verdictURL(external, selector string) string {
 	if external == "" {
 		return ""
 	}
-	return strings.TrimSuffix(external, "/") + "/api/v1/verdict?scope=" + url.QueryEscape(selector)
+	return strings.TrimSuffix(external, "/") + pathVerdict + "?scope=" + url.QueryEscape(selector)
 }
 
 // BuildReceivers constructs the configured receivers (a log receiver when
@@ -297,12 +335,18 @@ func BuildReceivers(rcs []ReceiverConfig, o StackOptions, metrics triage.Metrics
 		var n notifiers.Notifier
 		var err error
 		switch {
+		case rc.Alertmanager != nil:
+			continue // fed incidents, not notifications (NewStack's AlertSenders)
 		case rc.Webhook != nil:
 			n, err = webhook.New(*rc.Webhook, webhook.Options{Client: o.HTTPClient, Clock: o.Clock, Logger: o.Logger})
 		case rc.Slack != nil:
 			so := slack.Options{Name: rc.Name, Logger: o.Logger, HTTPClient: o.HTTPClient}
 			if metrics != nil {
-				so.Chart = chart.PNGFunc(metrics, chart.Options{Engine: o.Config.WithDefaults().Engine})
+				engine := o.Config.WithDefaults().Engine
+				if engine == "auto" {
+					engine = "" // the verdict's engine
+				}
+				so.Chart = chart.PNGFunc(metrics, chart.Options{Engine: engine})
 			}
 			n, err = slack.New(*rc.Slack, so)
 		case rc.Log != nil:
@@ -345,6 +389,10 @@ func (s *Stack) Close(ctx context.Context) error {
 		errs = append(errs, s.Daemon.Shutdown(ctx))
 	} else if s.Dispatcher != nil {
 		errs = append(errs, s.Dispatcher.Shutdown(ctx))
+	}
+	for _, as := range s.alertSenders {
+		// The last cycle's alerts (a resolve, say) reach Alertmanager.
+		errs = append(errs, as.Flush(ctx))
 	}
 	if s.Outbox != nil {
 		errs = append(errs, s.Outbox.Close())

@@ -433,8 +433,8 @@ func TestStackSlackOpenMessage(t *testing.T) {
 	if !json.Valid([]byte(blocks)) || !strings.Contains(blocks, `"header"`) {
 		t.Errorf("blocks %s", blocks)
 	}
-	if !strings.Contains(blocks, "https://whyslow.example.com/api/v1/verdict?scope=") {
-		t.Errorf("blocks do not link the verdict API: %s", blocks)
+	if !strings.Contains(blocks, "https://whyslow.example.com/verdict?scope=") {
+		t.Errorf("blocks do not link the verdict page: %s", blocks)
 	}
 	if strings.Contains(c.Body, "xoxb-test-token") && c.Form.Get("token") == "" {
 		t.Error("token in the message body")

@@ -49,21 +49,44 @@ scrape_configs:
     static_configs:
       - targets: ['%s']
 `, strings.Join(targets, "', '"))
+	return start(ctx, t, dir, cfg, filepath.Join(dir, "data"))
+}
+
+// StartWithData runs Prometheus over an existing TSDB directory (blocks
+// backfilled with promtool), scraping nothing, and returns its base URL.
+// Retention is 100 years: backfilled blocks of any age stay queryable.
+func StartWithData(ctx context.Context, t testing.TB, dataDir string) string {
+	t.Helper()
+	return start(ctx, t, t.TempDir(), "global:\n  evaluation_interval: 1m\n", dataDir,
+		"--storage.tsdb.retention.time=100y")
+}
+
+func start(ctx context.Context, t testing.TB, dir, cfg, dataDir string, extra ...string) string {
+	t.Helper()
 	cfgPath := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	addr := FreeLoopbackAddr(t)
-	logs := &syncBuffer{}
-	cmd := exec.Command(Bin,
-		"--config.file="+cfgPath,
-		"--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr,
+	return StartServer(ctx, t, "prometheus", addr, Bin, append([]string{
+		"--config.file=" + cfgPath,
+		"--storage.tsdb.path=" + dataDir,
+		"--web.listen-address=" + addr,
 		"--log.level=warn",
-	)
+	}, extra...)...)
+}
+
+// StartServer runs bin with args (a Prometheus-style server listening on
+// addr), kills it when the test ends, and returns http://addr once its
+// /-/ready answers 200 (at most 20 s). Its log is shown if the test
+// failed or it exits early.
+func StartServer(ctx context.Context, t testing.TB, name, addr, bin string, args ...string) string {
+	t.Helper()
+	logs := &syncBuffer{}
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start prometheus: %v", err)
+		t.Fatalf("start %s: %v", name, err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
@@ -71,7 +94,7 @@ scrape_configs:
 		_ = cmd.Process.Kill()
 		<-exited
 		if t.Failed() {
-			t.Logf("prometheus log:\n%s", logs.String())
+			t.Logf("%s log:\n%s", name, logs.String())
 		}
 	})
 	base := "http://" + addr
@@ -81,9 +104,9 @@ scrape_configs:
 		select {
 		case err := <-exited:
 			exited <- err
-			t.Fatalf("prometheus exited: %v\n%s", err, logs.String())
+			t.Fatalf("%s exited: %v\n%s", name, err, logs.String())
 		case <-ctx.Done():
-			t.Fatal("timed out starting prometheus")
+			t.Fatalf("timed out starting %s", name)
 		case <-time.After(100 * time.Millisecond):
 		}
 		resp, err := client.Get(base + "/-/ready")
@@ -95,7 +118,7 @@ scrape_configs:
 			return base
 		}
 	}
-	t.Fatalf("prometheus not ready after 20 s:\n%s", logs.String())
+	t.Fatalf("%s not ready after 20 s:\n%s", name, logs.String())
 	return ""
 }
 

@@ -197,7 +197,7 @@ func panelPlot(d Data, p Panel, legend bool) (*plot.Plot, error) {
 	ymax := 0.0
 	for _, c := range curves {
 		first := true
-		for _, seg := range segments(c.pts) {
+		for _, seg := range Segments(c.pts) {
 			xys := make(plotter.XYs, len(seg))
 			for i, pt := range seg {
 				xys[i] = plotter.XY{X: pt.T.Sub(c.start).Minutes(), Y: pt.V * mult}
@@ -242,8 +242,9 @@ func (cleanTicks) Ticks(lo, hi float64) []plot.Tick {
 	return ts
 }
 
-// segments splits points at NaN/Inf values (plotter lines reject them).
-func segments(pts []Point) [][]Point {
+// Segments splits points at NaN/Inf values: the runs a line can be drawn
+// through (plotter lines reject them; an SVG path would break on them).
+func Segments(pts []Point) [][]Point {
 	var out [][]Point
 	var cur []Point
 	for _, p := range pts {

@@ -205,7 +205,7 @@ func TestRenderGapsAndEmpty(t *testing.T) {
 func TestSegments(t *testing.T) {
 	nan := math.NaN()
 	pts := []Point{{t0, 1}, {t0, nan}, {t0, 2}, {t0, 3}, {t0, math.Inf(-1)}}
-	if got := segments(pts); len(got) != 2 || len(got[0]) != 1 || len(got[1]) != 2 {
+	if got := Segments(pts); len(got) != 2 || len(got[0]) != 1 || len(got[1]) != 2 {
 		t.Errorf("segments = %v", got)
 	}
 }

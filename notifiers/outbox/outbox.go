@@ -102,6 +102,7 @@ type Outbox struct {
 	order     []string // delivered ids, oldest first
 	dlog      *os.File
 	wake      map[string]chan struct{}
+	journal   *journal
 	closed    bool
 }
 
@@ -204,6 +205,7 @@ func Open(dir string, o Options) (*Outbox, error) {
 		nextSeq:   1,
 		delivered: map[string]struct{}{},
 		wake:      map[string]chan struct{}{},
+		journal:   newJournal(),
 	}
 	if err := ob.loadDelivered(); err != nil {
 		return nil, err
@@ -350,6 +352,7 @@ func (ob *Outbox) loadPending() error {
 		ob.entries[seq] = &entry{seq: seq, id: n.ID, receiver: n.Receiver, incidentID: n.IncidentID, size: size}
 		ob.byID[n.ID] = seq
 		ob.bytes += size
+		ob.journal.add(n, rec.EnqueuedAt)
 		if seq >= ob.nextSeq {
 			ob.nextSeq = seq + 1
 		}
@@ -441,6 +444,7 @@ func (ob *Outbox) Enqueue(n *notifiers.Notification) (bool, error) {
 	ob.entries[seq] = &entry{seq: seq, id: n.ID, receiver: n.Receiver, incidentID: n.IncidentID, size: size}
 	ob.byID[n.ID] = seq
 	ob.bytes += size
+	ob.journal.add(n, rec.EnqueuedAt)
 	ob.m.enqueued.Inc()
 	ob.updateGauges()
 	ob.wakeLocked(n.Receiver)
@@ -458,6 +462,7 @@ func (ob *Outbox) dropOldestLocked() {
 		return
 	}
 	ob.removeLocked(oldest)
+	ob.journal.set(oldest.incidentID, oldest.id, StatusDropped, ob.o.Clock.Now().UTC())
 	ob.m.dropped.WithLabelValues(dropOverflow).Inc()
 	ob.log.Warn("Outbox full, dropped the oldest notification", "notification", oldest.id, "receiver", oldest.receiver)
 }
@@ -582,6 +587,7 @@ func (ob *Outbox) Ack(e *Entry) error {
 	defer ob.mu.Unlock()
 	id := e.Notification.ID
 	ob.rememberLocked(id)
+	ob.journal.set(e.Notification.IncidentID, id, StatusDelivered, ob.o.Clock.Now().UTC())
 	var werr error
 	if ob.dlog != nil {
 		if _, err := ob.dlog.WriteString(id + "\n"); err != nil {
@@ -608,6 +614,7 @@ func (ob *Outbox) Drop(e *Entry) {
 	defer ob.mu.Unlock()
 	if en, ok := ob.entries[e.seq]; ok {
 		ob.removeLocked(en)
+		ob.journal.set(en.incidentID, en.id, StatusDropped, ob.o.Clock.Now().UTC())
 		ob.m.dropped.WithLabelValues(dropRejected).Inc()
 	}
 }

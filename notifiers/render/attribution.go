@@ -90,7 +90,7 @@ func ChainText(c triage.Cause) string {
 	return strings.Join(texts, " → ")
 }
 
-// confidenceText renders a cause's confidence as a percentage.
-func confidenceText(c triage.Cause) string {
+// ConfidenceText renders a cause's confidence as a percentage.
+func ConfidenceText(c triage.Cause) string {
 	return fmt.Sprintf("%.0f%%", 100*c.Confidence)
 }

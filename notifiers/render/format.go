@@ -242,8 +242,9 @@ func shortDur(d time.Duration) string {
 	return s
 }
 
-// scopeFmt renders the scope selector, or "all series" when empty.
-func scopeFmt(s triage.Scope) string {
+// ScopeText renders the scope selector in braces, or "{} (all series)"
+// when empty.
+func ScopeText(s triage.Scope) string {
 	if s.Selector == "" {
 		return "{} (all series)"
 	}

@@ -28,12 +28,15 @@ func Markdown(w io.Writer, v *triage.Verdict, opts Options) error {
 	if r := insufficientText(v); r != "" {
 		p("**Reason:** %s\n\n", mdEscape(r))
 	}
-	p("- **Scope:** `%s`\n", mdCode(scopeFmt(v.Scope)))
+	p("- **Scope:** `%s`\n", mdCode(ScopeText(v.Scope)))
 	if len(v.Scope.Labels) > 0 {
 		p("- **Labels:** %s\n", mdEscape(labelsFmt(v.Scope.Labels)))
 	}
 	if v.Engine != "" {
 		p("- **Engine:** %s\n", mdEscape(EngineLine(v)))
+	}
+	if v.Cohort != nil {
+		p("- **Fleet:** %s\n", mdEscape(v.Cohort.Message))
 	}
 	if s := gpuFmt(v.GPU); s != "" {
 		p("- **GPU:** %s\n", mdEscape(s))
@@ -72,7 +75,7 @@ func Markdown(w io.Writer, v *triage.Verdict, opts Options) error {
 			if rank == 0 {
 				rank = i + 1
 			}
-			p("%d. **%s** (`%s`, confidence %s, score %s)\n", rank, mdEscape(c.Title), mdCode(c.ID), confidenceText(c), num(c.Score))
+			p("%d. **%s** (`%s`, confidence %s, score %s)\n", rank, mdEscape(c.Title), mdCode(c.ID), ConfidenceText(c), num(c.Score))
 			if ch := ChainText(c); ch != "" {
 				p("   - *Chain:* %s\n", mdEscape(ch))
 			}

@@ -53,42 +53,68 @@ func requestHead(r triage.Request) string {
 	return s
 }
 
-// requestParts lists the parts in time order, before_engine with its
-// sub-parts in brackets: "before_engine 62 ms [client 50 ms, admission
-// 2 ms], queue 2.7 s, prefill 400 ms, decode 12.2 s". Zero parts are left
-// out; parts this renderer does not know come last, by name.
-func requestParts(r triage.Request) string {
-	var subs []string
+// RequestPart is one part of a request's time, with its sub-parts (those
+// of before_engine).
+type RequestPart struct {
+	Name    string
+	Seconds float64
+	Sub     []RequestPart
+}
+
+// RequestParts returns a request's parts in time order, before_engine with
+// its sub-parts. Zero parts are left out; parts this renderer does not know
+// come last, by name.
+func RequestParts(r triage.Request) []RequestPart {
+	var subs []RequestPart
 	known := map[string]bool{}
 	for _, k := range beforeEngineOrder {
 		known[beforeEnginePrefix+k] = true
 		if v := r.Parts[beforeEnginePrefix+k]; v > 0 {
-			subs = append(subs, k+" "+FormatSeconds(v))
+			subs = append(subs, RequestPart{Name: k, Seconds: v})
 		}
 	}
 	for _, k := range sortedKeys(r.Parts) {
 		if strings.HasPrefix(k, beforeEnginePrefix) && !known[k] && r.Parts[k] > 0 {
-			subs = append(subs, strings.TrimPrefix(k, beforeEnginePrefix)+" "+FormatSeconds(r.Parts[k]))
+			subs = append(subs, RequestPart{Name: strings.TrimPrefix(k, beforeEnginePrefix), Seconds: r.Parts[k]})
 		}
 	}
-	var parts []string
+	var parts []RequestPart
 	for _, k := range partOrder {
 		v, ok := r.Parts[k]
 		if !ok || v <= 0 && !(k == "before_engine" && len(subs) > 0) {
 			continue
 		}
-		p := k + " " + FormatSeconds(v)
-		if k == "before_engine" && len(subs) > 0 {
-			p += " [" + strings.Join(subs, ", ") + "]"
+		p := RequestPart{Name: k, Seconds: v}
+		if k == "before_engine" {
+			p.Sub = subs
 		}
 		parts = append(parts, p)
 	}
 	for _, k := range sortedKeys(r.Parts) {
 		if !slices.Contains(partOrder, k) && !strings.HasPrefix(k, beforeEnginePrefix) && r.Parts[k] > 0 {
-			parts = append(parts, k+" "+FormatSeconds(r.Parts[k]))
+			parts = append(parts, RequestPart{Name: k, Seconds: r.Parts[k]})
 		}
 	}
-	return strings.Join(parts, ", ")
+	return parts
+}
+
+// requestParts lists the parts in time order, before_engine with its
+// sub-parts in brackets: "before_engine 62 ms [client 50 ms, admission
+// 2 ms], queue 2.7 s, prefill 400 ms, decode 12.2 s".
+func requestParts(r triage.Request) string {
+	var out []string
+	for _, p := range RequestParts(r) {
+		s := p.Name + " " + FormatSeconds(p.Seconds)
+		if len(p.Sub) > 0 {
+			subs := make([]string, len(p.Sub))
+			for i, sp := range p.Sub {
+				subs[i] = sp.Name + " " + FormatSeconds(sp.Seconds)
+			}
+			s += " [" + strings.Join(subs, ", ") + "]"
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, ", ")
 }
 
 // requestContext is the pod's state when the engine queued the request:

@@ -190,7 +190,7 @@ func Text(w io.Writer, v *triage.Verdict, opts Options) error {
 	if s := insufficientText(v); s != "" {
 		t.field(ansiYellow, "reason:", s)
 	}
-	t.field("", "scope:", scopeFmt(v.Scope))
+	t.field("", "scope:", ScopeText(v.Scope))
 	if s := engineLine(v); s != "" {
 		t.line(0, 10, "", s)
 	}
@@ -199,6 +199,9 @@ func Text(w io.Writer, v *triage.Verdict, opts Options) error {
 	}
 	if len(v.Scope.Labels) > 0 {
 		t.field(ansiDim, "labels:", labelsFmt(v.Scope.Labels))
+	}
+	if v.Cohort != nil {
+		t.field(ansiYellow, "fleet:", v.Cohort.Message)
 	}
 	t.line(0, 10, "", "incident: "+windowFmt(v.Incident))
 	t.line(0, 10, "", "baseline: "+windowFmt(v.Baseline))
@@ -241,7 +244,7 @@ func Text(w io.Writer, v *triage.Verdict, opts Options) error {
 				rank = i + 1
 			}
 			t.line(0, 4, ansiBold+ansiCyan, fmt.Sprintf("%2d. %s [%s] confidence %s, score %s", rank, c.Title, c.ID,
-				confidenceText(c), num(c.Score)))
+				ConfidenceText(c), num(c.Score)))
 			if ch := ChainText(c); ch != "" {
 				t.line(4, 2, "", "chain: "+ch)
 			}

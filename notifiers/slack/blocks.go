@@ -466,6 +466,9 @@ func notesElements(v *triage.Verdict) []slack.MixedElement {
 			els = append(els, mrkdwn(truncate(s, maxTextChars)))
 		}
 	}
+	if v.Cohort != nil {
+		add(":busts_in_silhouette: " + esc(v.Cohort.Message))
+	}
 	for _, g := range v.DataGaps {
 		s := ":warning: Data gap: " + code(g.Signal)
 		if g.Window != "" {
@@ -482,7 +485,7 @@ func notesElements(v *triage.Verdict) []slack.MixedElement {
 func footerText(v *triage.Verdict, o RenderOptions) string {
 	var parts []string
 	if o.VerdictURL != "" {
-		parts = append(parts, "<"+esc(o.VerdictURL)+"|Verdict JSON>")
+		parts = append(parts, "<"+esc(o.VerdictURL)+"|Verdict page>")
 	}
 	if o.IncidentID != "" {
 		parts = append(parts, "incident "+code(o.IncidentID))

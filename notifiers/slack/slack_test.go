@@ -286,7 +286,7 @@ func TestBlocksStatuses(t *testing.T) {
 					t.Errorf("blocks lack %q", w)
 				}
 			}
-			if !strings.Contains(string(b), "<https://w.example/v/1|Verdict JSON>") {
+			if !strings.Contains(string(b), "<https://w.example/v/1|Verdict page>") {
 				t.Error("no verdict link")
 			}
 		})

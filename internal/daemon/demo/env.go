@@ -24,6 +24,9 @@ import (
 type EnvOptions struct {
 	Scenario string
 	Seed     int64
+	// Replicas overrides the scenario's drawn number of engine replicas
+	// (0: the drawn one).
+	Replicas int
 	// Config is the daemon configuration; EngineURLs are set by the Env.
 	Config daemon.Config
 	// LogWriter receives log-receiver output.
@@ -54,7 +57,7 @@ type Env struct {
 // NewEnv starts the model and the daemon. The daemon's scrape interval is
 // the simulation step.
 func NewEnv(o EnvOptions) (*Env, error) {
-	live, err := sim.NewLive(sim.Options{Scenario: o.Scenario, Seed: o.Seed, ScrapeInterval: o.Config.WithDefaults().ScrapeInterval})
+	live, err := sim.NewLive(sim.Options{Scenario: o.Scenario, Seed: o.Seed, Replicas: o.Replicas, ScrapeInterval: o.Config.WithDefaults().ScrapeInterval})
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/whyslow/whyslow/notifiers/render"
+	"github.com/whyslow/whyslow/triage"
+)
+
+// fleetConcurrency bounds the triages `why --group-by` runs at once.
+const fleetConcurrency = 4
+
+// rankedScope is one anomalous scope of `why --group-by`.
+type rankedScope struct {
+	Rank     int             `json:"rank"`
+	Scope    triage.Scope    `json:"scope"`
+	Severity triage.Severity `json:"severity"`
+	// Triggers are the detector conditions that hold now, with their values.
+	Triggers []string `json:"triggers"`
+	// Change is the largest rise over the baseline among them (0: an
+	// absolute condition only).
+	Change  float64         `json:"change"`
+	Verdict *triage.Verdict `json:"verdict,omitempty"`
+	Error   string          `json:"error,omitempty"`
+}
+
+// fleetReport is `why --group-by`'s JSON output.
+type fleetReport struct {
+	At        time.Time     `json:"at"`
+	GroupBy   []string      `json:"group_by"`
+	Scopes    int           `json:"scopes"`
+	Anomalous []rankedScope `json:"anomalous"`
+}
+
+// runWhyFleet implements `why --group-by`: the detector's triggers at one
+// time over every scope (without their hold: a one-off look has no past
+// cycles), the scopes where any condition holds ranked by severity and by
+// how far they moved, and each one's verdict.
+func runWhyFleet(ctx context.Context, f *whyFlags, stdout, stderr io.Writer) int {
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "whyslow why: %v\n", err)
+		return exitFailed
+	}
+	if f.scrape != "" || f.server != "" || (f.bundle == "") == (f.prometheus == "") {
+		return fail(errors.New("--group-by needs exactly one of --prometheus URL or --bundle DIR"))
+	}
+	if f.output == "markdown" || f.output == "md" || f.chart != "" || f.traces.oneRequest() {
+		return fail(errors.New("--group-by writes text or json (no --chart, markdown or single request)"))
+	}
+	format, err := render.ParseFormat(f.output)
+	if err != nil {
+		return fail(err)
+	}
+	opts, err := whyOptions(f)
+	if err != nil {
+		return fail(err)
+	}
+	var since time.Time
+	if f.bundle != "" {
+		b, st, stats, err := openBundle(ctx, f.bundle)
+		if err != nil {
+			return fail(err)
+		}
+		defer st.Close()
+		applyIncident(&opts, b.Incident)
+		opts.Selector = f.selector // the bundle's scope is one of many here
+		if opts.At.IsZero() {
+			opts.At = stats.MaxTime
+		}
+		opts.Metrics, since = spannedStore{st}, stats.MinTime
+	} else {
+		c, err := remoteClient(f)
+		if err != nil {
+			return fail(err)
+		}
+		if opts.At.IsZero() {
+			opts.At = time.Now()
+		}
+		opts.Metrics = c
+	}
+	rep, err := rankFleet(ctx, opts, splitList(f.groupBy), since)
+	if err != nil {
+		return fail(unreachableCause(err))
+	}
+	if format == render.FormatJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		for i := range rep.Anomalous {
+			if v := rep.Anomalous[i].Verdict; v != nil {
+				rep.Anomalous[i].Verdict = render.Normalize(v)
+			}
+		}
+		if err := enc.Encode(rep); err != nil {
+			return fail(err)
+		}
+	} else {
+		writeFleetText(stdout, rep, f)
+	}
+	if len(rep.Anomalous) > 0 {
+		return exitCause
+	}
+	return exitOK
+}
+
+// rankFleet evaluates the default triggers by groupBy at opts.At and
+// triages the scopes where one holds.
+func rankFleet(ctx context.Context, opts triage.Options, groupBy []string, since time.Time) (*fleetReport, error) {
+	cfg := triage.DetectConfig{GroupBy: groupBy, Selector: opts.Selector}.WithDefaults()
+	for i := range cfg.Triggers {
+		cfg.Triggers[i].For = new(time.Duration) // no past cycles to hold over
+	}
+	det, err := triage.NewDetector(cfg)
+	if err != nil {
+		return nil, err
+	}
+	dets, err := det.EvaluateSince(ctx, opts.Metrics, opts.At, since)
+	if err != nil {
+		return nil, err
+	}
+	rep := &fleetReport{At: opts.At.UTC(), GroupBy: cfg.GroupBy, Scopes: len(dets)}
+	for _, d := range dets {
+		if !d.Firing {
+			continue
+		}
+		r := rankedScope{Scope: d.Scope, Severity: d.Severity}
+		for _, t := range d.Triggers {
+			if t.State != triage.TriggerFiring {
+				continue
+			}
+			r.Triggers = append(r.Triggers, t.Name+": "+t.Reason)
+			if t.Short != nil && t.Baseline != nil && *t.Baseline > 0 {
+				r.Change = max(r.Change, *t.Short / *t.Baseline)
+			}
+		}
+		rep.Anomalous = append(rep.Anomalous, r)
+	}
+	sort.SliceStable(rep.Anomalous, func(i, j int) bool {
+		a, b := rep.Anomalous[i], rep.Anomalous[j]
+		if sa, sb := severityOrder(a.Severity), severityOrder(b.Severity); sa != sb {
+			return sa > sb
+		}
+		if a.Change != b.Change {
+			return a.Change > b.Change
+		}
+		return a.Scope.Selector < b.Scope.Selector
+	})
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, fleetConcurrency)
+	for i := range rep.Anomalous {
+		rep.Anomalous[i].Rank = i + 1
+		wg.Add(1)
+		slots <- struct{}{}
+		go func(r *rankedScope) {
+			defer func() { <-slots; wg.Done() }()
+			o := opts
+			o.Selector = r.Scope.Selector
+			v, err := triage.Run(ctx, o)
+			if err != nil {
+				r.Error = err.Error()
+				return
+			}
+			r.Verdict = v
+		}(&rep.Anomalous[i])
+	}
+	wg.Wait()
+	return rep, nil
+}
+
+func severityOrder(s triage.Severity) int {
+	switch s {
+	case triage.SeverityCritical:
+		return 2
+	case triage.SeverityWarning:
+		return 1
+	}
+	return 0
+}
+
+func writeFleetText(w io.Writer, rep *fleetReport, f *whyFlags) {
+	fmt.Fprintf(w, "%d of %d scopes (by %s) anomalous at %s\n", len(rep.Anomalous), rep.Scopes,
+		strings.Join(rep.GroupBy, ", "), rep.At.Format(time.RFC3339))
+	for _, r := range rep.Anomalous {
+		cause := "-"
+		if r.Verdict != nil && len(r.Verdict.Causes) > 0 {
+			c := r.Verdict.Causes[0]
+			cause = fmt.Sprintf("%s %.0f%%", c.ID, 100*c.Confidence)
+		}
+		fmt.Fprintf(w, "%3d  %-8s  %s  %s  [%s]\n", r.Rank, r.Severity, r.Scope.Selector, cause, strings.Join(r.Triggers, "; "))
+	}
+	for _, r := range rep.Anomalous {
+		fmt.Fprintf(w, "\n── %d. %s ──\n", r.Rank, r.Scope.Selector)
+		if r.Error != "" {
+			fmt.Fprintf(w, "triage failed: %s\n", r.Error)
+			continue
+		}
+		_ = render.Render(w, r.Verdict, render.FormatText, render.Options{Explain: f.explain, Color: f.color})
+	}
+}

@@ -1,0 +1,181 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/model"
+
+	"github.com/whyslow/whyslow/collectors/remote"
+	"github.com/whyslow/whyslow/triage"
+)
+
+// QueryCounter counts the queries that go through it, for the cycle's
+// whyslow_cycle_queries. It is safe for concurrent use.
+type QueryCounter struct {
+	m triage.Metrics
+	n atomic.Int64
+}
+
+// CountQueries wraps m.
+func CountQueries(m triage.Metrics) *QueryCounter { return &QueryCounter{m: m} }
+
+// Query implements triage.Metrics.
+func (c *QueryCounter) Query(ctx context.Context, expr string, at time.Time) (model.Vector, []string, error) {
+	c.n.Add(1)
+	return c.m.Query(ctx, expr, at)
+}
+
+// QueryRange implements triage.Metrics.
+func (c *QueryCounter) QueryRange(ctx context.Context, expr string, start, end time.Time, step time.Duration) (model.Matrix, []string, error) {
+	c.n.Add(1)
+	return c.m.QueryRange(ctx, expr, start, end, step)
+}
+
+// Queries is the number of queries so far.
+func (c *QueryCounter) Queries() int64 { return c.n.Load() }
+
+// queries is the number of queries the daemon's metrics have run, when
+// they count them (a QueryCounter); else 0.
+func (d *Daemon) queries() int64 {
+	if c, ok := d.metrics.(interface{ Queries() int64 }); ok {
+		return c.Queries()
+	}
+	return 0
+}
+
+// PrometheusProbe is a fleet daemon's Scraper: it scrapes nothing (the
+// Prometheus does) and reports whether the query API answers, so the
+// daemon's readiness and its "targets down" gaps mean the same as a
+// sidecar's.
+type PrometheusProbe struct {
+	Metrics triage.Metrics
+	// Name is the source as logs and metrics show it (a redacted URL).
+	Name string
+}
+
+// Scrape runs one trivial query at at.
+func (p *PrometheusProbe) Scrape(ctx context.Context, at time.Time) []ScrapeResult {
+	start := time.Now()
+	_, _, err := p.Metrics.Query(ctx, "vector(1)", at)
+	return []ScrapeResult{{Target: p.Name, Duration: time.Since(start), Err: err}}
+}
+
+// RemoteClient builds the query client of a Prometheus source.
+func RemoteClient(p *PrometheusSource) (*remote.Client, error) {
+	o := remote.Options{URL: p.URL, Timeout: p.Timeout, BearerToken: p.BearerToken, Headers: p.Headers}
+	if p.BasicAuth != nil {
+		o.BasicAuthUser, o.BasicAuthPassword = p.BasicAuth.Username, p.BasicAuth.Password
+	}
+	c, err := remote.New(o)
+	if err != nil {
+		return nil, fmt.Errorf("source.prometheus: %w", err)
+	}
+	return c, nil
+}
+
+// fleetStats are the cycle's and the scopes' own metrics.
+type fleetStats struct {
+	scopes    prometheus.Gauge
+	violating prometheus.Gauge
+	cycle     prometheus.Histogram
+	queries   prometheus.Gauge
+	open      *openIncidents
+}
+
+func newFleetStats() *fleetStats {
+	return &fleetStats{
+		scopes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "whyslow_fleet_scopes", Help: "Scopes (detect.group_by label sets) the last detection saw.",
+		}),
+		violating: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "whyslow_fleet_scopes_violating", Help: "Scopes with a trigger firing at the last detection.",
+		}),
+		cycle: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "whyslow_cycle_duration_seconds", Help: "Duration of one cycle: scrape or probe, detection, the open incidents' triages, notifications.",
+			Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30},
+		}),
+		queries: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "whyslow_cycle_queries", Help: "PromQL queries the last cycle ran (detection and triage).",
+		}),
+		open: &openIncidents{},
+	}
+}
+
+func (f *fleetStats) collectors() []prometheus.Collector {
+	return []prometheus.Collector{f.scopes, f.violating, f.cycle, f.queries, f.open}
+}
+
+// observeCycle records one finished cycle.
+func (s *stats) observeCycle(dets []triage.Detection, took time.Duration, queries int64) {
+	firing := 0
+	for _, d := range dets {
+		if d.Firing {
+			firing++
+		}
+	}
+	s.fleet.scopes.Set(float64(len(dets)))
+	s.fleet.violating.Set(float64(firing))
+	s.fleet.cycle.Observe(took.Seconds())
+	s.fleet.queries.Set(float64(queries))
+}
+
+// openIncidents exports whyslow_incident_open: 1 per open incident,
+// labelled with its scope's labels (detect.group_by, so a dashboard
+// matches them to the engines' series), its top cause and severity. The
+// scope labels vary with the configuration, so the metric is unchecked.
+type openIncidents struct {
+	incs atomic.Pointer[[]triage.Incident]
+}
+
+var openIncidentHelp = "1 per open incident, labelled with the scope's labels, the top cause id (unknown before a verdict names one) and the severity."
+
+func (o *openIncidents) set(incs []triage.Incident) {
+	var open []triage.Incident
+	for _, in := range incs {
+		if in.Status == triage.IncidentOpen {
+			open = append(open, in)
+		}
+	}
+	o.incs.Store(&open)
+}
+
+// Describe sends nothing: the label names follow the scopes.
+func (o *openIncidents) Describe(chan<- *prometheus.Desc) {}
+
+// Collect implements prometheus.Collector.
+func (o *openIncidents) Collect(ch chan<- prometheus.Metric) {
+	p := o.incs.Load()
+	if p == nil {
+		return
+	}
+	for _, in := range *p {
+		names := make([]string, 0, len(in.Scope.Labels)+2)
+		for k := range in.Scope.Labels {
+			if k != "cause" && k != "severity" && model.LabelName(k).IsValidLegacy() {
+				names = append(names, k)
+			}
+		}
+		sort.Strings(names)
+		values := make([]string, 0, len(names)+2)
+		for _, k := range names {
+			values = append(values, in.Scope.Labels[k])
+		}
+		cause := in.TopCause
+		if cause == "" {
+			cause = "unknown"
+		}
+		names = append(names, "cause", "severity")
+		values = append(values, cause, string(in.Severity))
+		desc := prometheus.NewDesc("whyslow_incident_open", openIncidentHelp, names, nil)
+		m, err := prometheus.NewConstMetric(desc, prometheus.GaugeValue, 1, values...)
+		if err != nil {
+			continue
+		}
+		ch <- m
+	}
+}

@@ -1,0 +1,91 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/whyslow/whyslow/internal/fleettest"
+	"github.com/whyslow/whyslow/internal/promtest"
+	"github.com/whyslow/whyslow/internal/sim"
+	"github.com/whyslow/whyslow/notifiers/logsink"
+)
+
+// benchFaulty are the violating scopes of BenchmarkFleetCycle: one
+// replica each, trimmed to the windows a cycle at the incident's end reads.
+var benchFaulty = []string{"prompt_shift", "kv_pressure", "gpu_throttle", "arrival_surge",
+	"long_prompt_burst", "bandwidth_bound", "prefix_cache_loss", "error_burst"}
+
+// BenchmarkFleetCycle runs one fleet daemon cycle against a real
+// Prometheus holding 64 or 256 scopes, 8 of them violating (engine-model
+// incidents) and the rest steady: detection over every scope, then the 8
+// open incidents triaged. It reports the cycle's wall time (ns/op) and
+// queries per cycle; the target is a cycle within one 15 s interval.
+func BenchmarkFleetCycle(b *testing.B) {
+	fleettest.SkipUnlessAvailable(b)
+	for _, n := range []int{64, 256} {
+		b.Run(fmt.Sprintf("scopes=%d", n), func(b *testing.B) { benchFleetCycle(b, n) })
+	}
+}
+
+func benchFleetCycle(b *testing.B, scopes int) {
+	ctx := context.Background()
+	dir := b.TempDir()
+	var faulty []fleettest.Scope
+	for _, sc := range benchFaulty {
+		faulty = append(faulty, fleettest.Scope{Namespace: "faulty-" + sc,
+			Options: sim.Options{Scenario: sc, Seed: 1, Replicas: 1, Trim: true, GPUSeries: "none"}})
+	}
+	fleet, err := fleettest.Build(ctx, dir, faulty)
+	if err != nil {
+		b.Fatal(err)
+	}
+	at := fleet.Scopes[0].Incident.At
+	steady := filepath.Join(dir, "steady.om")
+	fh, err := os.Create(steady)
+	if err != nil {
+		b.Fatal(err)
+	}
+	windows := [][2]time.Time{{at.Add(-time.Hour - 10*time.Minute), at.Add(-time.Hour + time.Minute)}, {at.Add(-10 * time.Minute), at}}
+	if err := fleettest.WriteSteady(fh, scopes-len(faulty), windows); err != nil {
+		b.Fatal(err)
+	}
+	fh.Close()
+	if err := fleettest.Backfill(ctx, steady, fleet.DataDir); err != nil {
+		b.Fatal(err)
+	}
+	prom := promtest.StartWithData(ctx, b, fleet.DataDir)
+
+	cfg := Config{Source: SourceConfig{Prometheus: &PrometheusSource{URL: prom}}, Listen: "127.0.0.1:0", OTLP: OTLPDisabled(),
+		Receivers: []ReceiverConfig{{Name: "log", Log: &logsink.Config{Format: "json"}}}}
+	cfg.Detect.GroupBy = []string{"namespace", "model_name"}
+	stack, err := NewStack(StackOptions{Config: cfg, LogWriter: io.Discard, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = stack.Close(context.Background()) })
+	// Two cycles before: the triggers hold for 15 s, then the incidents open.
+	for _, t := range []time.Time{at.Add(-30 * time.Second), at.Add(-15 * time.Second)} {
+		if err := stack.Daemon.Tick(ctx, t); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := stack.Daemon.Tick(ctx, at); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(testutil.ToFloat64(stack.Daemon.stats.fleet.queries), "queries/cycle")
+	b.ReportMetric(testutil.ToFloat64(stack.Daemon.stats.fleet.scopes), "scopes")
+	b.ReportMetric(testutil.ToFloat64(stack.Daemon.stats.fleet.violating), "violating")
+	b.ReportMetric(testutil.ToFloat64(stack.Daemon.stats.incidentsOpen), "open")
+}

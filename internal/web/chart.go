@@ -1,0 +1,395 @@
+package web
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/whyslow/whyslow/notifiers/chart"
+	"github.com/whyslow/whyslow/notifiers/render"
+	"github.com/whyslow/whyslow/triage"
+)
+
+// The chart geometry, in SVG user units (the viewBox; the page scales it).
+const (
+	chartWidth  = 640
+	chartHeight = 240
+	plotLeft    = 60
+	plotRight   = 12
+	plotTop     = 28
+	plotBottom  = 30
+	segmentGap  = 18
+)
+
+// ChartView is one panel of the chart (TTFT p95, ITL p95, KV-cache usage,
+// queue depth) drawn as inline SVG: the baseline on the left and the
+// incident on the right, each its window shaded after a lead-in, on one
+// value axis, with the onset marked; and the same numbers as text (Alt,
+// Summary, Rows).
+type ChartView struct {
+	// ID is unique on the page (for aria-labelledby).
+	ID    string
+	Title string
+	Query string
+	// Empty says neither window had data.
+	Empty bool
+	// Width and Height are the viewBox.
+	Width, Height int
+	Baseline      Segment
+	Incident      Segment
+	YTicks        []Tick
+	// PlotTop, PlotBottom and PlotHeight place the plot area; TickX is
+	// the value labels' right edge, LabelY the window labels' baseline,
+	// AxisY the time labels', OnsetY the onset label's, CenterX/Y the
+	// middle (for "no data").
+	PlotTop, PlotBottom, PlotHeight string
+	TickX, LabelY, AxisY, OnsetY    string
+	CenterX, CenterY                string
+	// BaselineLevel is the y of the baseline window's mean, drawn across
+	// the incident segment for comparison ("" without a baseline).
+	BaselineLevel string
+	// Onset marks when the incident opened, when that is on the incident
+	// segment.
+	Onset *Marker
+	// Alt is the chart in words (the SVG's description).
+	Alt     string
+	Summary []SummaryRow
+	// Rows are every sample drawn, by offset from its window's start
+	// (negative in the lead-in).
+	Rows []DataRow
+}
+
+// Segment is one side of a panel: a span of time with the window it leads
+// up to shaded.
+type Segment struct {
+	// Label names the window and its clock times ("incident 10:00–10:05
+	// UTC"); Start and End label the span's edges on the time axis.
+	Label, Start, End string
+	// X0, X1 are the span's edges; ShadeX and ShadeWidth the window's;
+	// LabelX is where the label ends (the window's right edge: the windows
+	// end their spans).
+	X0, X1, ShadeX, ShadeWidth, LabelX string
+	// Paths are the curve's SVG path data, one per run without gaps.
+	Paths []string
+	// Points counts the samples drawn.
+	Points int
+}
+
+// Tick is a value-axis tick.
+type Tick struct {
+	Y     string
+	Label string
+}
+
+// Marker is a vertical line on the incident segment.
+type Marker struct {
+	X, Label string
+}
+
+// SummaryRow is one window's numbers in the summary table.
+type SummaryRow struct {
+	Window, Mean, Peak, PeakAt, Change string
+}
+
+// DataRow is the samples at one offset from the windows' starts.
+type DataRow struct {
+	Offset, Baseline, Incident string
+}
+
+// ChartWindows are the spans the curves are fetched for: each of v's
+// windows with a lead-in as long as the window (at least 5 minutes, at
+// most an hour), so that the page shows how the incident came on, not only
+// the window the triage compared.
+func ChartWindows(v *triage.Verdict) (incident, baseline triage.Window) {
+	lead := func(w triage.Window) triage.Window {
+		if w.Start.IsZero() || !w.End.After(w.Start) {
+			return w
+		}
+		l := min(max(w.End.Sub(w.Start), 5*time.Minute), time.Hour)
+		return triage.Window{Start: w.Start.Add(-l), End: w.End}
+	}
+	return lead(v.Incident), lead(v.Baseline)
+}
+
+// Charts lays out the chart data as one ChartView per panel. The data
+// spans ChartWindows; incident and baseline are the verdict's windows,
+// shaded and summed up; onset is when the incident opened (zero: not
+// marked).
+func Charts(d chart.Data, incident, baseline triage.Window, onset time.Time) []ChartView {
+	out := make([]ChartView, 0, len(d.Panels))
+	for i, p := range d.Panels {
+		out = append(out, panelView(d, p, i, incident, baseline, onset))
+	}
+	return out
+}
+
+// tickUnit is the unit the axis and tables format a panel's values in.
+func tickUnit(unit string) string {
+	switch unit {
+	case chart.UnitSeconds:
+		return render.UnitSeconds
+	case chart.UnitFraction:
+		return render.UnitFraction
+	}
+	return render.UnitCount
+}
+
+// axis maps a span of time onto x0..x1.
+type axis struct {
+	start, end time.Time
+	x0, x1     float64
+}
+
+func (a axis) x(t time.Time) float64 {
+	span := a.end.Sub(a.start)
+	if span <= 0 {
+		return a.x0
+	}
+	x := a.x0 + (a.x1-a.x0)*float64(t.Sub(a.start))/float64(span)
+	return math.Min(math.Max(x, a.x0), a.x1)
+}
+
+func panelView(d chart.Data, p chart.Panel, i int, incident, baseline triage.Window, onset time.Time) ChartView {
+	unit := tickUnit(p.Unit)
+	const bottom = chartHeight - plotBottom
+	cv := ChartView{ID: "chart-" + strconv.Itoa(i), Title: p.Title, Query: p.Query, Width: chartWidth, Height: chartHeight,
+		PlotTop: coord(plotTop), PlotBottom: coord(bottom), PlotHeight: coord(bottom - plotTop),
+		TickX: coord(plotLeft - 6), LabelY: coord(plotTop - 8), AxisY: coord(bottom + 16), OnsetY: coord(bottom + 27),
+		CenterX: coord((plotLeft + chartWidth - plotRight) / 2), CenterY: coord((plotTop + bottom) / 2)}
+	drawnB, drawnI := finite(p.Baseline), finite(p.Incident)
+	cv.Empty = len(drawnB) == 0 && len(drawnI) == 0
+
+	// The two spans share the plot width in proportion to their length.
+	bLen, iLen := d.Baseline.End.Sub(d.Baseline.Start), d.Incident.End.Sub(d.Incident.Start)
+	if bLen <= 0 {
+		bLen = iLen
+	}
+	plotW := float64(chartWidth - plotLeft - plotRight - segmentGap)
+	bW := plotW * float64(bLen) / float64(bLen+iLen)
+	bAxis := axis{d.Baseline.Start, d.Baseline.End, plotLeft, plotLeft + bW}
+	iAxis := axis{d.Incident.Start, d.Incident.End, plotLeft + bW + segmentGap, chartWidth - plotRight}
+
+	hi := 0.0
+	for _, s := range [][]chart.Point{drawnB, drawnI} {
+		for _, pt := range s {
+			hi = math.Max(hi, pt.V)
+		}
+	}
+	top, step := niceTop(hi)
+	if p.Unit == chart.UnitFraction && top > 1 {
+		top, step = 1, 0.25
+	}
+	y := func(v float64) float64 {
+		return bottom - (bottom-plotTop)*v/top
+	}
+	for v := 0.0; v <= top+step/2; v += step {
+		cv.YTicks = append(cv.YTicks, Tick{Y: coord(y(v)), Label: render.FormatValue(v, unit)})
+	}
+	cv.Baseline = segment("baseline", bAxis, baseline, p.Baseline, y)
+	cv.Incident = segment("incident", iAxis, incident, p.Incident, y)
+	base, inc := within(drawnB, baseline), within(drawnI, incident)
+	if m, ok := mean(base); ok {
+		cv.BaselineLevel = coord(y(m))
+	}
+	if !onset.IsZero() && !onset.Before(d.Incident.Start) && !onset.After(d.Incident.End) && iLen > 0 {
+		cv.Onset = &Marker{X: coord(iAxis.x(onset)), Label: "opened " + onset.UTC().Format("15:04:05")}
+	}
+	cv.Summary = summary(base, inc, unit)
+	cv.Rows = dataRows(drawnB, drawnI, baseline.Start, incident.Start, unit)
+	cv.Alt = altText(p.Title, cv.Summary, cv.Empty)
+	return cv
+}
+
+// segment draws one side's curve on its axis, with window shaded.
+func segment(name string, a axis, window triage.Window, pts []chart.Point, y func(float64) float64) Segment {
+	s := Segment{X0: coord(a.x0), X1: coord(a.x1), LabelX: coord(a.x1 - 4), ShadeX: coord(a.x0), ShadeWidth: coord(a.x1 - a.x0)}
+	if window.Start.IsZero() && window.End.IsZero() {
+		s.Label = name
+		return s
+	}
+	sx0, sx1 := a.x(window.Start), a.x(window.End)
+	s.ShadeX, s.ShadeWidth, s.LabelX = coord(sx0), coord(sx1-sx0), coord(sx1-4)
+	s.Start, s.End = a.start.UTC().Format("15:04"), a.end.UTC().Format("15:04")
+	s.Label = name + " " + window.Start.UTC().Format("15:04") + "–" + window.End.UTC().Format("15:04") + " UTC"
+	for _, run := range chart.Segments(pts) {
+		var b strings.Builder
+		for i, pt := range run {
+			cmd := "L"
+			if i == 0 {
+				cmd = "M"
+			}
+			fmt.Fprintf(&b, "%s%s,%s", cmd, coord(a.x(pt.T)), coord(y(pt.V)))
+		}
+		if len(run) == 1 {
+			// A lone sample is a dot: a zero-length line with round caps.
+			b.WriteString("h0.01")
+		}
+		s.Paths = append(s.Paths, b.String())
+		s.Points += len(run)
+	}
+	return s
+}
+
+// within keeps the samples inside w (all of them when w is unknown).
+func within(pts []chart.Point, w triage.Window) []chart.Point {
+	if w.Start.IsZero() && w.End.IsZero() {
+		return pts
+	}
+	out := make([]chart.Point, 0, len(pts))
+	for _, p := range pts {
+		if !p.T.Before(w.Start) && !p.T.After(w.End) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// axisSteps are the axis maxima, as multiples of a power of ten, with their
+// tick steps: three to six ticks above zero.
+var axisSteps = []struct{ top, step float64 }{
+	{1, 0.2}, {1.5, 0.5}, {2, 0.5}, {2.5, 0.5}, {3, 0.5}, {4, 1}, {5, 1}, {6, 1}, {8, 2}, {10, 2},
+}
+
+// niceTop returns the smallest round axis maximum at or above hi×1.1 (a
+// margin over the peak), and its tick step.
+func niceTop(hi float64) (float64, float64) {
+	if hi <= 0 || math.IsNaN(hi) || math.IsInf(hi, 0) {
+		return 1, 0.25
+	}
+	target := hi * 1.1
+	mag := math.Pow(10, math.Floor(math.Log10(target)))
+	for _, a := range axisSteps {
+		if a.top*mag >= target*(1-1e-12) {
+			return a.top * mag, a.step * mag
+		}
+	}
+	return 10 * mag, 2 * mag
+}
+
+// coord formats an SVG coordinate to one decimal.
+func coord(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) }
+
+// finite drops NaN and infinite samples (gaps in a curve, not values).
+func finite(pts []chart.Point) []chart.Point {
+	out := make([]chart.Point, 0, len(pts))
+	for _, p := range pts {
+		if !math.IsNaN(p.V) && !math.IsInf(p.V, 0) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func mean(pts []chart.Point) (float64, bool) {
+	if len(pts) == 0 {
+		return 0, false
+	}
+	sum := 0.0
+	for _, p := range pts {
+		sum += p.V
+	}
+	return sum / float64(len(pts)), true
+}
+
+func peak(pts []chart.Point) chart.Point {
+	best := pts[0]
+	for _, p := range pts[1:] {
+		if p.V > best.V {
+			best = p
+		}
+	}
+	return best
+}
+
+// summary is each window's mean and peak, and the incident's mean against
+// the baseline's.
+func summary(base, inc []chart.Point, unit string) []SummaryRow {
+	var rows []SummaryRow
+	bMean, bOK := mean(base)
+	for _, w := range []struct {
+		name string
+		pts  []chart.Point
+	}{{"baseline", base}, {"incident", inc}} {
+		m, ok := mean(w.pts)
+		if !ok {
+			rows = append(rows, SummaryRow{Window: w.name, Mean: "no data"})
+			continue
+		}
+		pk := peak(w.pts)
+		r := SummaryRow{Window: w.name, Mean: render.FormatValue(m, unit), Peak: render.FormatValue(pk.V, unit),
+			PeakAt: pk.T.UTC().Format("15:04:05")}
+		if w.name == "incident" && bOK && bMean != 0 {
+			r.Change = render.FormatRatio(m / bMean)
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+// altText says what the chart shows, for screen readers and text browsers.
+func altText(title string, rows []SummaryRow, empty bool) string {
+	if empty {
+		return title + ": no data in either window."
+	}
+	parts := make([]string, 0, len(rows))
+	for _, r := range rows {
+		s := r.Window + " mean " + r.Mean
+		if r.Peak != "" {
+			s += ", peak " + r.Peak + " at " + r.PeakAt + " UTC"
+		}
+		if r.Change != "" {
+			s += " (" + r.Change + " the baseline)"
+		}
+		parts = append(parts, s)
+	}
+	return title + ": " + strings.Join(parts, "; ") + "."
+}
+
+// dataRows lines up both sides' samples by their offset from their
+// window's start.
+func dataRows(base, inc []chart.Point, baseStart, incStart time.Time, unit string) []DataRow {
+	type pair struct{ b, i string }
+	byOffset := map[time.Duration]*pair{}
+	var order []time.Duration
+	add := func(pts []chart.Point, start time.Time, set func(*pair, string)) {
+		for _, p := range pts {
+			off := p.T.Sub(start).Round(time.Second)
+			pr, ok := byOffset[off]
+			if !ok {
+				pr = &pair{}
+				byOffset[off] = pr
+				order = append(order, off)
+			}
+			set(pr, render.FormatValue(p.V, unit))
+		}
+	}
+	add(base, baseStart, func(p *pair, s string) { p.b = s })
+	add(inc, incStart, func(p *pair, s string) { p.i = s })
+	slices.Sort(order)
+	rows := make([]DataRow, 0, len(order))
+	for _, off := range order {
+		pr := byOffset[off]
+		rows = append(rows, DataRow{Offset: offsetText(off), Baseline: orDash(pr.b), Incident: orDash(pr.i)})
+	}
+	return rows
+}
+
+// offsetText renders an offset as +m:ss or −m:ss.
+func offsetText(d time.Duration) string {
+	sign := "+"
+	if d < 0 {
+		sign, d = "−", -d
+	}
+	s := int(d / time.Second)
+	return fmt.Sprintf("%s%d:%02d", sign, s/60, s%60)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "—"
+	}
+	return s
+}

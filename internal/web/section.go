@@ -1,0 +1,25 @@
+package web
+
+import (
+	"context"
+	"time"
+
+	"github.com/whyslow/whyslow/notifiers/chart"
+	"github.com/whyslow/whyslow/triage"
+)
+
+// Section lays out v in full with its curves, read from m (the range
+// queries of the Slack chart, over ChartWindows); onset (zero: none) is
+// marked on them. Without m, or when no curve has data, the section says
+// why there are none.
+func Section(ctx context.Context, m triage.Metrics, v *triage.Verdict, onset time.Time) VerdictSection {
+	if m == nil {
+		return Verdict(v, nil, "No curves: the metrics behind this verdict were not at hand.")
+	}
+	inc, base := ChartWindows(v)
+	data, err := chart.Build(ctx, m, v.Scope.Selector, inc, base, chart.Options{Engine: v.Engine})
+	if err != nil {
+		return Verdict(v, nil, "No curves: "+err.Error())
+	}
+	return Verdict(v, Charts(data, v.Incident, v.Baseline, onset), "")
+}
