@@ -207,6 +207,22 @@ func metricNames(expr string) []string {
 	return out
 }
 
+// presentNear reports whether any of the selectors has a sample in the
+// incident window (an instant query at its end); false on an error, so
+// the full search decides.
+func (d *diagnosis) presentNear(sels []string) bool {
+	if len(sels) == 0 || d.opts.Window <= 0 {
+		return false
+	}
+	rng := model.Duration(d.opts.Window).String()
+	parts := make([]string, len(sels))
+	for i, s := range sels {
+		parts[i] = fmt.Sprintf("count(last_over_time(%s[%s]))", s, rng)
+	}
+	v, _, err := d.opts.Metrics.Query(d.ctx, strings.Join(parts, " or "), d.opts.At)
+	return err == nil && len(v) > 0
+}
+
 // spanOf is the stretch of the search range in which any of the selectors
 // has samples, to the precision of one step of a range query.
 func (d *diagnosis) spanOf(sels []string) (span, bool, error) {
@@ -262,13 +278,24 @@ func (d *diagnosis) where() string {
 func (d *diagnosis) engineReason() *InsufficientReason {
 	pool := d.pool()
 	sels := engineSelectors(pool, "")
+	// The engine's series around the incident settle it with one instant
+	// query; the range search below reads every series of the engine in
+	// the source (every scope of a fleet), so it runs only when they are
+	// missing there.
+	if d.presentNear(sels) {
+		return nil
+	}
 	if _, ok, err := d.spanOf(sels); err != nil || ok {
 		return nil
 	}
 	names := enginesOf(pool)
 	// Another engine's series, when the engine was named.
 	var others []string
-	for _, rs := range d.opts.Rulesets {
+	candidates := d.opts.Rulesets
+	if d.opts.OtherEngines != nil {
+		candidates = append(append([]*rules.Ruleset(nil), candidates...), d.opts.OtherEngines()...)
+	}
+	for _, rs := range candidates {
 		if containsRS(pool, rs) {
 			continue
 		}

@@ -28,6 +28,11 @@ type Options struct {
 	// is Engine, or when Engine is "auto" (or empty) the one whose detect
 	// expression finds the most series.
 	Rulesets []*rules.Ruleset
+	// OtherEngines, when set, returns the rulesets of engines not among
+	// Rulesets; it is called only when a named engine's series are
+	// missing, to say which engine the source does hold (so those need
+	// compiling only then).
+	OtherEngines func() []*rules.Ruleset
 	// At is the end of the incident window. Required.
 	At time.Time
 	// Window is the incident window's length (default 5m).

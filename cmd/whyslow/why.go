@@ -212,11 +212,25 @@ func loadRulesets(opts *triage.Options, files []string) error {
 		}
 		return nil
 	}
-	all, err := rulesets.All()
+	// The shipped ones are compiled when the triage runs (shippedRulesets),
+	// once the engine is known: a bundle's incident.yaml may name it.
+	return nil
+}
+
+// shippedRulesets fills in the shipped rulesets the engine needs when no
+// user ruleset was given: one engine's, or all three to detect it.
+func shippedRulesets(opts *triage.Options) error {
+	if opts.Ruleset != nil || len(opts.Rulesets) > 0 {
+		return nil
+	}
+	rss, err := rulesets.For(opts.Engine)
 	if err != nil {
 		return fmt.Errorf("shipped rulesets: %w", err)
 	}
-	opts.Rulesets = all
+	opts.Rulesets = rss
+	if engine := opts.Engine; engine != "" && engine != "auto" {
+		opts.OtherEngines = func() []*rules.Ruleset { return rulesets.Others(engine) }
+	}
 	return nil
 }
 
@@ -249,6 +263,9 @@ func (f *whyFlags) finish(ctx context.Context, m triage.Metrics, v *triage.Verdi
 
 // triageThen runs the triage and then finish (when set) on the same source.
 func triageThen(ctx context.Context, opts triage.Options, finish finishFunc) (*triage.Verdict, error) {
+	if err := shippedRulesets(&opts); err != nil {
+		return nil, err
+	}
 	v, err := triage.Run(ctx, opts)
 	if err != nil || finish == nil {
 		return v, err
@@ -259,39 +276,55 @@ func triageThen(ctx context.Context, opts triage.Options, finish finishFunc) (*t
 	return v, nil
 }
 
-// openBundle loads a bundle's metrics into a fresh embedded store; the
-// caller closes the store.
+// openBundle loads all of a bundle's metrics into a fresh embedded store
+// (as `whyslow replay --bundle` needs); the caller closes the store.
+// openBundleKeep loads only some windows.
 func openBundle(ctx context.Context, dir string) (*bundle.Bundle, *store.Store, bundle.LoadStats, error) {
-	b, err := bundle.Load(dir)
-	if err != nil {
-		return nil, nil, bundle.LoadStats{}, err
-	}
-	st, err := store.Open(store.Options{})
-	if err != nil {
-		return nil, nil, bundle.LoadStats{}, fmt.Errorf("embedded store: %w", err)
-	}
-	stats, err := b.LoadMetrics(ctx, st)
-	if err != nil {
-		st.Close()
-		return nil, nil, bundle.LoadStats{}, err
-	}
-	return b, st, stats, nil
+	return openBundleKeep(ctx, dir, nil)
 }
 
-// whyBundle replays an incident bundle through the embedded store.
+// whyBundle replays an incident bundle through the embedded store. When the
+// incident time is known before loading (incident.yaml or --at), only the
+// windows the triage reads are loaded (bundleKeep); a verdict of
+// insufficient data, whose diagnosis searches all the data, is then redone
+// over the whole bundle.
 func whyBundle(ctx context.Context, dir string, opts triage.Options, finish finishFunc) (*triage.Verdict, error) {
-	b, st, stats, err := openBundle(ctx, dir)
-	if err != nil {
-		return nil, err
+	keep := func(b *bundle.Bundle) []bundle.Window {
+		o := opts
+		applyIncident(&o, b.Incident)
+		return bundleKeep(o)
 	}
-	defer st.Close()
-	applyIncident(&opts, b.Incident)
-	if opts.At.IsZero() {
-		// No incident.yaml time: the end of the recorded data is the natural "now".
-		opts.At = stats.MaxTime
+	for {
+		b, st, stats, err := openBundleKeep(ctx, dir, keep)
+		if err != nil {
+			return nil, err
+		}
+		o := opts
+		applyIncident(&o, b.Incident)
+		if o.At.IsZero() {
+			// No incident.yaml time: the end of the recorded data is the natural "now".
+			o.At = stats.MaxTime
+		}
+		o.Metrics = spannedStore{st}
+		if err := shippedRulesets(&o); err != nil {
+			st.Close()
+			return nil, err
+		}
+		v, err := triage.Run(ctx, o)
+		if keep != nil && stats.Skipped > 0 && (err != nil || v.Status == triage.StatusInsufficientData) {
+			st.Close()
+			keep = nil
+			continue
+		}
+		if err == nil && finish != nil {
+			err = finish(ctx, o.Metrics, v)
+		}
+		st.Close()
+		if err != nil {
+			return nil, err
+		}
+		return v, nil
 	}
-	opts.Metrics = spannedStore{st}
-	return triageThen(ctx, opts, finish)
 }
 
 // spannedStore is the embedded store as a triage.DataSpanner: an

@@ -125,6 +125,9 @@ func rankFleet(ctx context.Context, opts triage.Options, groupBy []string, since
 	if err != nil {
 		return nil, err
 	}
+	if err := shippedRulesets(&opts); err != nil {
+		return nil, err
+	}
 	rep := &fleetReport{At: opts.At.UTC(), GroupBy: cfg.GroupBy, Scopes: len(dets)}
 	for _, d := range dets {
 		if !d.Firing {

@@ -114,7 +114,7 @@ func TestWhyPrometheusMatchesEmbedded(t *testing.T) {
 
 	// The embedded path, with the same options.
 	opts := triage.Options{Metrics: st, Engine: "vllm", At: at, Window: window, Baseline: baseline}
-	if err := loadRulesets(&opts, nil); err != nil {
+	if err := shippedRulesets(&opts); err != nil {
 		t.Fatal(err)
 	}
 	embV, err := triage.Run(ctx, opts)

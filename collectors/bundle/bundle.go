@@ -7,6 +7,11 @@
 // with "# EOF" (timestamps in seconds), classic Prometheus text otherwise
 // (timestamps in milliseconds). Every sample must carry a timestamp. Errors
 // name the place: "metrics.om:12:7: message", "incident.yaml:3:9: message".
+//
+// LoadMetrics reads metrics.om as a stream, a block of lines at a time
+// (NewStreamParser), and can leave out the samples outside the windows a
+// triage reads (LoadOptions.Keep) before they are parsed, so memory grows
+// with the series and the kept samples, not with the file.
 package bundle
 
 import (
@@ -105,27 +110,19 @@ func isFile(p string) bool {
 	return err == nil && fi.Mode().IsRegular()
 }
 
-// ReadMetricsFile returns the uncompressed metrics text of the bundle.
+// ReadMetricsFile returns the uncompressed metrics text of the bundle, all
+// of it in memory. LoadMetrics reads the file as a stream instead.
 func (b *Bundle) ReadMetricsFile() ([]byte, error) {
-	f, err := os.Open(b.MetricsPath)
+	r, closeFn, err := b.openMetrics()
 	if err != nil {
-		return nil, fmt.Errorf("read metrics: %w", err)
+		return nil, err
 	}
-	defer f.Close()
-	var r io.Reader = f
-	if filepath.Ext(b.MetricsPath) == ".gz" {
-		// Bounded in size and in ratio (internal/decompress): a 1 MB gzip
-		// of zeros must not become gigabytes.
-		zr, err := decompress.NewGzip(f, decompress.Limits{MaxBytes: maxMetricsSize})
-		if err != nil {
-			return nil, fmt.Errorf("read %s: not valid gzip: %w", b.MetricsPath, err)
-		}
-		defer zr.Close()
-		r = zr
-	}
+	defer closeFn()
 	var buf bytes.Buffer
-	if fi, err := f.Stat(); err == nil && r == io.Reader(f) {
-		buf.Grow(int(fi.Size()) + 1)
+	if f, ok := r.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil {
+			buf.Grow(int(fi.Size()) + 1)
+		}
 	}
 	n, err := buf.ReadFrom(io.LimitReader(r, maxMetricsSize+1))
 	if err != nil {
@@ -137,24 +134,121 @@ func (b *Bundle) ReadMetricsFile() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// openMetrics opens the metrics file, decompressing metrics.om.gz as it is
+// read.
+func (b *Bundle) openMetrics() (io.Reader, func(), error) {
+	f, err := os.Open(b.MetricsPath)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read metrics: %w", err)
+	}
+	if filepath.Ext(b.MetricsPath) != ".gz" {
+		return f, func() { f.Close() }, nil
+	}
+	// Bounded in size and in ratio (internal/decompress): a 1 MB gzip of
+	// zeros must not become gigabytes.
+	zr, err := decompress.NewGzip(f, decompress.Limits{MaxBytes: maxMetricsSize})
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("read %s: not valid gzip: %w", b.MetricsPath, err)
+	}
+	return zr, func() { zr.Close(); f.Close() }, nil
+}
+
 // LoadMetrics reads the bundle's metrics into app (the embedded store) and
 // reports the samples, series and time range loaded. Errors name the file
 // with line and column.
 func (b *Bundle) LoadMetrics(ctx context.Context, app storage.Appendable) (LoadStats, error) {
-	data, err := b.ReadMetricsFile()
-	if err != nil {
-		return LoadStats{}, err
-	}
+	return b.LoadMetricsWith(ctx, app, LoadOptions{})
+}
+
+// LoadMetricsWith is LoadMetrics with options: o.Keep loads only the
+// samples inside its windows. The file is read as a stream (gzip
+// decompressed as it is read), so memory grows with what is kept, not with
+// the file. For metrics.om.gz whose format is not given, the file is
+// decompressed twice: once to find how it ends (DetectFormat), once to
+// load it.
+func (b *Bundle) LoadMetricsWith(ctx context.Context, app storage.Appendable, o LoadOptions) (LoadStats, error) {
 	name := filepath.Join(b.Dir, MetricsFile)
 	if b.MetricsPath != "" {
 		name = b.MetricsPath
 	}
-	st, err := ReadMetrics(ctx, name, data, app)
+	if o.Format == FormatAuto && filepath.Ext(b.MetricsPath) == ".gz" {
+		f, err := b.detectStream()
+		if err != nil {
+			return LoadStats{}, err
+		}
+		o.Format = f
+	}
+	r, closeFn, err := b.openMetrics()
+	if err != nil {
+		return LoadStats{}, err
+	}
+	defer closeFn()
+	st, err := ReadMetricsFrom(ctx, name, r, app, o)
 	if err != nil {
 		return st, err
 	}
-	if st.Samples == 0 {
+	if st.Samples == 0 && st.Skipped == 0 {
 		return st, fmt.Errorf("%s: no samples", name)
 	}
 	return st, nil
+}
+
+// detectStream reads the whole (decompressed) metrics stream once to tell
+// its format as DetectFormat does from its start and its end.
+func (b *Bundle) detectStream() (Format, error) {
+	r, closeFn, err := b.openMetrics()
+	if err != nil {
+		return 0, err
+	}
+	defer closeFn()
+	var (
+		head  []byte // first bytes
+		last  []byte // last bytes before the trailing blanks
+		raw   []byte // last bytes read
+		total int64
+		at    int64 // offset just past last
+		mid   bool  // saw "\n# EOF\n"
+	)
+	midEOF := []byte("\n# EOF\n")
+	buf := make([]byte, 256<<10)
+	for {
+		n, err := r.Read(buf)
+		c := buf[:n]
+		if len(head) < len(eofMarker) {
+			head = append(head, c[:min(len(c), len(eofMarker)-len(head))]...)
+		}
+		if t := bytes.TrimRight(c, " \t\r\n"); len(t) > 0 {
+			joined := append(append([]byte(nil), raw...), t...)
+			last = joined[max(0, len(joined)-8):]
+			at = total + int64(len(t))
+		}
+		if !mid && len(c) > 0 {
+			// "\n# EOF\n" anywhere (DetectFormat), across reads too.
+			seam := append(append([]byte(nil), raw...), c[:min(len(c), 8)]...)
+			mid = bytes.Contains(seam, midEOF) || bytes.Contains(c, midEOF)
+		}
+		joined := append(raw, c...)
+		raw = append([]byte(nil), joined[max(0, len(joined)-8):]...)
+		total += int64(n)
+		if total > maxMetricsSize {
+			return 0, fmt.Errorf("read %s: larger than %d bytes", b.MetricsPath, int64(maxMetricsSize))
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return 0, fmt.Errorf("read %s: %w", b.MetricsPath, err)
+		}
+	}
+	if mid || bytes.Equal(head, eofMarker) {
+		return FormatOpenMetrics, nil
+	}
+	if bytes.HasSuffix(last, eofMarker) {
+		i := len(last) - len(eofMarker)
+		if (i == 0 && at == int64(len(eofMarker))) || (i > 0 && last[i-1] == '\n') {
+			return FormatOpenMetrics, nil
+		}
+	}
+	return FormatPrometheusText, nil
 }

@@ -1,8 +1,10 @@
 package bundle
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"time"
 
@@ -21,6 +23,25 @@ type LoadStats struct {
 	Samples, Series int
 	// MinTime and MaxTime bound the appended samples' timestamps.
 	MinTime, MaxTime time.Time
+	// Skipped counts the samples left out for lying outside every
+	// LoadOptions.Keep window.
+	Skipped int
+	// FileMinTime and FileMaxTime bound the timestamps of every sample
+	// read, kept or skipped: the span of the file.
+	FileMinTime, FileMaxTime time.Time
+}
+
+// LoadOptions says how metrics are read. The zero value reads everything
+// and detects the format.
+type LoadOptions struct {
+	// Keep lists the time ranges whose samples are loaded; samples outside
+	// all of them are dropped before they reach the store (counted in
+	// LoadStats.Skipped). Empty keeps everything. A dropped line is only
+	// checked as far as its timestamp (see sampleTime): lines the quick
+	// check cannot read go through the full parser and its errors.
+	Keep []Window
+	// Format is the exposition format; FormatAuto detects it.
+	Format Format
 }
 
 // ReadMetrics parses an exposition (format detected by DetectFormat) in
@@ -30,17 +51,43 @@ type LoadStats struct {
 // slice by time slice); the embedded store accepts both. On error, the
 // samples of the failing batch are rolled back; earlier batches stay.
 func ReadMetrics(ctx context.Context, name string, data []byte, app storage.Appendable) (LoadStats, error) {
-	p, err := NewTextParser(name, data, FormatAuto)
+	return ReadMetricsFrom(ctx, name, bytes.NewReader(data), app, LoadOptions{Format: DetectFormat(data)})
+}
+
+// ReadMetricsFrom is ReadMetrics reading r as a stream, a block of lines at
+// a time (NewStreamParser): memory grows with the series and the kept
+// samples, not with the input. o.Keep drops the samples outside its
+// windows before they are parsed.
+func ReadMetricsFrom(ctx context.Context, name string, r io.Reader, app storage.Appendable, o LoadOptions) (st LoadStats, err error) {
+	if rs, ok := r.(io.ReadSeeker); ok {
+		r = ctxReadSeeker{ctx, rs}
+	} else {
+		r = ctxReader{ctx, r}
+	}
+	p, err := NewStreamParser(name, r, o)
 	if err != nil {
 		return LoadStats{}, err
 	}
-	st := LoadStats{Format: p.Format()}
+	keep := spans(o.Keep)
+	st = LoadStats{Format: p.Format()}
+	minT, maxT := int64(math.MaxInt64), int64(math.MinInt64)
+	skipMin, skipMax := int64(math.MaxInt64), int64(math.MinInt64)
+	defer func() {
+		n, lo, hi := p.Skipped()
+		st.Skipped += n
+		skipMin, skipMax = min(skipMin, lo), max(skipMax, hi)
+		if st.Samples > 0 {
+			st.MinTime, st.MaxTime = time.UnixMilli(minT).UTC(), time.UnixMilli(maxT).UTC()
+		}
+		if lo, hi := min(skipMin, minT), max(skipMax, maxT); lo <= hi {
+			st.FileMinTime, st.FileMaxTime = time.UnixMilli(lo).UTC(), time.UnixMilli(hi).UTC()
+		}
+	}()
 	type entry struct {
 		ref  storage.SeriesRef
 		lset labels.Labels
 	}
 	cache := make(map[string]*entry, 1024)
-	minT, maxT := int64(math.MaxInt64), int64(math.MinInt64)
 
 	a := app.Appender(ctx)
 	pending := 0
@@ -69,6 +116,12 @@ func ReadMetrics(ctx context.Context, name string, data []byte, app storage.Appe
 		t, hasT := p.Timestamp()
 		if !hasT {
 			return fail(p.Errorf("sample %s has no timestamp (every sample in a bundle needs one)", p.Series()))
+		}
+		if !keeps(keep, t) {
+			// A line the quick check left to the parser (sampleTime).
+			st.Skipped++
+			skipMin, skipMax = min(skipMin, t), max(skipMax, t)
+			continue
 		}
 		e := cache[string(p.Series())]
 		if e == nil {
@@ -100,10 +153,35 @@ func ReadMetrics(ctx context.Context, name string, data []byte, app storage.Appe
 	}
 	_ = a.Rollback() // release the unused appender opened by commit
 	st.Series = len(cache)
-	if st.Samples > 0 {
-		st.MinTime, st.MaxTime = time.UnixMilli(minT).UTC(), time.UnixMilli(maxT).UTC()
-	}
 	return st, nil
+}
+
+// ctxReader stops reading once ctx is done: most lines of a bundle may be
+// skipped without reaching the batch commits that check ctx.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+// ctxReadSeeker is ctxReader for an io.ReadSeeker (format detection reads
+// the end first).
+type ctxReadSeeker struct {
+	ctx context.Context
+	io.ReadSeeker
+}
+
+func (c ctxReadSeeker) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.ReadSeeker.Read(p)
 }
 
 // dropEmpty removes labels with empty values, which Prometheus treats as

@@ -80,14 +80,25 @@ const (
 // Prometheus's own parser (model/textparse), tracking the line and column of
 // each entry so errors read "name:line:col: message". Classic histograms and
 // summaries come out as their plain series; native histograms are rejected.
+//
+// A parser made by NewTextParser parses one byte slice; one made by
+// NewStreamParser reads its input line by line, a block of lines at a time
+// (see blockReader), so memory does not grow with the input.
 type TextParser struct {
 	name   string
 	data   []byte
 	format Format
 	p      textparse.Parser
+	syms   *labels.SymbolTable
+
+	// src feeds the blocks of a stream parser; nil for a byte slice.
+	src *blockReader
+	// lineNo is the input line of each line of data (the block), with one
+	// more entry for the line after it; nil when data is the whole input.
+	lineNo []int
 
 	// Position bookkeeping: lines counts the newlines before cursor (a line
-	// start); next is the offset just past the current entry's line.
+	// start) in data; next is the offset just past the current entry's line.
 	cursor, lines int
 	line, col     int
 	next          int
@@ -122,11 +133,23 @@ func NewTextParser(name string, data []byte, format Format) (*TextParser, error)
 	default:
 		return nil, fmt.Errorf("%s: unknown format %s", name, format)
 	}
-	p, err := textparse.New(data, format.ContentType(), labels.NewSymbolTable(), textparse.ParserOptions{})
-	if p == nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+	tp := &TextParser{name: name, format: format, syms: labels.NewSymbolTable()}
+	if err := tp.reset(data, nil); err != nil {
+		return nil, err
 	}
-	return &TextParser{name: name, data: data, format: format, p: p}, nil
+	return tp, nil
+}
+
+// reset starts parsing block data, whose lines are lineNo (nil: data is the
+// whole input).
+func (p *TextParser) reset(data []byte, lineNo []int) error {
+	tp, err := textparse.New(data, p.format.ContentType(), p.syms, textparse.ParserOptions{})
+	if tp == nil {
+		return fmt.Errorf("%s: %w", p.name, err)
+	}
+	p.p, p.data, p.lineNo = tp, data, lineNo
+	p.cursor, p.lines, p.next = 0, 0, 0
+	return nil
 }
 
 // Format returns the format being parsed.
@@ -138,7 +161,13 @@ func (p *TextParser) Next() (bool, error) {
 	for {
 		et, err := p.p.Next()
 		if errors.Is(err, io.EOF) {
-			return false, nil
+			if p.src == nil || p.src.done {
+				return false, nil
+			}
+			if err := p.nextBlock(); err != nil {
+				return false, err
+			}
+			continue
 		}
 		if err != nil {
 			return false, p.parseError(err)
@@ -245,7 +274,19 @@ func (p *TextParser) setLine(start int) {
 		p.lines = bytes.Count(p.data[:start], []byte{'\n'})
 	}
 	p.cursor = start
-	p.line = p.lines + 1
+	p.line = p.lineAt(p.lines)
+}
+
+// lineAt returns the input line of line i (0-based) of the block.
+func (p *TextParser) lineAt(i int) int {
+	switch {
+	case p.lineNo == nil:
+		return i + 1
+	case i < len(p.lineNo):
+		return p.lineNo[i]
+	default:
+		return p.lineNo[len(p.lineNo)-1] + i - (len(p.lineNo) - 1)
+	}
 }
 
 // skipBlank returns the offset of the first line at or after off that is
@@ -291,7 +332,7 @@ func (p *TextParser) parseError(err error) error {
 			p.col = i + 2
 		}
 	}
-	if p.format == FormatPrometheusText && looksOpenMetrics(p.data) {
+	if p.format == FormatPrometheusText && p.looksOpenMetrics() {
 		msg += ` (this looks like OpenMetrics: it must end with "# EOF")`
 	}
 	return &PosError{File: p.name, Line: p.line, Col: p.col, Msg: msg, Err: err}
@@ -316,6 +357,14 @@ func quotedAfter(msg, marker string) (string, bool) {
 		return "", false
 	}
 	return s, true
+}
+
+// looksOpenMetrics reports whether the input has a mark of OpenMetrics.
+func (p *TextParser) looksOpenMetrics() bool {
+	if p.src != nil {
+		return p.src.looksOpenMetrics()
+	}
+	return looksOpenMetrics(p.data)
 }
 
 func looksOpenMetrics(data []byte) bool {

@@ -33,9 +33,18 @@ const RequestIDKey = "gen_ai.request.id"
 
 const (
 	bucketWidth = int64(time.Second)
-	// indexOverhead is charged per span for its share of the three index
-	// maps (measured: see TestBytesPerSpan).
-	indexOverhead = 64
+	// entryBytes is charged per entry of the three index maps (by trace id,
+	// by request id, by second). An entry is a 16-byte key and a 16-byte
+	// chain in a Go swiss table whose load varies between 7/16 and 7/8, and
+	// whose deleted slots linger until it rehashes: measured at 52 to 105
+	// bytes an entry (5k to 200k entries, filled, then churned as a store
+	// that evicts churns them); 78 is the middle.
+	entryBytes = 78
+	// chunkLen is how many slots one chunk of the span buffer holds. Chunks
+	// are allocated as spans arrive and freed as they are evicted, so the
+	// slots that exist but hold no span are at most about three chunks
+	// (the oldest's, the newest's and a spare): about 120 KiB.
+	chunkLen = 256
 	// Strings up to internMaxLen bytes that repeat (attribute keys, span
 	// names, resource values) are shared; the table is capped so that a
 	// flood of distinct keys cannot grow it without bound.
@@ -47,9 +56,16 @@ const (
 type Options struct {
 	// MaxSpans bounds the number of spans held (default DefaultMaxSpans).
 	MaxSpans int
-	// MaxBytes bounds the estimated bytes held (default DefaultMaxBytes). The
-	// estimate counts the span struct, its attributes, their strings, its
-	// share of the resource attributes and of the indexes.
+	// MaxBytes bounds the bytes held (default DefaultMaxBytes), as the Go
+	// heap counts them: each span's slot, its attribute slice and the
+	// strings it does not share, its share of its resource's, all rounded up
+	// to the allocator's size classes, and the entries of the indexes by
+	// trace id, request id and second. Outside the bound, and independent of
+	// it, are a constant overhead of at most about 2 MiB (the table of
+	// shared strings: at most 8192 strings of at most 128 bytes, and up to
+	// three partly filled chunks of slots) and the index maps' load factor
+	// swings (about ±30% of their 78 bytes an entry, a few percent of the
+	// total). The live heap the store holds is within 10% of Bytes().
 	MaxBytes int64
 	// MaxQuerySpans bounds the spans one SpansBetween returns when its
 	// caller sets no limit (default DefaultMaxQuerySpans): the newest of the
@@ -93,18 +109,24 @@ type Store struct {
 	maxSpanBytes int64
 	maxQuery     int
 
-	mu        sync.RWMutex
-	buf       []slot
-	head      int    // index in buf of the oldest span
+	mu sync.RWMutex
+	// chunks hold the slots of sequence numbers base.. in chunkLen blocks;
+	// spare is an emptied chunk kept for the next.
+	chunks    []*[chunkLen]slot
+	spare     *[chunkLen]slot
+	base      uint64 // sequence number of chunks[0][0], a multiple of chunkLen
 	n         int    // spans held
 	headSeq   uint64 // sequence number of the oldest span
-	bytes     int64
+	bytes     int64  // the spans' bytes and the index entries'
 	evicted   uint64
 	oversized uint64
 	traces    map[triage.TraceID]chain
 	reqs      map[string]chain
 	buckets   map[int64]chain
 	intern    map[string]string
+	// peak* are the index maps' sizes when last rebuilt or larger: Go maps
+	// do not shrink, so a map that has lost half its entries is rebuilt.
+	peakTraces, peakReqs int
 }
 
 // New returns an empty store and registers its metrics.
@@ -180,8 +202,9 @@ func (s *Store) Oversized() uint64 {
 }
 
 var (
-	slotSize = int64(unsafe.Sizeof(slot{}))
 	attrSize = int64(unsafe.Sizeof(triage.Attr{}))
+	// slotBytes is one slot's share of its chunk's allocation.
+	slotBytes = allocBytes(int64(unsafe.Sizeof([chunkLen]slot{})), true) / chunkLen
 )
 
 // Append adds spans, evicting the oldest as needed to stay within bounds. The
@@ -201,22 +224,21 @@ func (s *Store) Append(spans []triage.Span) {
 		res := spans[i].Resource
 		if rawBytes(res) > s.maxSpanBytes/2 {
 			s.oversized += uint64(j - i)
-			cut(res, rawBytes(res)-s.maxSpanBytes/2)
+			cutTo(res, 0, s.maxSpanBytes/2)
 		}
 		resBytes := s.internAttrs(res, true)
 		share := (resBytes + int64(j-i) - 1) / int64(j-i)
 		for k := i; k < j; k++ {
 			sp := spans[k]
 			sp.Resource = res
-			if own := slotSize + indexOverhead + rawBytes(sp.Attrs) + int64(len(sp.Name)); own+share > s.maxSpanBytes {
+			if own := slotBytes + rawBytes(sp.Attrs) + strBytes(len(sp.Name)); own+share > s.maxSpanBytes {
 				s.oversized++
-				cut(sp.Attrs, own+share-s.maxSpanBytes)
-				if slotSize+indexOverhead+rawBytes(sp.Attrs)+int64(len(sp.Name))+share > s.maxSpanBytes {
+				if !cutTo(sp.Attrs, slotBytes+strBytes(len(sp.Name))+share, s.maxSpanBytes) {
 					s.evicted++ // still too big (a flood of keys): drop it
 					continue
 				}
 			}
-			b := slotSize + indexOverhead + share + s.internAttrs(sp.Attrs, false)
+			b := slotBytes + share + s.internAttrs(sp.Attrs, false)
 			sp.Name, b = s.internString(sp.Name, b)
 			s.insert(&sp, b)
 		}
@@ -226,16 +248,70 @@ func (s *Store) Append(spans []triage.Span) {
 
 // rawBytes is what as costs before interning.
 func rawBytes(as triage.Attrs) int64 {
-	b := int64(len(as)) * attrSize
+	b := sliceBytes(as)
 	for i := range as {
-		b += int64(len(as[i].Key) + len(as[i].Str))
+		b += strBytes(len(as[i].Key)) + strBytes(len(as[i].Str))
 	}
 	return b
 }
 
+// sliceBytes is the allocation behind as (its capacity, not its length).
+func sliceBytes(as triage.Attrs) int64 {
+	if cap(as) == 0 {
+		return 0
+	}
+	return allocBytes(int64(cap(as))*attrSize, true)
+}
+
+// strBytes is the heap a string of n bytes of its own takes. Below 16 bytes
+// strings share 16-byte blocks (the tiny allocator): they cost about n.
+func strBytes(n int) int64 {
+	if n < 16 {
+		return int64(n)
+	}
+	return allocBytes(int64(n), false)
+}
+
+// sizeClasses are the Go allocator's small object sizes
+// (internal/runtime/gc/sizeclasses.go; TestAllocBytes checks them).
+var sizeClasses = [...]int64{8, 16, 24, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256, 288, 320, 352, 384, 416, 448, 480, 512, 576, 640, 704, 768, 896, 1024, 1152, 1280, 1408, 1536, 1792, 2048, 2304, 2688, 3072, 3200, 3456, 4096, 4864, 5376, 6144, 6528, 6784, 6912, 8192, 9472, 9728, 10240, 10880, 12288, 13568, 14336, 16384, 18432, 19072, 20480, 21760, 24576, 27264, 28672, 32768}
+
+// allocBytes is the heap one allocation of n bytes takes: objects with
+// pointers above 512 bytes carry an 8-byte header, small objects are
+// rounded up to a size class, large ones to 8 KiB pages.
+func allocBytes(n int64, pointers bool) int64 {
+	const maxSmall, header, page = 32768, 8, 8192
+	if pointers && n > 512 && n <= maxSmall-header {
+		n += header
+	}
+	if n > maxSmall {
+		return (n + page - 1) / page * page
+	}
+	i, _ := slices.BinarySearch(sizeClasses[:], n)
+	return sizeClasses[i]
+}
+
+// cutTo cuts as until other+rawBytes(as) is at most limit, and reports
+// whether it fits. Cutting is by length and the allocator rounds up, so a
+// cut can fall a little short: it is repeated.
+func cutTo(as triage.Attrs, other, limit int64) bool {
+	for range 8 {
+		excess := other + rawBytes(as) - limit
+		if excess <= 0 {
+			return true
+		}
+		if !cut(as, excess) {
+			return false
+		}
+	}
+	return other+rawBytes(as) <= limit
+}
+
 // cut shortens the longest string values of as by at least excess bytes in
-// total, none below minAttrLen, each cut at a rune boundary and ending in "…".
-func cut(as triage.Attrs, excess int64) {
+// total, none below minAttrLen, each cut at a rune boundary and ending in
+// "…", and reports whether it cut any.
+func cut(as triage.Attrs, excess int64) bool {
+	did := false
 	for excess > 0 {
 		longest := -1
 		for i := range as {
@@ -244,7 +320,7 @@ func cut(as triage.Attrs, excess int64) {
 			}
 		}
 		if longest < 0 {
-			return
+			return did
 		}
 		v := as[longest].Str
 		keep := max(int64(minAttrLen), int64(len(v))-excess-int64(len("…")))
@@ -253,7 +329,9 @@ func cut(as triage.Attrs, excess int64) {
 		}
 		excess -= int64(len(v)) - keep - int64(len("…"))
 		as[longest].Str = strings.Clone(v[:keep]) + "…"
+		did = true
 	}
+	return did
 }
 
 func sameSlice(a, b triage.Attrs) bool {
@@ -266,20 +344,22 @@ func sameSlice(a, b triage.Attrs) bool {
 // internAttrs shares repeated keys (and, for resources, values) and returns
 // the bytes charged for the slice and its unshared strings.
 func (s *Store) internAttrs(as triage.Attrs, values bool) int64 {
-	b := int64(len(as)) * attrSize
+	b := sliceBytes(as)
 	for i := range as {
 		as[i].Key, b = s.internString(as[i].Key, b)
 		if values {
 			as[i].Str, b = s.internString(as[i].Str, b)
 		} else {
-			b += int64(len(as[i].Str))
+			b += strBytes(len(as[i].Str))
 		}
 	}
 	return b
 }
 
 // internString returns the shared copy of str and b plus the bytes charged:
-// zero for a shared string, its length otherwise.
+// zero for a shared string, its allocation otherwise. A string that enters
+// the table is charged once, to the span that brought it; the table outlives
+// that span (the constant overhead of Options.MaxBytes).
 func (s *Store) internString(str string, b int64) (string, int64) {
 	if str == "" {
 		return str, b
@@ -290,35 +370,62 @@ func (s *Store) internString(str string, b int64) (string, int64) {
 	if len(str) <= internMaxLen && len(s.intern) < internMaxEntries {
 		s.intern[str] = str
 	}
-	return str, b + int64(len(str))
+	return str, b + strBytes(len(str))
 }
 
-func (s *Store) index(seq uint64) int {
-	return (s.head + int(seq-s.headSeq)) % len(s.buf)
+// slotAt returns the slot of sequence number seq (held or next).
+func (s *Store) slotAt(seq uint64) *slot {
+	return &s.chunks[(seq-s.base)/chunkLen][seq%chunkLen]
+}
+
+// requestID returns the span's request id and the bytes its index key takes
+// beyond the span's own strings (a number attribute's text is made anew).
+func requestID(sp *triage.Span) (string, int64) {
+	a, ok := sp.Attrs.Get(RequestIDKey)
+	if !ok {
+		return "", 0
+	}
+	if a.Kind == triage.AttrString {
+		return a.Str, 0
+	}
+	id := a.Text()
+	return id, strBytes(len(id))
 }
 
 func (s *Store) insert(sp *triage.Span, b int64) {
-	if b > s.maxBytes {
+	// The span may bring up to three index entries.
+	id, idBytes := requestID(sp)
+	need := b + 3*entryBytes + idBytes
+	if need > s.maxBytes {
 		s.evicted++
 		return
 	}
-	for s.n > 0 && (s.n >= s.maxSpans || s.bytes+b > s.maxBytes) {
+	for s.n > 0 && (s.n >= s.maxSpans || s.bytes+need > s.maxBytes) {
 		s.evictOldest()
 	}
-	if s.n == len(s.buf) {
-		s.grow()
-	}
 	seq := s.headSeq + uint64(s.n)
-	i := s.index(seq)
-	s.buf[i] = slot{span: *sp, bytes: b}
+	if seq-s.base == uint64(len(s.chunks))*chunkLen {
+		c := s.spare
+		if c == nil {
+			c = new([chunkLen]slot)
+		}
+		s.spare = nil
+		s.chunks = append(s.chunks, c)
+	}
+	*s.slotAt(seq) = slot{span: *sp, bytes: b}
 	s.n++
 	s.bytes += b
-	s.traces[sp.TraceID] = s.link(s.traces[sp.TraceID], seq, func(sl *slot) *uint64 { return &sl.nextTrace })
-	if id := sp.Attrs.String(RequestIDKey); id != "" {
-		s.reqs[id] = s.link(s.reqs[id], seq, func(sl *slot) *uint64 { return &sl.nextReq })
+	if link(s, s.traces, sp.TraceID, seq, func(sl *slot) *uint64 { return &sl.nextTrace }) {
+		s.bytes += entryBytes
+		s.peakTraces = max(s.peakTraces, len(s.traces))
 	}
-	bk := bucketOf(sp.StartUnixNano)
-	s.buckets[bk] = s.link(s.buckets[bk], seq, func(sl *slot) *uint64 { return &sl.nextBucket })
+	if id != "" && link(s, s.reqs, id, seq, func(sl *slot) *uint64 { return &sl.nextReq }) {
+		s.bytes += entryBytes + idBytes
+		s.peakReqs = max(s.peakReqs, len(s.reqs))
+	}
+	if link(s, s.buckets, bucketOf(sp.StartUnixNano), seq, func(sl *slot) *uint64 { return &sl.nextBucket }) {
+		s.bytes += entryBytes
+	}
 }
 
 func bucketOf(ns int64) int64 {
@@ -329,57 +436,78 @@ func bucketOf(ns int64) int64 {
 	return b
 }
 
-func (s *Store) link(c chain, seq uint64, next func(*slot) *uint64) chain {
-	if c.first == 0 {
-		return chain{first: seq + 1, last: seq + 1}
+// link appends seq to the chain of k and reports whether k is new to m.
+func link[K comparable](s *Store, m map[K]chain, k K, seq uint64, next func(*slot) *uint64) bool {
+	c, ok := m[k]
+	if !ok {
+		m[k] = chain{first: seq + 1, last: seq + 1}
+		return true
 	}
-	*next(&s.buf[s.index(c.last-1)]) = seq + 1
+	*next(s.slotAt(c.last - 1)) = seq + 1
 	c.last = seq + 1
-	return c
+	m[k] = c
+	return false
 }
 
-// unlinkHead removes the oldest span (seq, which heads every chain it is on).
-func unlinkHead[K comparable](m map[K]chain, k K, next uint64) {
-	c := m[k]
+// unlinkHead removes the oldest span (seq, which heads every chain it is on)
+// and reports whether that removed k from m.
+func unlinkHead[K comparable](m map[K]chain, k K, next uint64) bool {
 	if next == 0 {
 		delete(m, k)
-		return
+		return true
 	}
+	c := m[k]
 	c.first = next
 	m[k] = c
+	return false
+}
+
+// rebuilt returns m, or a copy of it sized to its entries when it holds
+// under half of its peak (Go maps keep their largest size).
+func rebuilt[K comparable](m map[K]chain, peak *int) map[K]chain {
+	if *peak < 1024 || len(m) >= *peak/2 {
+		return m
+	}
+	nm := make(map[K]chain, len(m))
+	for k, c := range m {
+		nm[k] = c
+	}
+	*peak = len(nm)
+	return nm
 }
 
 func (s *Store) evictOldest() {
-	sl := &s.buf[s.head]
+	sl := s.slotAt(s.headSeq)
 	sp := &sl.span
-	unlinkHead(s.traces, sp.TraceID, sl.nextTrace)
-	if id := sp.Attrs.String(RequestIDKey); id != "" {
-		unlinkHead(s.reqs, id, sl.nextReq)
+	if unlinkHead(s.traces, sp.TraceID, sl.nextTrace) {
+		s.bytes -= entryBytes
 	}
-	unlinkHead(s.buckets, bucketOf(sp.StartUnixNano), sl.nextBucket)
+	if id, idBytes := requestID(sp); id != "" && unlinkHead(s.reqs, id, sl.nextReq) {
+		s.bytes -= entryBytes + idBytes
+	}
+	if unlinkHead(s.buckets, bucketOf(sp.StartUnixNano), sl.nextBucket) {
+		s.bytes -= entryBytes
+	}
 	s.bytes -= sl.bytes
 	*sl = slot{}
-	s.head = (s.head + 1) % len(s.buf)
 	s.headSeq++
 	s.n--
 	s.evicted++
-}
-
-func (s *Store) grow() {
-	size := max(1024, 2*len(s.buf))
-	size = min(size, s.maxSpans)
-	nb := make([]slot, size)
-	for k := 0; k < s.n; k++ {
-		nb[k] = s.buf[(s.head+k)%len(s.buf)]
+	if s.headSeq%chunkLen == 0 {
+		// The oldest chunk is empty: keep it as the spare.
+		s.spare = s.chunks[0]
+		s.chunks[0] = nil
+		s.chunks = s.chunks[1:]
+		s.base += chunkLen
 	}
-	s.buf = nb
-	s.head = 0
+	s.traces = rebuilt(s.traces, &s.peakTraces)
+	s.reqs = rebuilt(s.reqs, &s.peakReqs)
 }
 
 // walk appends the spans on a chain to dst.
 func (s *Store) walk(dst []triage.Span, c chain, next func(*slot) uint64) []triage.Span {
 	for p := c.first; p != 0; {
-		sl := &s.buf[s.index(p-1)]
+		sl := s.slotAt(p - 1)
 		dst = append(dst, sl.span)
 		p = next(sl)
 	}
@@ -405,7 +533,7 @@ func (s *Store) SpansBetween(ctx context.Context, start, end time.Time, limit in
 	var out []triage.Span
 	collect := func(c chain) {
 		for p := c.first; p != 0; {
-			sl := &s.buf[s.index(p-1)]
+			sl := s.slotAt(p - 1)
 			if t := sl.span.StartUnixNano; t >= lo && t < hi {
 				out = append(out, sl.span)
 			}

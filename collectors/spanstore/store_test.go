@@ -207,7 +207,8 @@ func TestFloodStaysBounded(t *testing.T) {
 	if s.Evicted() == 0 {
 		t.Fatal("flood never reached the bound")
 	}
-	// Slack: ring buffer growth, Go maps that do not shrink, intern table.
+	// Slack: the intern table (full: the flood's keys), partly filled
+	// chunks of slots, index map load (Options.MaxBytes).
 	if limit := int64(3*maxBytes + 4<<20); grown > limit {
 		t.Errorf("heap grew %d bytes, want under %d", grown, limit)
 	}
@@ -315,5 +316,42 @@ func TestUnboundedQueryIsCapped(t *testing.T) {
 	}
 	if spans, _ := s.SpansBetween(context.Background(), t0, t0.Add(time.Hour), 3000); len(spans) != 3000 || spans[0].StartUnixNano != t0.UnixNano() {
 		t.Errorf("an explicit limit keeps the oldest: %d spans", len(spans))
+	}
+}
+
+// TestChunksAndMapsShrink: the slots of evicted spans are freed chunk by
+// chunk, and an index map that lost most of its entries is rebuilt, so the
+// heap follows what the store holds.
+func TestChunksAndMapsShrink(t *testing.T) {
+	ctx := context.Background()
+	s, _ := New(Options{MaxSpans: 5000})
+	for i := 0; i < 20_000; i += 500 {
+		s.Append(batch(i, 500, 1)) // one span per trace
+	}
+	if got := len(s.chunks); got > 5000/chunkLen+2 {
+		t.Errorf("%d chunks for 5000 spans", got)
+	}
+	if len(s.traces) != 5000 || s.peakTraces < 5000 {
+		t.Fatalf("traces index %d (peak %d)", len(s.traces), s.peakTraces)
+	}
+	for i := 100_000; i < 110_000; i += 500 {
+		s.Append(batch(i, 500, 100)) // 100 spans per trace
+	}
+	if len(s.traces) > 51 || s.peakTraces >= 1024 {
+		t.Errorf("traces index %d, peak %d: not rebuilt", len(s.traces), s.peakTraces)
+	}
+	var id triage.TraceID
+	binary.BigEndian.PutUint64(id[8:], 109_999/100+1)
+	if spans, err := s.Trace(ctx, id); err != nil || len(spans) != 100 {
+		t.Errorf("newest trace: %d spans, %v", len(spans), err)
+	}
+	if spans, _ := s.ByRequestID(ctx, fmt.Sprintf("chatcmpl-%08d", 104_999)); len(spans) != 0 {
+		t.Error("evicted span still indexed")
+	}
+	if all, _ := s.SpansBetween(ctx, time.Unix(0, 0), t0.Add(1000*time.Hour), 100_000); len(all) != 5000 {
+		t.Errorf("time index holds %d spans", len(all))
+	}
+	if s.Len() != 5000 {
+		t.Errorf("len %d", s.Len())
 	}
 }

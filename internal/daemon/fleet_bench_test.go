@@ -1,17 +1,21 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/whyslow/whyslow/collectors/bundle"
+	"github.com/whyslow/whyslow/collectors/store"
 	"github.com/whyslow/whyslow/internal/fleettest"
 	"github.com/whyslow/whyslow/internal/promtest"
 	"github.com/whyslow/whyslow/internal/sim"
@@ -94,4 +98,67 @@ func benchFleetCycle(b *testing.B, scopes int) {
 	b.ReportMetric(testutil.ToFloat64(stack.Daemon.stats.fleet.scopes), "scopes")
 	b.ReportMetric(testutil.ToFloat64(stack.Daemon.stats.fleet.violating), "violating")
 	b.ReportMetric(testutil.ToFloat64(stack.Daemon.stats.incidentsOpen), "open")
+}
+
+// BenchmarkCycleOpenIncidents runs one daemon cycle over the embedded
+// store with 1, 8, 64 and 256 open incidents (steady deployments slowed
+// down in their last window, internal/fleettest): detection over every
+// scope, then each open incident triaged with the shipped rulesets,
+// triage.concurrency at once. Target: 256 within one 5 s interval.
+func BenchmarkCycleOpenIncidents(b *testing.B) {
+	for _, n := range []int{1, 8, 64, 256} {
+		b.Run(fmt.Sprintf("open=%d", n), func(b *testing.B) { benchCycleOpen(b, n) })
+	}
+}
+
+func benchCycleOpen(b *testing.B, open int) {
+	ctx := context.Background()
+	at := time.Date(2026, 1, 1, 2, 0, 0, 0, time.UTC)
+	var om bytes.Buffer
+	windows := [][2]time.Time{{at.Add(-time.Hour - 10*time.Minute), at.Add(-time.Hour + time.Minute)}, {at.Add(-10 * time.Minute), at}}
+	if err := fleettest.WriteFleet(&om, open, open, windows); err != nil {
+		b.Fatal(err)
+	}
+	st, err := store.Open(store.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	if _, err := bundle.ReadMetrics(ctx, "fleet.om", om.Bytes(), st); err != nil {
+		b.Fatal(err)
+	}
+	cfg := Config{Listen: "127.0.0.1:0", OTLP: OTLPDisabled(), Engine: "vllm"}
+	cfg.Detect.GroupBy = []string{"namespace", "model_name"}
+	counted := CountQueries(st)
+	tri, err := TriageWith(counted, nil, cfg.Engine)
+	if err != nil {
+		b.Fatal(err)
+	}
+	d, err := New(Options{Config: cfg, Metrics: counted, Scraper: replayScraper{}, Triage: tri, Outbox: &replayOutbox{},
+		Receivers: []string{"log"}, OwnHistory: true, Logger: quietLogger()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The last window starts 10 minutes before at: the incidents open a
+	// few cycles in (the triggers' 1m/2m windows, then the 15 s hold).
+	for t := at.Add(-6 * time.Minute); t.Before(at); t = t.Add(15 * time.Second) {
+		if err := d.Tick(ctx, t); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if got := testutil.ToFloat64(d.stats.incidentsOpen); int(got) != open {
+		b.Fatalf("%v open incidents, want %d", got, open)
+	}
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := d.Tick(ctx, at); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(testutil.ToFloat64(d.stats.fleet.queries), "queries/cycle")
+	b.ReportMetric(float64(ms.HeapAlloc)/float64(open)/(1<<20), "heap-MiB/scope")
 }

@@ -76,7 +76,7 @@ func Replay(ctx context.Context, o ReplayOptions) (*ReplayResult, error) {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	counted := CountQueries(o.Metrics)
-	tri, err := TriageWith(counted, o.Traces)
+	tri, err := TriageWith(counted, o.Traces, cfg.Engine)
 	if err != nil {
 		return nil, err
 	}

@@ -36,23 +36,24 @@ import (
 
 // TriageWith returns a TriageFunc running the real walk (triage.Run) over m
 // with the shipped rulesets; traces, when not nil, adds the per-request step.
-func TriageWith(m triage.Metrics, traces triage.Traces) (TriageFunc, error) {
-	var all []*rules.Ruleset
-	var errs []error
-	for _, e := range rulesets.Engines {
-		rs, err := rulesets.Default(e)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		all = append(all, rs)
-	}
-	if len(all) == 0 {
-		return nil, fmt.Errorf("load rulesets: %w", errors.Join(errs...))
+// Each request reads only the rulesets its engine needs (all three for
+// auto), compiled once per process on first use; engine's are compiled
+// now, so a broken one fails at start.
+func TriageWith(m triage.Metrics, traces triage.Traces, engine string) (TriageFunc, error) {
+	if _, err := rulesets.For(engine); err != nil {
+		return nil, fmt.Errorf("load rulesets: %w", err)
 	}
 	return func(ctx context.Context, req TriageRequest) (*triage.Verdict, error) {
+		rss, err := rulesets.For(req.Engine)
+		if err != nil {
+			return nil, err
+		}
+		var others func() []*rules.Ruleset
+		if req.Engine != "auto" && req.Engine != "" {
+			others = func() []*rules.Ruleset { return rulesets.Others(req.Engine) }
+		}
 		return triage.Run(ctx, triage.Options{
-			Metrics: m, Rulesets: all, At: req.At, Window: req.Window, Baseline: req.Baseline,
+			Metrics: m, Rulesets: rss, OtherEngines: others, At: req.At, Window: req.Window, Baseline: req.Baseline,
 			Selector: req.Selector, Engine: req.Engine, Scheduler: req.Scheduler, GPU: req.GPU, GPUSource: req.GPUSource,
 			Traces: traces,
 		})
@@ -214,7 +215,7 @@ func NewStack(o StackOptions) (*Stack, error) {
 			return fail(fmt.Errorf("%w (set otlp.http / otlp.grpc, or --otlp-http= --otlp-grpc=, to another address or empty to disable)", err))
 		}
 	}
-	tri, err := TriageWith(metrics, traces)
+	tri, err := TriageWith(metrics, traces, cfg.Engine)
 	if err != nil {
 		return fail(err)
 	}
