@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/whyslow/whyslow/internal/httplimit"
+	"github.com/whyslow/whyslow/notifiers/alertmanager"
 	"github.com/whyslow/whyslow/notifiers/render"
 	"github.com/whyslow/whyslow/triage"
 )
@@ -336,8 +337,12 @@ type AlertsResult struct {
 	// Refused counts alerts not taken because the open incidents of
 	// Alertmanager reached alerts.max_open_incidents; a later delivery of
 	// them is processed once there is room.
-	Refused int    `json:"refused,omitempty"`
-	Error   string `json:"error,omitempty"`
+	Refused int `json:"refused,omitempty"`
+	// Own counts whyslow's own alerts (alertname WhyslowVerdict, from an
+	// Alertmanager receiver) routed back: ignored, or each verdict would
+	// open an incident about itself.
+	Own   int    `json:"own,omitempty"`
+	Error string `json:"error,omitempty"`
 }
 
 func (d *Daemon) handleAlerts(w http.ResponseWriter, r *http.Request) {
@@ -410,6 +415,11 @@ func (d *Daemon) IngestAlerts(ctx context.Context, p *AlertmanagerPayload, at ti
 	touched := map[string]bool{}
 	open := d.openAlertIncidents()
 	for _, a := range p.Alerts {
+		if a.Labels["alertname"] == alertmanager.AlertName {
+			res.Own++
+			d.stats.alerts.WithLabelValues(a.Status, "own").Inc()
+			continue
+		}
 		key, scope := AlertScope(a.Labels, cfg.Alerts.ScopeLabels, cfg.Detect.Selector)
 		if a.Status == alertFiring && !d.tracker.Open(key) && open >= cfg.Alerts.MaxOpenIncidents {
 			res.Refused++

@@ -2,6 +2,10 @@ package daemon
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -159,4 +163,70 @@ func TestFleetAlertmanagerHA(t *testing.T) {
 		t.Fatalf("second notification: %s", amtest.Dump(n))
 	}
 	rcv.Quiet(t, 2, 3*time.Second)
+}
+
+// TestFleetStack wires a fleet daemon the way `whyslow serve --prometheus`
+// does (NewStack with a Prometheus source and an Alertmanager receiver)
+// against a real Prometheus holding one engine-model incident and a real
+// Alertmanager: the stack probes and reads the Prometheus, opens the
+// incident, serves its metrics, and the alert reaches Alertmanager.
+func TestFleetStack(t *testing.T) {
+	fleettest.SkipUnlessAvailable(t)
+	amtest.SkipUnlessAvailable(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	now := time.Now().UTC().Truncate(time.Minute)
+	fleet, err := fleettest.Build(ctx, t.TempDir(), []fleettest.Scope{{Namespace: "chat",
+		Options: sim.Options{Scenario: "kv_pressure", Seed: 1, Start: now.Add(-5*time.Minute - 75*time.Minute), Replicas: 1, GPUSeries: "none"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	onset := fleet.Scopes[0].Truth.Onset
+	prom := promtest.StartWithData(ctx, t, fleet.DataDir)
+	rcv := amtest.NewReceiver(t)
+	am := amtest.Start(ctx, t, amtest.WebhookConfig(rcv.URL, "alertname", "namespace"))
+
+	cfg := Config{Source: SourceConfig{Prometheus: &PrometheusSource{URL: prom}}, Listen: "127.0.0.1:0", OTLP: OTLPDisabled(),
+		Detect:    triage.DetectConfig{GroupBy: []string{"namespace", "model_name"}},
+		Receivers: []ReceiverConfig{{Name: "am", Alertmanager: &alertmanager.Config{URL: am}}}}
+	stack, err := NewStack(StackOptions{Config: cfg, Logger: quietLogger(), LogWriter: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stack.Close(context.Background())
+	srv := httptest.NewServer(stack.Handler())
+	defer srv.Close()
+	for at := onset.Add(-time.Minute); !at.After(onset.Add(3 * time.Minute)); at = at.Add(15 * time.Second) {
+		if err := stack.Daemon.Tick(ctx, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var open []triage.Incident
+	for _, in := range stack.Daemon.Incidents() {
+		if in.Status == triage.IncidentOpen {
+			open = append(open, in)
+		}
+	}
+	if len(open) != 1 || open[0].Scope.Labels["namespace"] != "chat" || open[0].TopCause != "kv_cache_pressure" {
+		t.Fatalf("open incidents: %s", amtest.Dump(open))
+	}
+	resp, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"whyslow_fleet_scopes 1", `whyslow_incident_open{cause="kv_cache_pressure",model_name=`, "whyslow_cycle_queries"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if resp, err := http.Get(srv.URL + "/readyz"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("readyz: %v %v", resp, err)
+	}
+	// The senders run on their own goroutine; the alert arrives.
+	notes := rcv.WaitNotifications(t, 1, 30*time.Second)
+	if a := notes[0].Alerts; len(a) != 1 || a[0].Annotations["cause"] != "kv_cache_pressure" || a[0].Labels["namespace"] != "chat" {
+		t.Errorf("notification: %s", amtest.Dump(notes[0]))
+	}
 }

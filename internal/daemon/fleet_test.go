@@ -185,3 +185,22 @@ func TestOpenIncidentMetric(t *testing.T) {
 		}
 	}
 }
+
+// TestIntakeIgnoresOwnAlerts: an Alertmanager that routes whyslow's own
+// WhyslowVerdict alerts back to the intake opens no incident about them.
+func TestIntakeIgnoresOwnAlerts(t *testing.T) {
+	h := newHarness(t, testConfig())
+	h.ticks(t, 2)
+	h.tri.cause = "queue_saturation"
+	own := map[string]string{"alertname": "WhyslowVerdict", "model_name": "m", "severity": "warning"}
+	code, body := h.do(t, "POST", "/api/v1/alerts", "", strings.NewReader(alertBody("firing", "fp-own", own)))
+	if code != 200 || !strings.Contains(body, `"own":1`) || !strings.Contains(body, `"processed":0`) {
+		t.Fatalf("own alert: %d %s", code, body)
+	}
+	if incs := h.d.Incidents(); len(incs) != 0 {
+		t.Errorf("whyslow's own alert opened incidents: %+v", incs)
+	}
+	if got := h.ob.kinds(); got != "" {
+		t.Errorf("notifications: %q", got)
+	}
+}

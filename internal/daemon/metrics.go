@@ -65,7 +65,7 @@ func newStats(d *Daemon, reg *prometheus.Registry) *stats {
 			Name: "whyslow_notifications_enqueued_total", Help: "Notifications handed to the outbox by receiver, kind and result (enqueued, duplicate, error: kept and retried, rejected: dropped); delivery results are whyslow_notifications_total.",
 		}, []string{"receiver", "kind", "result"}),
 		alerts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "whyslow_alertmanager_alerts_total", Help: "Alertmanager alerts received by status and result (processed, duplicate).",
+			Name: "whyslow_alertmanager_alerts_total", Help: "Alertmanager alerts received by status and result (processed, duplicate, own: whyslow's own WhyslowVerdict alerts, ignored).",
 		}, []string{"status", "result"}),
 		alertsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "whyslow_alertmanager_refused_total",

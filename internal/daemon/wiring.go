@@ -322,22 +322,31 @@ func verdictURL(external, selector string) string {
 	return strings.TrimSuffix(external, "/") + pathVerdict + "?scope=" + url.QueryEscape(selector)
 }
 
-// BuildReceivers constructs the configured receivers (a log receiver when
-// none is configured) and returns them with their names in config order.
+// BuildReceivers constructs the configured notification receivers (a log
+// receiver when none but Alertmanager ones are configured) and returns them
+// with their names in config order.
 // metrics feeds the Slack receivers' charts (nil: no chart).
 func BuildReceivers(rcs []ReceiverConfig, o StackOptions, metrics triage.Metrics) (map[string]notifiers.Notifier, []string, error) {
-	if len(rcs) == 0 {
-		lc := logsink.DefaultConfig()
-		rcs = []ReceiverConfig{{Name: "log", Log: &lc}}
+	var notified []ReceiverConfig
+	for _, rc := range rcs {
+		if rc.Alertmanager == nil { // fed incidents, not notifications (NewStack's AlertSenders)
+			notified = append(notified, rc)
+		}
 	}
+	if len(notified) == 0 {
+		// Nothing else takes notifications: they are logged, so a
+		// transition is never silently dropped (and an Alertmanager-only
+		// fleet daemon logs what it sends).
+		lc := logsink.DefaultConfig()
+		notified = []ReceiverConfig{{Name: "log", Log: &lc}}
+	}
+	rcs = notified
 	out := map[string]notifiers.Notifier{}
 	names := make([]string, 0, len(rcs))
 	for _, rc := range rcs {
 		var n notifiers.Notifier
 		var err error
 		switch {
-		case rc.Alertmanager != nil:
-			continue // fed incidents, not notifications (NewStack's AlertSenders)
 		case rc.Webhook != nil:
 			n, err = webhook.New(*rc.Webhook, webhook.Options{Client: o.HTTPClient, Clock: o.Clock, Logger: o.Logger})
 		case rc.Slack != nil:
