@@ -439,22 +439,22 @@ func (c DetectConfig) fill(tmpl string, window time.Duration) string {
 	}
 	// A target is its pod and instance, and its namespace when scopes
 	// have one: in a fleet, pod names repeat across namespaces.
-	target := "pod, instance"
+	target := []string{"pod", "instance"}
 	if slices.Contains(c.GroupBy, "namespace") {
-		target = "namespace, pod, instance"
+		target = []string{"namespace", "pod", "instance"}
 	}
 	// The scope labels a target's series take from its engine series
 	// (group_left): those the join does not already match on.
 	var scopeOnly []string
 	for _, l := range c.GroupBy {
-		if !strings.Contains(", "+target+",", ", "+l+",") {
+		if !slices.Contains(target, l) {
 			scopeOnly = append(scopeOnly, l)
 		}
 	}
 	return strings.NewReplacer(
 		"$sel", sel,
 		"$by", strings.Join(c.GroupBy, ", "),
-		"$target", target,
+		"$target", strings.Join(target, ", "),
 		"$scopeonly", strings.Join(scopeOnly, ", "),
 		"$window", model.Duration(window).String(),
 	).Replace(tmpl)

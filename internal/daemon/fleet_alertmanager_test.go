@@ -43,15 +43,7 @@ func TestFleetAlertmanagerHA(t *testing.T) {
 	defer cancel()
 
 	now := time.Now().UTC().Truncate(time.Minute)
-	// sim's onset is 75 minutes after its start, its data ends 8 after.
-	start := now.Add(-11*time.Minute - 75*time.Minute)
-	fleet, err := fleettest.Build(ctx, t.TempDir(), []fleettest.Scope{{Namespace: "chat",
-		Options: sim.Options{Scenario: "kv_pressure", Seed: 1, Start: start, Replicas: 1, GPUSeries: "none"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	onset := fleet.Scopes[0].Truth.Onset
-	prom := promtest.StartWithData(ctx, t, fleet.DataDir)
+	onset, prom := recentIncident(ctx, t, now.Add(-11*time.Minute))
 	rcv := amtest.NewReceiver(t)
 	am := amtest.Start(ctx, t, amtest.WebhookConfig(rcv.URL, "alertname", "namespace"))
 
@@ -175,14 +167,7 @@ func TestFleetStack(t *testing.T) {
 	amtest.SkipUnlessAvailable(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	now := time.Now().UTC().Truncate(time.Minute)
-	fleet, err := fleettest.Build(ctx, t.TempDir(), []fleettest.Scope{{Namespace: "chat",
-		Options: sim.Options{Scenario: "kv_pressure", Seed: 1, Start: now.Add(-5*time.Minute - 75*time.Minute), Replicas: 1, GPUSeries: "none"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	onset := fleet.Scopes[0].Truth.Onset
-	prom := promtest.StartWithData(ctx, t, fleet.DataDir)
+	onset, prom := recentIncident(ctx, t, time.Now().UTC().Truncate(time.Minute).Add(-5*time.Minute))
 	rcv := amtest.NewReceiver(t)
 	am := amtest.Start(ctx, t, amtest.WebhookConfig(rcv.URL, "alertname", "namespace"))
 
@@ -229,4 +214,18 @@ func TestFleetStack(t *testing.T) {
 	if a := notes[0].Alerts; len(a) != 1 || a[0].Annotations["cause"] != "kv_cache_pressure" || a[0].Labels["namespace"] != "chat" {
 		t.Errorf("notification: %s", amtest.Dump(notes[0]))
 	}
+}
+
+// recentIncident backfills a real Prometheus with an engine-model
+// kv_pressure incident (namespace chat, one replica) whose onset is at
+// onset, on the wall clock, and returns the onset and the Prometheus.
+func recentIncident(ctx context.Context, t *testing.T, onset time.Time) (time.Time, string) {
+	t.Helper()
+	// sim's onset is 75 minutes after its start; its data ends 8 after.
+	fleet, err := fleettest.Build(ctx, t.TempDir(), []fleettest.Scope{{Namespace: "chat",
+		Options: sim.Options{Scenario: "kv_pressure", Seed: 1, Start: onset.Add(-75 * time.Minute), Replicas: 1, GPUSeries: "none"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fleet.Scopes[0].Truth.Onset, promtest.StartWithData(ctx, t, fleet.DataDir)
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -152,18 +153,9 @@ func TestTriageOpenConcurrentWithinBudget(t *testing.T) {
 	mu.Unlock()
 	// The first two a cycle records are the first two it dispatched (a
 	// third starts only when one of them has returned).
-	if len(second) != 5 || contains(second[:2], first[0]) || contains(second[:2], first[1]) {
+	if len(second) != 5 || slices.Contains(second[:2], first[0]) || slices.Contains(second[:2], first[1]) {
 		t.Errorf("next cycle's order %v; the spent cycle completed %v: the others must go first", second, first[:2])
 	}
-}
-
-func contains(xs []string, x string) bool {
-	for _, v := range xs {
-		if v == x {
-			return true
-		}
-	}
-	return false
 }
 
 // TestOpenIncidentMetric: whyslow_incident_open carries the scope's labels,

@@ -352,11 +352,7 @@ func BuildReceivers(rcs []ReceiverConfig, o StackOptions, metrics triage.Metrics
 		case rc.Slack != nil:
 			so := slack.Options{Name: rc.Name, Logger: o.Logger, HTTPClient: o.HTTPClient}
 			if metrics != nil {
-				engine := o.Config.WithDefaults().Engine
-				if engine == "auto" {
-					engine = "" // the verdict's engine
-				}
-				so.Chart = chart.PNGFunc(metrics, chart.Options{Engine: engine})
+				so.Chart = chart.PNGFunc(metrics, chart.Options{Engine: o.Config.WithDefaults().Engine})
 			}
 			n, err = slack.New(*rc.Slack, so)
 		case rc.Log != nil:

@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"testing"
-	"time"
 
 	"github.com/whyslow/whyslow/internal/promtest"
 	"github.com/whyslow/whyslow/internal/sim"
@@ -45,8 +44,6 @@ type Fleet struct {
 	// DataDir is the TSDB holding every scope's series.
 	DataDir string
 	Scopes  []Recorded
-	// Start and End bound the recorded samples.
-	Start, End time.Time
 }
 
 // SkipUnlessAvailable skips under -short or without prometheus and promtool.
@@ -78,13 +75,6 @@ func Build(ctx context.Context, dir string, scopes []Scope) (*Fleet, error) {
 			return nil, fmt.Errorf("scope %s: %w", sc.Namespace, err)
 		}
 		_ = os.Remove(om)
-		start, end := sampleSpan(b.Metrics)
-		if f.Start.IsZero() || start.Before(f.Start) {
-			f.Start = start
-		}
-		if end.After(f.End) {
-			f.End = end
-		}
 		f.Scopes = append(f.Scopes, Recorded{Scope: sc, Truth: b.Truth, Incident: b.Incident})
 	}
 	return f, nil
@@ -132,30 +122,4 @@ func WithLabel(om []byte, name, value string) []byte {
 		}
 	}
 	return out.Bytes()
-}
-
-// sampleSpan returns the first and last sample timestamps (seconds, the
-// last field of a sample line).
-func sampleSpan(om []byte) (start, end time.Time) {
-	for line := range bytes.Lines(om) {
-		if len(line) == 0 || line[0] == '#' {
-			continue
-		}
-		fields := bytes.Fields(line)
-		if len(fields) < 3 {
-			continue
-		}
-		var ts float64
-		if _, err := fmt.Sscanf(string(fields[len(fields)-1]), "%g", &ts); err != nil {
-			continue
-		}
-		t := time.Unix(0, int64(ts*1e9)).UTC()
-		if start.IsZero() || t.Before(start) {
-			start = t
-		}
-		if t.After(end) {
-			end = t
-		}
-	}
-	return start, end
 }

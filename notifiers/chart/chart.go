@@ -271,7 +271,8 @@ type Options struct {
 	// RateWindow is the range of rate() for the quantiles (default 1m, at
 	// least 4 steps).
 	RateWindow time.Duration
-	// Engine puts that engine's metric names first (vllm, sglang, trtllm).
+	// Engine puts that engine's metric names first (vllm, sglang, trtllm);
+	// empty or auto: the verdict's.
 	Engine string
 }
 
@@ -411,7 +412,7 @@ func ForVerdict(ctx context.Context, m triage.Metrics, v *triage.Verdict, o Opti
 	if v == nil {
 		return Data{}, errors.New("build chart: nil verdict")
 	}
-	if o.Engine == "" {
+	if o.Engine == "" || o.Engine == "auto" {
 		o.Engine = v.Engine
 	}
 	d, err := Build(ctx, m, v.Scope.Selector, v.Incident, v.Baseline, o)

@@ -21,19 +21,31 @@ var componentNames = map[string]string{
 // Parts under 3% of the change are left out of the line (they are in the
 // JSON).
 func AttributionLines(v *triage.Verdict) []string {
+	var out []string
+	for _, s := range attributionSplits(v) {
+		out = append(out, splitLine(s.name, s.split))
+	}
+	return out
+}
+
+// namedSplit is one latency of the attribution with its display name.
+type namedSplit struct {
+	name  string
+	split *triage.LatencySplit
+}
+
+// attributionSplits are the verdict's attributed latencies that rose, in
+// display order.
+func attributionSplits(v *triage.Verdict) []namedSplit {
 	a := v.Attribution
 	if a == nil {
 		return nil
 	}
-	var out []string
-	for _, s := range []struct {
-		name  string
-		split *triage.LatencySplit
-	}{{"TTFT", a.TTFT}, {"Inter-token latency", a.ITL}} {
-		if s.split == nil {
-			continue
+	var out []namedSplit
+	for _, s := range []namedSplit{{"TTFT", a.TTFT}, {"Inter-token latency", a.ITL}} {
+		if s.split != nil {
+			out = append(out, s)
 		}
-		out = append(out, splitLine(s.name, s.split))
 	}
 	return out
 }

@@ -230,18 +230,8 @@ func ViewOf(v *triage.Verdict) View {
 // attributionView is the verdict's attribution, one SplitView per latency
 // that rose, with every part (the lines leave out those under 3%).
 func attributionView(v *triage.Verdict) []SplitView {
-	a := v.Attribution
-	if a == nil {
-		return nil
-	}
 	var out []SplitView
-	for _, s := range []struct {
-		name  string
-		split *triage.LatencySplit
-	}{{"TTFT", a.TTFT}, {"Inter-token latency", a.ITL}} {
-		if s.split == nil {
-			continue
-		}
+	for _, s := range attributionSplits(v) {
 		sp := s.split
 		sv := SplitView{Name: s.name, Line: splitLine(s.name, sp), Delta: signedSeconds(sp.Delta),
 			Before: FormatSeconds(sp.Baseline), After: FormatSeconds(sp.Now), Missing: sp.Missing,
