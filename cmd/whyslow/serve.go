@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/internal/daemon"
+	"github.com/whyslow/whyslow/internal/memlimit"
 	"github.com/whyslow/whyslow/internal/redact"
 )
 
@@ -176,6 +177,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		if w := daemon.OTLPAuthWarning(cfg); w != "" {
 			logger.Warn("OTLP authentication", "warning", w)
 		}
+	}
+
+	if stack.Spans != nil && !memlimit.UserSet() {
+		// otlp settings need a restart, so the bound is fixed for the
+		// process's life.
+		lim := &memlimit.Limiter{Bound: stack.Daemon.Config().OTLP.MaxBytes, Held: stack.Spans.Bytes}
+		go lim.Run(ctx)
+		logger.Info("Go memory limit follows the span store's bound (set GOMEMLIMIT to override)",
+			"span_max_bytes", lim.Bound, "headroom_floor", memlimit.DefaultFloor)
 	}
 
 	hup := make(chan os.Signal, 1)

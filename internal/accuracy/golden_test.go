@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/whyslow/whyslow/collectors/bundle"
 	"github.com/whyslow/whyslow/collectors/store"

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -57,6 +58,9 @@ type TriageRequest struct {
 	Scheduler rules.Scheduler
 	GPU       string
 	GPUSource string
+	// Shared, when set, answers the triage's queries over every scope
+	// (triage.Options.Shared): the cycle's, so its triages run those once.
+	Shared triage.Metrics
 }
 
 // TriageFunc runs one triage against the daemon's metrics.
@@ -105,6 +109,9 @@ type Options struct {
 	// starts (zero: unknown, taken as long enough).
 	OwnHistory   bool
 	HistoryStart time.Time
+	// SpansSeen counts the spans the triage's trace source has taken in
+	// (nil without one): a verdict is reused only while it is unchanged.
+	SpansSeen func() uint64
 	// Registry receives the daemon's own metrics (default: a new registry).
 	// Pass the one the outbox and retry stage register with so /metrics
 	// serves them all.
@@ -144,9 +151,10 @@ type Daemon struct {
 	history     atomic.Int64                  // unix ns of the first successful scrape the store holds; 0: none yet
 	triages     atomic.Pointer[chan struct{}] // slots for ad-hoc, alert and Slack triages
 	budget      *httplimit.Budget
-	down        map[string]time.Time // target → down since; guarded by viewMu
-	metrics     triage.Metrics       // opts.Metrics
-	lastTriaged map[string]time.Time // open incident key → its last detector triage (guarded by work)
+	down        map[string]time.Time  // target → down since; guarded by viewMu
+	metrics     triage.Metrics        // opts.Metrics
+	lastTriaged map[string]time.Time  // open incident key → its last detector triage (guarded by work)
+	reusable    map[string]lastTriage // open incident key → what its last verdict was made of (guarded by work)
 	closed      bool
 	persisted   []byte                    // the state last written to the data dir
 	pending     []*notifiers.Notification // not yet taken by the outbox (guarded by work)
@@ -201,6 +209,7 @@ func New(opts Options) (*Daemon, error) {
 		down:        map[string]time.Time{},
 		metrics:     opts.Metrics,
 		lastTriaged: map[string]time.Time{},
+		reusable:    map[string]lastTriage{},
 		verdicts:    map[string]*triage.Verdict{},
 		problems:    map[string]string{},
 	}
@@ -276,7 +285,7 @@ func (d *Daemon) Tick(ctx context.Context, at time.Time) error {
 			events = append(events, d.tracker.Gone(key, d.unseenReason(allUp), at)...)
 		}
 	}
-	verdicts := d.triageOpen(ctx, cfg, at, cycleStart)
+	verdicts := d.triageOpen(ctx, cfg, at, cycleStart, seen)
 	cohorts := triage.FindCohorts(d.tracker.Incidents(), dets, cfg.Detect.GroupBy, at)
 	for _, key := range d.tracker.OpenKeys() {
 		v, ok := verdicts[key]
@@ -310,17 +319,36 @@ func (d *Daemon) syncAlerts(at time.Time) {
 // triageOpen triages the open incidents, at most Triage.Concurrency at
 // once, within the cycle's budget (Triage.CycleBudget from the cycle's
 // start). The incidents triaged longest ago go first, so those a spent
-// budget skipped lead the next cycle. It returns the verdicts by key.
-func (d *Daemon) triageOpen(ctx context.Context, cfg Config, at, cycleStart time.Time) map[string]*triage.Verdict {
+// budget skipped lead the next cycle. An incident of a detected scope
+// (detected: this cycle's detection keys) whose inputs are unchanged since
+// its last triage keeps that verdict (retriage.go). It returns the
+// verdicts by key.
+func (d *Daemon) triageOpen(ctx context.Context, cfg Config, at, cycleStart time.Time, detected map[string]bool) map[string]*triage.Verdict {
 	keys := d.tracker.OpenKeys()
 	sort.SliceStable(keys, func(i, j int) bool { return d.lastTriaged[keys[i]].Before(d.lastTriaged[keys[j]]) })
 	ctx, cancel := context.WithDeadline(ctx, cycleStart.Add(cfg.Triage.CycleBudget))
 	defer cancel()
+	newest := d.newestSamples(ctx, cfg, at, keys, detected)
+	spans := d.spansSeen()
+	shared := triage.NewSharedQueries(d.metrics)
 	var mu sync.Mutex
 	out := map[string]*triage.Verdict{}
+	made := map[string]*lastTriage{} // key → its new triage (nil: failed, or unknown freshness)
 	slots := make(chan struct{}, max(cfg.Triage.Concurrency, 1))
 	var wg sync.WaitGroup
 	for _, key := range keys {
+		in, _ := d.tracker.Get(key)
+		req, learning := d.prepare(TriageRequest{
+			Selector: in.Scope.Selector, At: at, Window: IncidentWindow(cfg, at.Sub(in.OpenedAt)), Baseline: cfg.Triage.Baseline, Engine: cfg.Engine,
+		})
+		ts, fresh := newest(key)
+		rk := retriageKey{incident: in.ID, req: req, learning: learning, newest: ts, spans: spans}
+		rk.req.At = time.Time{}
+		if last, ok := d.reusable[key]; ok && fresh && last.key == rk {
+			d.stats.triageRuns.WithLabelValues("detector", "reused").Inc()
+			out[key] = d.finish("detector", in.Scope.Selector, last.raw)
+			continue
+		}
 		if ctx.Err() != nil {
 			d.stats.triageRefused.WithLabelValues("detector", "cycle_budget").Inc()
 			continue
@@ -331,28 +359,46 @@ func (d *Daemon) triageOpen(ctx context.Context, cfg Config, at, cycleStart time
 			d.stats.triageRefused.WithLabelValues("detector", "cycle_budget").Inc()
 			continue
 		}
-		in, _ := d.tracker.Get(key)
+		req.Shared = shared
 		wg.Add(1)
 		go func() {
 			defer func() { <-slots; wg.Done() }()
-			v, err := d.runTriage(ctx, "detector", TriageRequest{
-				Selector: in.Scope.Selector, At: at, Window: IncidentWindow(cfg, at.Sub(in.OpenedAt)), Baseline: cfg.Triage.Baseline, Engine: cfg.Engine,
-			})
+			raw, err := d.triagePrepared(ctx, "detector", req, learning)
+			var v *triage.Verdict
+			if err == nil {
+				v = d.finish("detector", req.Selector, raw)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			made[key] = nil
 			if err != nil {
 				return
 			}
-			mu.Lock()
 			out[key] = v
-			mu.Unlock()
+			if fresh {
+				made[key] = &lastTriage{key: rk, raw: raw}
+			}
 		}()
 	}
 	wg.Wait()
+	for key, last := range made {
+		if last == nil {
+			delete(d.reusable, key)
+		} else {
+			d.reusable[key] = *last
+		}
+	}
 	for key := range out {
 		d.lastTriaged[key] = at
 	}
 	for key := range d.lastTriaged {
 		if !d.tracker.Open(key) {
 			delete(d.lastTriaged, key)
+		}
+	}
+	for key := range d.reusable {
+		if !d.tracker.Open(key) {
+			delete(d.reusable, key)
 		}
 	}
 	return out
@@ -493,13 +539,22 @@ func (d *Daemon) collectSources(ctx context.Context, at time.Time) {
 }
 
 // runTriage runs one triage, records its metrics, and adds a data gap for
-// every engine target that is down. With less history in the store than
-// the baseline offset (a fresh sidecar), the baseline shrinks to the
-// history there is (triage.ChooseBaseline), and the verdict says so in a
-// warning; a scope that mixes several models gets a warning too.
+// every engine target that is down (prepare, triagePrepared, finish).
 func (d *Daemon) runTriage(ctx context.Context, source string, req TriageRequest) (*triage.Verdict, error) {
+	req, learning := d.prepare(req)
+	raw, err := d.triagePrepared(ctx, source, req, learning)
+	if err != nil {
+		return nil, err
+	}
+	return d.finish(source, req.Selector, raw), nil
+}
+
+// prepare adds the engine facts to req. With less history in the store
+// than the baseline offset (a fresh sidecar), the baseline shrinks to the
+// history there is (triage.ChooseBaseline); learning is the warning that
+// says so.
+func (d *Daemon) prepare(req TriageRequest) (_ TriageRequest, learning string) {
 	req = withEngineFacts(d.Config(), req)
-	learning := ""
 	if since := d.HistorySince(); !since.IsZero() {
 		c := triage.ChooseBaseline(req.Baseline, req.Window, since, req.At)
 		if c.Offset > 0 {
@@ -507,6 +562,13 @@ func (d *Daemon) runTriage(ctx context.Context, source string, req TriageRequest
 		}
 		learning = c.Note()
 	}
+	return req, learning
+}
+
+// triagePrepared runs a prepared triage and records its metrics. The
+// verdict carries the learning warning and, for a scope that mixes several
+// models, a warning too; not the data gaps of the moment (finish).
+func (d *Daemon) triagePrepared(ctx context.Context, source string, req TriageRequest, learning string) (*triage.Verdict, error) {
 	start := time.Now()
 	v, err := d.opts.Triage(ctx, req)
 	d.stats.triageDuration.WithLabelValues(source).Observe(time.Since(start).Seconds())
@@ -523,6 +585,16 @@ func (d *Daemon) runTriage(ctx context.Context, source string, req TriageRequest
 		v.Warnings = append(v.Warnings, learning)
 	}
 	triage.CheckMixedModels(ctx, d.metrics, v)
+	return v, nil
+}
+
+// finish returns a copy of raw with a data gap for every engine target
+// that is down, the store's problem and the sources' gaps, as they are
+// now, and keeps it as the scope's latest verdict (but an api one). raw is
+// left as it is, so a reused verdict gets the gaps of its own cycle.
+func (d *Daemon) finish(source, selector string, raw *triage.Verdict) *triage.Verdict {
+	v := *raw
+	v.DataGaps = slices.Clip(raw.DataGaps)
 	d.viewMu.Lock()
 	defer d.viewMu.Unlock()
 	targets := make([]string, 0, len(d.down))
@@ -541,9 +613,9 @@ func (d *Daemon) runTriage(ctx context.Context, source string, req TriageRequest
 	}
 	v.DataGaps = append(v.DataGaps, d.gaps...)
 	if source != "api" {
-		d.verdicts[req.Selector] = v
+		d.verdicts[selector] = &v
 	}
-	return v, nil
+	return &v
 }
 
 func writeFileAtomic(path string, b []byte) error {

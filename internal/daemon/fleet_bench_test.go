@@ -104,7 +104,11 @@ func benchFleetCycle(b *testing.B, scopes int) {
 // store with 1, 8, 64 and 256 open incidents (steady deployments slowed
 // down in their last window, internal/fleettest): detection over every
 // scope, then each open incident triaged with the shipped rulesets,
-// triage.concurrency at once. Target: 256 within one 5 s interval.
+// triage.concurrency at once, within the default 5 s cycle budget. cold
+// triages every incident from scratch (the reuse of unchanged verdicts
+// forgotten before each cycle); steady is the next cycle with no sample
+// new, every verdict reused. Target: 256 triaged within one 5 s interval,
+// cold (triaged/cycle 256, refused/cycle 0).
 func BenchmarkCycleOpenIncidents(b *testing.B) {
 	for _, n := range []int{1, 8, 64, 256} {
 		b.Run(fmt.Sprintf("open=%d", n), func(b *testing.B) { benchCycleOpen(b, n) })
@@ -149,16 +153,51 @@ func benchCycleOpen(b *testing.B, open int) {
 	if got := testutil.ToFloat64(d.stats.incidentsOpen); int(got) != open {
 		b.Fatalf("%v open incidents, want %d", got, open)
 	}
+	heap := float64(liveHeap()) / float64(open) / (1 << 20)
+	// What the reuse keeps per verdict: the heap after a cycle at at
+	// (which keeps one per incident it triaged) over the heap without any.
+	d.reusable = map[string]lastTriage{}
+	without := liveHeap()
+	if err := d.Tick(ctx, at); err != nil {
+		b.Fatal(err)
+	}
+	reuseKiB := (float64(liveHeap()) - float64(without)) / float64(max(len(d.reusable), 1)) / (1 << 10)
+
+	run := func(b *testing.B, before func()) {
+		runs := func(result string) float64 {
+			return testutil.ToFloat64(d.stats.triageRuns.WithLabelValues("detector", result))
+		}
+		refused := func() float64 {
+			return testutil.ToFloat64(d.stats.triageRefused.WithLabelValues("detector", "cycle_budget"))
+		}
+		ok0, reused0, refused0 := runs("ok"), runs("reused"), refused()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			before()
+			if err := d.Tick(ctx, at); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		n := float64(b.N)
+		b.ReportMetric(testutil.ToFloat64(d.stats.fleet.queries), "queries/cycle")
+		b.ReportMetric((runs("ok")-ok0)/n, "triaged/cycle")
+		b.ReportMetric((runs("reused")-reused0)/n, "reused/cycle")
+		b.ReportMetric((refused()-refused0)/n, "refused/cycle")
+		b.ReportMetric(heap, "heap-MiB/scope")
+		b.ReportMetric(reuseKiB, "reuse-KiB/scope")
+	}
+	b.Run("cold", func(b *testing.B) { run(b, func() { d.reusable = map[string]lastTriage{} }) })
+	// Nothing new since the cycle before: the same samples at the same time.
+	b.Run("steady", func(b *testing.B) { run(b, func() {}) })
+}
+
+// liveHeap is the heap in use after a collection; twice, so what sync.Pools
+// held is gone too.
+func liveHeap() uint64 {
 	var ms runtime.MemStats
 	runtime.GC()
+	runtime.GC()
 	runtime.ReadMemStats(&ms)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if err := d.Tick(ctx, at); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.StopTimer()
-	b.ReportMetric(testutil.ToFloat64(d.stats.fleet.queries), "queries/cycle")
-	b.ReportMetric(float64(ms.HeapAlloc)/float64(open)/(1<<20), "heap-MiB/scope")
+	return ms.HeapAlloc
 }

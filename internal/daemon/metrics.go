@@ -43,7 +43,7 @@ func newStats(d *Daemon, reg *prometheus.Registry) *stats {
 			Name: "whyslow_scrape_last_success_timestamp_seconds", Help: "When an engine target was last scraped successfully.",
 		}, []string{"target"}),
 		triageRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "whyslow_triage_runs_total", Help: "Triage runs by source (detector, alert, api) and result (ok, error).",
+			Name: "whyslow_triage_runs_total", Help: "Triage runs by source (detector, alert, api) and result (ok, error; reused: the detector kept an open incident's last verdict, no sample of its scope being new since).",
 		}, []string{"source", "result"}),
 		triageDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "whyslow_triage_duration_seconds", Help: "Duration of triage runs.",

@@ -55,7 +55,7 @@ func TriageWith(m triage.Metrics, traces triage.Traces, engine string) (TriageFu
 		return triage.Run(ctx, triage.Options{
 			Metrics: m, Rulesets: rss, OtherEngines: others, At: req.At, Window: req.Window, Baseline: req.Baseline,
 			Selector: req.Selector, Engine: req.Engine, Scheduler: req.Scheduler, GPU: req.GPU, GPUSource: req.GPUSource,
-			Traces: traces,
+			Traces: traces, Shared: req.Shared,
 		})
 	}, nil
 }
@@ -287,11 +287,17 @@ func NewStack(o StackOptions) (*Stack, error) {
 		senders = append(senders, as)
 	}
 
+	var spansSeen func() uint64
+	if s.Spans != nil {
+		// Every span taken in is held or counted as evicted.
+		spansSeen = func() uint64 { return uint64(s.Spans.Len()) + s.Spans.Evicted() }
+	}
 	s.Daemon, err = New(Options{
 		AlertSenders: senders,
 		Config:       cfg, Metrics: metrics, Scraper: scraper, Triage: tri, OwnHistory: cfg.Fleet(), Outbox: s.Outbox, Receivers: names,
 		Sources: sources, Gatherers: gatherers, Routes: routes, APIRoutes: apiRoutes,
 		Flush: s.Dispatcher.Shutdown, Registry: reg, Now: o.Clock.Now, Secrets: o.Secrets, Logger: o.Logger,
+		SpansSeen: spansSeen,
 	})
 	if err != nil {
 		return fail(err)

@@ -1,7 +1,10 @@
 // Package chart draws the picture on-call engineers look at before reading:
 // TTFT p95, ITL/TPOT p95, KV-cache usage and queue depth, the incident window
 // drawn over the baseline window, as one PNG. Build fetches the curves with
-// range queries from any triage.Metrics; Render draws them with gonum/plot.
+// range queries from any triage.Metrics; Render draws them (render.go) with
+// the standard library's image packages, golang.org/x/image/vector's
+// antialiasing rasterizer and basicfont's 7×13 bitmap font: no TrueType
+// fonts and no plotting library in the binary.
 package chart
 
 // docs/img/kv_pressure.png is `whyslow why --bundle
@@ -9,25 +12,15 @@ package chart
 // rewrites it, and cmd/whyslow's docs test checks it.
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"image/color"
-	"io"
 	"math"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/prometheus/common/model"
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/font"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/whyslow/whyslow/triage"
 )
@@ -71,179 +64,8 @@ type Data struct {
 	Panels []Panel
 }
 
-// Size of the rendered PNG.
-const (
-	Width  = 1200
-	Height = 800
-	dpi    = 96
-)
-
-var (
-	incidentColor = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
-	baselineColor = color.RGBA{R: 0x80, G: 0x80, B: 0x80, A: 0xff}
-)
-
-// Render draws d as a PNG of Width×Height pixels into w.
-func Render(w io.Writer, d Data) error {
-	if len(d.Panels) == 0 {
-		return errors.New("render chart: no panels")
-	}
-	cols := 2
-	if len(d.Panels) == 1 {
-		cols = 1
-	}
-	rows := (len(d.Panels) + cols - 1) / cols
-	grid := make([][]*plot.Plot, rows)
-	for r := range grid {
-		grid[r] = make([]*plot.Plot, cols)
-	}
-	for i, p := range d.Panels {
-		pl, err := panelPlot(d, p, i == 0)
-		if err != nil {
-			return fmt.Errorf("render chart: panel %q: %w", p.Title, err)
-		}
-		grid[i/cols][i%cols] = pl
-	}
-	px := func(n float64) vg.Length { return vg.Length(n) * vg.Inch / dpi }
-	img := vgimg.NewWith(vgimg.UseWH(px(Width), px(Height)), vgimg.UseDPI(dpi))
-	dc := draw.New(img)
-	dc.SetColor(color.White)
-	dc.Fill(dc.Rectangle.Path())
-	title := d.Title
-	if title == "" {
-		title = "whyslow: incident vs baseline"
-	}
-	sty := draw.TextStyle{Color: color.Black, Font: font.From(plot.DefaultFont, 15), XAlign: draw.XCenter, YAlign: draw.YTop,
-		Handler: plot.DefaultTextHandler}
-	dc.FillText(sty, vg.Point{X: dc.Min.X + (dc.Max.X-dc.Min.X)/2, Y: dc.Max.Y - px(8)}, title)
-	tiles := draw.Tiles{Rows: rows, Cols: cols, PadX: px(24), PadY: px(20), PadTop: px(40), PadBottom: px(10), PadLeft: px(10), PadRight: px(16)}
-	canvases := plot.Align(grid, tiles, dc)
-	for r := range grid {
-		for c := range grid[r] {
-			if grid[r][c] != nil {
-				grid[r][c].Draw(canvases[r][c])
-			}
-		}
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(w); err != nil {
-		return fmt.Errorf("render chart: write png: %w", err)
-	}
-	return nil
-}
-
-// PNG renders d and returns the bytes.
-func PNG(d Data) ([]byte, error) {
-	var b bytes.Buffer
-	if err := Render(&b, d); err != nil {
-		return nil, err
-	}
-	return b.Bytes(), nil
-}
-
-// scale picks the display unit of a panel: ms for sub-second latencies, %
-// for fractions.
-func scale(p Panel) (float64, string) {
-	switch p.Unit {
-	case UnitSeconds:
-		hi := 0.0
-		for _, s := range [][]Point{p.Incident, p.Baseline} {
-			for _, pt := range s {
-				if !math.IsNaN(pt.V) && !math.IsInf(pt.V, 0) {
-					hi = math.Max(hi, pt.V)
-				}
-			}
-		}
-		if hi < 1 {
-			return 1000, "ms"
-		}
-		return 1, "s"
-	case UnitFraction:
-		return 100, "%"
-	}
-	return 1, p.Unit
-}
-
-func panelPlot(d Data, p Panel, legend bool) (*plot.Plot, error) {
-	pl := plot.New()
-	mult, unit := scale(p)
-	pl.Title.Text = p.Title
-	if len(p.Incident) == 0 && len(p.Baseline) == 0 {
-		pl.Title.Text += " (no data)"
-	}
-	pl.Y.Label.Text = unit
-	pl.X.Label.Text = "minutes into window"
-	pl.Y.Min = 0
-	pl.X.Tick.Marker, pl.Y.Tick.Marker = cleanTicks{}, cleanTicks{}
-	pl.Add(plotter.NewGrid())
-	span := d.Incident.End.Sub(d.Incident.Start)
-	if bs := d.Baseline.End.Sub(d.Baseline.Start); bs > span {
-		span = bs
-	}
-	if span > 0 {
-		pl.X.Min, pl.X.Max = 0, span.Minutes()
-	}
-	type curve struct {
-		name  string
-		pts   []Point
-		start time.Time
-		col   color.Color
-		dash  []vg.Length
-		width vg.Length
-	}
-	curves := []curve{
-		{"baseline", p.Baseline, d.Baseline.Start, baselineColor, []vg.Length{vg.Points(4), vg.Points(3)}, vg.Points(1.5)},
-		{"incident", p.Incident, d.Incident.Start, incidentColor, nil, vg.Points(2)},
-	}
-	ymax := 0.0
-	for _, c := range curves {
-		first := true
-		for _, seg := range Segments(c.pts) {
-			xys := make(plotter.XYs, len(seg))
-			for i, pt := range seg {
-				xys[i] = plotter.XY{X: pt.T.Sub(c.start).Minutes(), Y: pt.V * mult}
-				ymax = math.Max(ymax, xys[i].Y)
-			}
-			l, err := plotter.NewLine(xys)
-			if err != nil {
-				return nil, err
-			}
-			l.Color, l.Dashes, l.Width = c.col, c.dash, c.width
-			pl.Add(l)
-			if first && legend {
-				pl.Legend.Add(c.name, l)
-			}
-			first = false
-		}
-	}
-	if ymax == 0 {
-		ymax = 1
-	}
-	pl.Y.Max = ymax * 1.1
-	if p.Unit == UnitFraction && pl.Y.Max > 100 {
-		pl.Y.Max = 100
-	}
-	pl.Legend.Top = true
-	pl.Legend.Left = true
-	return pl, nil
-}
-
-// cleanTicks are gonum's default ticks labelled without trailing zeros
-// ("2.5", not "2.50").
-type cleanTicks struct{}
-
-// Ticks implements plot.Ticker.
-func (cleanTicks) Ticks(lo, hi float64) []plot.Tick {
-	ts := plot.DefaultTicks{}.Ticks(lo, hi)
-	for i := range ts {
-		if ts[i].Label != "" {
-			ts[i].Label = strconv.FormatFloat(ts[i].Value, 'f', -1, 64)
-		}
-	}
-	return ts
-}
-
 // Segments splits points at NaN/Inf values: the runs a line can be drawn
-// through (plotter lines reject them; an SVG path would break on them).
+// through (a gap has no place on the axes; an SVG path would break on it).
 func Segments(pts []Point) [][]Point {
 	var out [][]Point
 	var cur []Point

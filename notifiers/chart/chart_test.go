@@ -137,28 +137,10 @@ func TestBuildErrors(t *testing.T) {
 	}
 }
 
-// plotPixels counts the pixels that are not white, and the incident-red ones.
-func plotPixels(img image.Image) (nonWhite, red int) {
-	b := img.Bounds()
-	for y := b.Min.Y; y < b.Max.Y; y++ {
-		for x := b.Min.X; x < b.Max.X; x++ {
-			r, g, bl, _ := img.At(x, y).RGBA()
-			if r>>8 < 250 || g>>8 < 250 || bl>>8 < 250 {
-				nonWhite++
-			}
-			if r>>8 > 180 && g>>8 < 90 && bl>>8 < 90 {
-				red++
-			}
-		}
-	}
-	return nonWhite, red
-}
-
-func TestRenderPNG(t *testing.T) {
-	inc, base := windows()
-	v := &triage.Verdict{Status: triage.StatusAnomaly, Severity: triage.SeverityCritical, Engine: "vllm",
-		Scope: triage.Scope{Selector: `model_name="llama"`}, Incident: inc, Baseline: base}
-	b, err := PNGFunc(kvFake(), Options{})(context.Background(), v)
+// renderImage renders d through PNG and decodes it again.
+func renderImage(t *testing.T, d Data) image.Image {
+	t.Helper()
+	b, err := PNG(d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,21 +149,229 @@ func TestRenderPNG(t *testing.T) {
 		t.Fatalf("decode png: %v", err)
 	}
 	if got := img.Bounds().Size(); got.X != Width || got.Y != Height {
-		t.Errorf("size = %v, want %dx%d", got, Width, Height)
+		t.Fatalf("size = %v, want %dx%d", got, Width, Height)
 	}
-	// Each quadrant is one panel: each must have ink and a red curve.
-	for i := range 4 {
-		x0, y0 := (i%2)*Width/2, (i/2)*Height/2
-		sub := img.(interface {
-			SubImage(image.Rectangle) image.Image
-		}).SubImage(image.Rect(x0, y0+40, x0+Width/2, y0+Height/2))
-		nonWhite, red := plotPixels(sub)
-		if nonWhite < 2000 {
-			t.Errorf("panel %d: only %d non-white pixels", i, nonWhite)
+	return img
+}
+
+func rgb(img image.Image, x, y int) (r, g, b uint32) {
+	r, g, b, _ = img.At(x, y).RGBA()
+	return r >> 8, g >> 8, b >> 8
+}
+
+// isIncident is the incident curve's red; isBaseline the baseline's grey
+// (not the light gridlines, the darker axes and labels or the lighter "no
+// data").
+func isIncident(img image.Image, x, y int) bool {
+	r, g, b := rgb(img, x, y)
+	return r > 180 && g < 90 && b < 90
+}
+
+func isBaseline(img image.Image, x, y int) bool {
+	r, g, b := rgb(img, x, y)
+	return r >= 0x78 && r <= 0x90 && r+8 > g && g+8 > r && g+8 > b && b+8 > g
+}
+
+// count counts the pixels of rect that are what is says.
+func count(img image.Image, rect image.Rectangle, is func(image.Image, int, int) bool) int {
+	n := 0
+	for y := rect.Min.Y; y < rect.Max.Y; y++ {
+		for x := rect.Min.X; x < rect.Max.X; x++ {
+			if is(img, x, y) {
+				n++
+			}
 		}
-		if red < 200 {
-			t.Errorf("panel %d: only %d incident-red pixels", i, red)
+	}
+	return n
+}
+
+func notWhite(img image.Image, x, y int) bool {
+	r, g, b := rgb(img, x, y)
+	return r < 250 || g < 250 || b < 250
+}
+
+func TestRenderPNG(t *testing.T) {
+	inc, base := windows()
+	v := &triage.Verdict{Status: triage.StatusAnomaly, Severity: triage.SeverityCritical, Engine: "vllm",
+		Scope: triage.Scope{Selector: `model_name="llama"`}, Incident: inc, Baseline: base}
+	d, err := ForVerdict(context.Background(), kvFake(), v, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := renderImage(t, d)
+	boxes := layout(len(d.Panels))
+	if len(boxes) != 4 {
+		t.Fatalf("%d panel boxes, want 4", len(boxes))
+	}
+	// Each panel has ink (axes, labels) and both curves in its plot area.
+	for i, box := range boxes {
+		if n := count(img, box.cell, notWhite); n < 3000 {
+			t.Errorf("panel %d: only %d non-white pixels", i, n)
 		}
+		if n := count(img, box.plot, isIncident); n < 400 {
+			t.Errorf("panel %d: only %d incident-red pixels in the plot area", i, n)
+		}
+		if n := count(img, box.plot, isBaseline); n < 200 {
+			t.Errorf("panel %d: only %d baseline-grey pixels in the plot area", i, n)
+		}
+	}
+	// Red is only in the plot areas (and the legend, above the first).
+	legend := image.Rect(boxes[0].cell.Min.X, boxes[0].cell.Min.Y, boxes[0].cell.Max.X, boxes[0].plot.Min.Y)
+	if n := count(img, legend, isIncident); n == 0 {
+		t.Error("no incident-red legend above the first panel")
+	}
+	if n := count(img, boxes[1].cell.Intersect(legend.Add(image.Pt(Width/2, 0))), isIncident); n != 0 {
+		t.Errorf("%d incident-red pixels above the second panel: a legend on it too?", n)
+	}
+	stray := 0
+	for y := range Height {
+	pixel:
+		for x := range Width {
+			if !isIncident(img, x, y) {
+				continue
+			}
+			p := image.Pt(x, y)
+			if p.In(legend) {
+				continue
+			}
+			for _, box := range boxes {
+				if p.In(box.plot.Inset(-rasterPad)) {
+					continue pixel
+				}
+			}
+			stray++
+		}
+	}
+	if stray != 0 {
+		t.Errorf("%d incident-red pixels outside the plot areas", stray)
+	}
+}
+
+// single is one panel over the 10-minute incident window: it fills the
+// image.
+func single(p Panel) Data {
+	inc, base := windows()
+	return Data{Title: "one panel", Incident: inc, Baseline: base, Panels: []Panel{p}}
+}
+
+// frameOf is the mapping Render uses for a single panel.
+func frameOf(t *testing.T, d Data) frame {
+	t.Helper()
+	mult, unit := scale(d.Panels[0])
+	hi := 0.0
+	for _, s := range [][]Point{d.Panels[0].Incident, d.Panels[0].Baseline} {
+		for _, p := range s {
+			if finite(p.V) {
+				hi = math.Max(hi, p.V*mult)
+			}
+		}
+	}
+	return frame{plot: layout(1)[0].plot, x: timeAxis(10), y: valueAxis(0, hi, unit)}
+}
+
+func TestRenderGap(t *testing.T) {
+	inc, base := windows()
+	var pts, bpts []Point
+	for s := 0; s <= 600; s += 10 {
+		v := 0.2 + float64(s)/6000 // 200..300 ms
+		if s > 180 && s < 360 {
+			v = math.NaN() // no samples from 3m to 6m
+		}
+		pts = append(pts, Point{inc.Start.Add(time.Duration(s) * time.Second), v})
+		bpts = append(bpts, Point{base.Start.Add(time.Duration(s) * time.Second), 0.1})
+	}
+	d := single(Panel{Title: "gappy", Unit: UnitSeconds, Incident: pts, Baseline: bpts})
+	img := renderImage(t, d)
+	f := frameOf(t, d)
+	// x is minutes into the 10-minute window across the plot area.
+	col := func(min float64) int { return f.plot.Min.X + int(min/10*float64(f.plot.Dx())) }
+	colRed := func(x int) bool {
+		return count(img, image.Rect(x, f.plot.Min.Y, x+1, f.plot.Max.Y), isIncident) > 0
+	}
+	for x := col(3) + 3; x < col(6)-3; x++ {
+		if colRed(x) {
+			t.Fatalf("incident-red pixels at x=%d, in the gap (columns %d..%d)", x, col(3), col(6))
+		}
+	}
+	for _, r := range [][2]float64{{0.1, 2.9}, {6.1, 9.9}} {
+		for x := col(r[0]); x < col(r[1]); x++ {
+			if !colRed(x) {
+				t.Fatalf("no incident-red pixel at x=%d (%.1fm..%.1fm has samples)", x, r[0], r[1])
+			}
+		}
+	}
+	// The baseline has no gap: it is drawn (dashed) across the gap.
+	if n := count(img, image.Rect(col(3)+3, f.plot.Min.Y, col(6)-3, f.plot.Max.Y), isBaseline); n < 50 {
+		t.Errorf("only %d baseline pixels across the incident's gap", n)
+	}
+}
+
+// TestRenderValues checks where curves land: a flat incident at 500 ms
+// and a flat baseline at 250 ms on the ms axis.
+func TestRenderValues(t *testing.T) {
+	inc, base := windows()
+	var pts, bpts []Point
+	for s := 0; s <= 600; s += 15 {
+		pts = append(pts, Point{inc.Start.Add(time.Duration(s) * time.Second), 0.5})
+		bpts = append(bpts, Point{base.Start.Add(time.Duration(s) * time.Second), 0.25})
+	}
+	d := single(Panel{Title: "flat", Unit: UnitSeconds, Incident: pts, Baseline: bpts})
+	f := frameOf(t, d)
+	if f.y.ticks[len(f.y.ticks)-1] != 500 || f.y.hi < 550 {
+		t.Fatalf("value axis %+v: want ticks up to 500 (ms), the top at 550", f.y)
+	}
+	img := renderImage(t, d)
+	row := func(ms float64) float64 { return float64(f.plot.Max.Y) - ms/f.y.hi*float64(f.plot.Dy()) }
+	for _, c := range []struct {
+		name string
+		is   func(image.Image, int, int) bool
+		v    float64
+		min  int
+	}{{"incident", isIncident, 500, 1000}, {"baseline", isBaseline, 250, 300}} {
+		y := row(c.v)
+		band := image.Rect(f.plot.Min.X, int(y)-2, f.plot.Max.X, int(y)+3)
+		if n := count(img, band, c.is); n < c.min {
+			t.Errorf("%s at %.0f ms: %d pixels in rows %d..%d, want at least %d", c.name, c.v, n, band.Min.Y, band.Max.Y-1, c.min)
+		}
+		if all := count(img, f.plot, c.is); all != count(img, band, c.is) {
+			t.Errorf("%s at %.0f ms: %d of its pixels outside rows %d..%d", c.name, c.v, all-count(img, band, c.is), band.Min.Y, band.Max.Y-1)
+		}
+	}
+}
+
+// TestRenderClips draws a fraction above 100%: the axis stops at 100%,
+// the curve is cut off at the plot area's edge.
+func TestRenderClips(t *testing.T) {
+	inc, _ := windows()
+	var pts []Point
+	for s := 0; s <= 600; s += 15 {
+		pts = append(pts, Point{inc.Start.Add(time.Duration(s) * time.Second), 0.5 + float64(s)/600})
+	}
+	d := single(Panel{Title: "over", Unit: UnitFraction, Incident: pts})
+	if f := frameOf(t, d); f.y.hi != 100 {
+		t.Errorf("fraction axis up to %g%%, want 100%%", f.y.hi)
+	}
+	img := renderImage(t, d)
+	plot := layout(1)[0].plot
+	outside := 0
+	for y := range Height {
+		for x := range Width {
+			if isIncident(img, x, y) && !image.Pt(x, y).In(plot.Inset(-rasterPad)) && y > plot.Min.Y {
+				outside++
+			}
+		}
+	}
+	if outside != 0 {
+		t.Errorf("%d incident-red pixels outside the plot area", outside)
+	}
+	// 50% at 0m to 100% at 5m is drawn; 102% from 5.2m on is above the
+	// plot area (by 13 px, more than its margin and the line's half-width).
+	at := func(min float64) int { return plot.Min.X + int(min/10*float64(plot.Dx())) }
+	if n := count(img, image.Rect(at(0), plot.Min.Y, at(4.5), plot.Max.Y), isIncident); n < 400 {
+		t.Errorf("only %d incident-red pixels from 0m to 4.5m", n)
+	}
+	if n := count(img, image.Rect(at(5.2), 0, at(8), Height), isIncident); n != 0 {
+		t.Errorf("%d incident-red pixels from 5.2m to 8m (above 100%%; the legend is right of 8m)", n)
 	}
 }
 
@@ -193,12 +383,123 @@ func TestRenderGapsAndEmpty(t *testing.T) {
 		{Title: "empty", Unit: UnitCount},
 		{Title: "inf", Unit: UnitFraction, Baseline: []Point{{base.Start, math.Inf(1)}}},
 	}}
-	var b bytes.Buffer
-	if err := Render(&b, d); err != nil {
-		t.Fatal(err)
+	img := renderImage(t, d)
+	boxes := layout(3)
+	// The lone first sample is a dot; the run after the gap a line.
+	if n := count(img, boxes[0].plot, isIncident); n < 100 {
+		t.Errorf("gappy: only %d incident-red pixels", n)
 	}
-	if _, err := png.Decode(&b); err != nil {
-		t.Fatal(err)
+	for i := 1; i < 3; i++ {
+		if n := count(img, boxes[i].plot, isIncident) + count(img, boxes[i].plot, isBaseline); n != 0 {
+			t.Errorf("panel %d has no finite samples but %d curve pixels", i, n)
+		}
+		if n := count(img, boxes[i].cell, notWhite); n < 1000 {
+			t.Errorf("panel %d: only %d non-white pixels (no axes, no \"no data\"?)", i, n)
+		}
+	}
+	if err := Render(&bytes.Buffer{}, Data{}); err == nil {
+		t.Error("render without panels: no error")
+	}
+	if _, err := PNG(Data{Title: "x"}); err == nil {
+		t.Error("PNG without panels: no error")
+	}
+}
+
+func TestAxes(t *testing.T) {
+	for _, c := range []struct {
+		hi     float64
+		unit   string
+		ticks  []float64
+		top    float64
+		labels []string
+	}{
+		{156, "s", []float64{0, 50, 100, 150}, 171.6, []string{"0 s", "50 s", "100 s", "150 s"}},
+		{85, "ms", []float64{0, 20, 40, 60, 80}, 93.5, []string{"0 ms", "20 ms", "40 ms", "60 ms", "80 ms"}},
+		{99.9, "%", []float64{0, 20, 40, 60, 80, 100}, 100, []string{"0%", "20%", "40%", "60%", "80%", "100%"}},
+		{11.4, "requests", []float64{0, 5, 10, 15}, 15, []string{"0", "5", "10", "15"}},
+		{2.3, "s", []float64{0, 0.5, 1, 1.5, 2, 2.5}, 2.53, []string{"0 s", "0.5 s", "1 s", "1.5 s", "2 s", "2.5 s"}},
+		{0, "ms", []float64{0, 0.2, 0.4, 0.6, 0.8, 1}, 1, nil},
+	} {
+		a := valueAxis(0, c.hi, c.unit)
+		if len(a.ticks) != len(c.ticks) || math.Abs(a.hi-c.top) > 1e-9 {
+			t.Errorf("valueAxis(0, %g, %s) = %v up to %g, want %v up to %g", c.hi, c.unit, a.ticks, a.hi, c.ticks, c.top)
+			continue
+		}
+		for i, v := range c.ticks {
+			if math.Abs(a.ticks[i]-v) > 1e-9 {
+				t.Errorf("valueAxis(0, %g, %s) tick %d = %g, want %g", c.hi, c.unit, i, a.ticks[i], v)
+			}
+			if c.labels != nil {
+				if got := tickLabel(a.ticks[i], a.decimals, c.unit); got != c.labels[i] {
+					t.Errorf("valueAxis(0, %g, %s) label %d = %q, want %q", c.hi, c.unit, i, got, c.labels[i])
+				}
+			}
+		}
+	}
+	// Any range: 4 to 6 ticks of 1, 2 or 5 × 10^k from 0, the last within
+	// the axis, the axis above the data.
+	for _, hi := range []float64{0.003, 0.07, 0.9, 1, 3.3, 7, 12.5, 42, 99, 480, 1e4, 3.7e6} {
+		a := valueAxis(0, hi, "")
+		if len(a.ticks) < minYTicks || len(a.ticks) > maxYTicks || a.ticks[0] != 0 || a.ticks[len(a.ticks)-1] > a.hi || a.hi < hi {
+			t.Errorf("valueAxis(0, %g) = %v up to %g", hi, a.ticks, a.hi)
+			continue
+		}
+		step := a.ticks[1]
+		m := step / math.Pow(10, math.Floor(math.Log10(step)+1e-9))
+		if math.Abs(m-1) > 1e-6 && math.Abs(m-2) > 1e-6 && math.Abs(m-5) > 1e-6 {
+			t.Errorf("valueAxis(0, %g): step %g is not 1, 2 or 5 × 10^k", hi, step)
+		}
+	}
+	for _, c := range []struct {
+		span   float64
+		labels string
+	}{{5, "0 1 2 3 4 5"}, {10, "0 2 4 6 8 10"}, {1.5, "0 0.5 1 1.5"}, {60, "0 10 20 30 40 50 60"}} {
+		a := timeAxis(c.span)
+		var got []string
+		for _, v := range a.ticks {
+			got = append(got, number(v, a.decimals))
+		}
+		if strings.Join(got, " ") != c.labels {
+			t.Errorf("timeAxis(%g) ticks = %v, want %s", c.span, got, c.labels)
+		}
+	}
+}
+
+func TestText(t *testing.T) {
+	if got := ascii("a — b – c × d"); got != "a - b - c x d" {
+		t.Errorf("ascii = %q", got)
+	}
+	long := strings.Repeat("x", 300)
+	if got := fit(long, 700); textWidth(got) > 700 || !strings.HasSuffix(got, "...") {
+		t.Errorf("fit(300 x, 700px) = %d px: %q", textWidth(got), got)
+	}
+	if got := fit("short", 700); got != "short" {
+		t.Errorf("fit(short) = %q", got)
+	}
+}
+
+func TestDashes(t *testing.T) {
+	// 30 px along a line with a corner at 10: on 7, off 2 → 0..7,
+	// 9..16 (round the corner), 18..25, 27..30.
+	pts := []vec{{0, 0}, {10, 0}, {10, 20}}
+	got := dashes(pts, 7, 2)
+	if len(got) != 4 {
+		t.Fatalf("dashes = %v, want 4", got)
+	}
+	length := func(ps []vec) float64 {
+		l := 0.0
+		for i := 1; i < len(ps); i++ {
+			l += math.Hypot(float64(ps[i].x-ps[i-1].x), float64(ps[i].y-ps[i-1].y))
+		}
+		return l
+	}
+	for i, want := range []float64{7, 7, 7, 3} {
+		if l := length(got[i]); math.Abs(l-want) > 1e-4 {
+			t.Errorf("dash %d is %.3f px, want %g: %v", i, l, want, got[i])
+		}
+	}
+	if len(got[1]) != 3 || got[1][1] != (vec{10, 0}) {
+		t.Errorf("the second dash turns the corner: %v", got[1])
 	}
 }
 

@@ -3,6 +3,7 @@ package chart_test
 import (
 	"bytes"
 	"context"
+	"image"
 	"image/png"
 	"testing"
 
@@ -60,7 +61,33 @@ func TestKVPressureChart(t *testing.T) {
 	if err := chart.Render(&buf, d); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := png.Decode(bytes.NewReader(buf.Bytes())); err != nil {
+	img, err := png.Decode(bytes.NewReader(buf.Bytes()))
+	if err != nil {
 		t.Fatal(err)
+	}
+	if got := img.Bounds().Size(); got != image.Pt(chart.Width, chart.Height) {
+		t.Fatalf("size = %v, want %dx%d", got, chart.Width, chart.Height)
+	}
+	// The KV panel (bottom left) has the incident curve near 100%, in
+	// its upper part, and the baseline's below it.
+	red := func(r image.Rectangle) int {
+		n := 0
+		for y := r.Min.Y; y < r.Max.Y; y++ {
+			for x := r.Min.X; x < r.Max.X; x++ {
+				r, g, b, _ := img.At(x, y).RGBA()
+				if r>>8 > 180 && g>>8 < 90 && b>>8 < 90 {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	kvTop := image.Rect(60, chart.Height/2, chart.Width/2, chart.Height/2+120)
+	kvBottom := image.Rect(60, chart.Height/2+120, chart.Width/2, chart.Height)
+	if n := red(kvTop); n < 500 {
+		t.Errorf("KV panel: only %d incident-red pixels in its upper part %v", n, kvTop)
+	}
+	if n := red(kvBottom); n > 0 {
+		t.Errorf("KV panel: %d incident-red pixels below its upper part %v", n, kvBottom)
 	}
 }

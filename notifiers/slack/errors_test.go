@@ -13,7 +13,7 @@ import (
 
 	"log/slog"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/notifiers/notifytest"

@@ -5,16 +5,24 @@
 // period it reads the daemon's VmRSS and VmHWM from /proc/PID/status, its
 // CPU time from /proc/PID/stat, and its Go heap from its own /metrics;
 // at the end it prints the CPU share of one core and, with -heap FILE,
-// saves a heap profile from the daemon's /debug/pprof.
+// saves a heap profile from the daemon's /debug/pprof. With -spans N it
+// also sends N spans a second to the daemon's OTLP/HTTP receiver through
+// the OpenTelemetry SDK's exporter (llm_request spans with llm-d gateway
+// spans, four per request, as simtrace writes them).
 //
 //	go run ./internal/daemon/measure -duration 3m
 //	go run ./internal/daemon/measure -duration 10m -data-dir /tmp/w -heap /tmp/heap.pb.gz
+//	go run ./internal/daemon/measure -duration 1h -spans 5000
+//
+// -interval shorter than 5 s with -retention 6h fills the retention with
+// as many samples as 6 h of 5 s scrapes hold in less time (833ms: 1 h).
 //
 // Linux only (it reads /proc).
 package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -42,15 +50,28 @@ func main() {
 	bin := flag.String("bin", "", "whyslow binary (default: build ./cmd/whyslow into a temporary directory)")
 	dataDir := flag.String("data-dir", "", "the daemon's --data-dir (default: in memory)")
 	heap := flag.String("heap", "", "save a heap profile of the daemon here at the end")
-	gomemlimit := flag.String("gomemlimit", "", "GOMEMLIMIT for the daemon (default: none)")
+	gomemlimit := flag.String("gomemlimit", "", "GOMEMLIMIT for the daemon (default: unset, the daemon chooses)")
+	retention := flag.Duration("retention", 6*time.Hour, "the daemon's retention")
+	spans := flag.Int("spans", 0, "OTLP spans a second to send to the daemon (0: OTLP off)")
 	flag.Parse()
-	if err := run(*duration, *sample, *interval, *speed, *scenario, *bin, *dataDir, *heap, *gomemlimit); err != nil {
+	o := options{duration: *duration, sample: *sample, interval: *interval, speed: *speed, scenario: *scenario, bin: *bin,
+		dataDir: *dataDir, heap: *heap, gomemlimit: *gomemlimit, retention: *retention, spans: *spans}
+	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "measure:", err)
 		os.Exit(2)
 	}
 }
 
-func run(duration, sample, interval time.Duration, speed float64, scenario, bin, dataDir, heap, gomemlimit string) error {
+type options struct {
+	duration, sample, interval, retention time.Duration
+	speed                                 float64
+	scenario, bin, dataDir, heap          string
+	gomemlimit                            string
+	spans                                 int
+}
+
+func run(o options) error {
+	duration, sample, interval, speed, scenario, bin, dataDir, heap := o.duration, o.sample, o.interval, o.speed, o.scenario, o.bin, o.dataDir, o.heap
 	tmp, err := os.MkdirTemp("", "whyslow-measure-")
 	if err != nil {
 		return err
@@ -90,15 +111,23 @@ func run(duration, sample, interval time.Duration, speed float64, scenario, bin,
 		return fmt.Errorf("engine model: %w", err)
 	}
 
+	otlpConf, otlpURL := `{http: "", grpc: ""}`, ""
+	if o.spans > 0 {
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		otlpConf, otlpURL = fmt.Sprintf(`{http: "127.0.0.1:%d", grpc: ""}`, port), fmt.Sprintf("http://127.0.0.1:%d", port)
+	}
 	cfg := filepath.Join(tmp, "whyslow.yml")
 	conf := fmt.Sprintf(`engine_urls: [%q]
 scrape_interval: %s
-retention: 6h
+retention: %s
 listen: 127.0.0.1:%d
 api: {pprof: true}
-otlp: {http: "", grpc: ""}
+otlp: %s
 receivers: [{name: log, log: {format: json}}]
-`, engineURL, interval, apiPort)
+`, engineURL, interval, o.retention, apiPort, otlpConf)
 	if dataDir != "" {
 		conf += fmt.Sprintf("data_dir: %q\n", dataDir)
 	}
@@ -107,8 +136,8 @@ receivers: [{name: log, log: {format: json}}]
 	}
 	daemon := exec.Command(bin, "serve", "--config", cfg, "--log-level", "warn")
 	daemon.Stdout, daemon.Stderr = io.Discard, os.Stderr
-	if gomemlimit != "" {
-		daemon.Env = append(os.Environ(), "GOMEMLIMIT="+gomemlimit)
+	if o.gomemlimit != "" {
+		daemon.Env = append(os.Environ(), "GOMEMLIMIT="+o.gomemlimit)
 	}
 	if err := daemon.Start(); err != nil {
 		return fmt.Errorf("start daemon: %w", err)
@@ -122,8 +151,19 @@ receivers: [{name: log, log: {format: json}}]
 	if dataDir != "" {
 		mode = "data dir " + dataDir
 	}
-	fmt.Printf("daemon pid %d scraping %s (%s ×%g) every %s, retention 6h, %s\n", pid, engineURL, scenario, speed, interval, mode)
-	fmt.Printf("%8s  %9s  %9s  %9s  %9s  %9s  %9s  %8s  %7s\n", "elapsed", "VmRSS", "RssAnon", "RssFile", "VmHWM", "heap", "heap_sys", "CPU", "samples")
+	fmt.Printf("daemon pid %d scraping %s (%s ×%g) every %s, retention %s, %s\n", pid, engineURL, scenario, speed, interval, o.retention, mode)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var load *spanLoad
+	if o.spans > 0 {
+		load, err = startSpanLoad(ctx, otlpURL, o.spans)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("sending %d spans/s to %s/v1/traces\n", o.spans, otlpURL)
+	}
+	fmt.Printf("%8s  %9s  %9s  %9s  %9s  %9s  %9s  %9s  %9s  %8s  %7s\n", "elapsed", "VmRSS", "RssAnon", "RssFile", "VmHWM", "heap", "heap_sys", "spans", "memlimit", "CPU", "samples")
+	var rssSum, rssMax, n int64
 
 	start := time.Now()
 	cpu0, err := cpuTime(pid)
@@ -151,15 +191,27 @@ receivers: [{name: log, log: {format: json}}]
 		}
 		m := scrapeOwn(api + "/metrics")
 		share := 100 * (c - lastCPU).Seconds() / now.Sub(lastT).Seconds()
-		fmt.Printf("%8s  %9s  %9s  %9s  %9s  %9s  %9s  %7.3f%%  %7s\n", now.Sub(start).Round(time.Second), st["VmRSS"], st["RssAnon"], st["RssFile"], st["VmHWM"],
-			mib(m["go_memstats_heap_inuse_bytes"]), mib(m["go_memstats_heap_sys_bytes"]), share, m["whyslow_scrape_samples"])
+		fmt.Printf("%8s  %9s  %9s  %9s  %9s  %9s  %9s  %9s  %9s  %7.3f%%  %7s\n", now.Sub(start).Round(time.Second), st["VmRSS"], st["RssAnon"], st["RssFile"], st["VmHWM"],
+			mib(m["go_memstats_heap_inuse_bytes"]), mib(m["go_memstats_heap_sys_bytes"]), mib(m["whyslow_spanstore_bytes"]), mib(m["go_gc_gomemlimit_bytes"]), share, m["whyslow_scrape_samples"])
 		lastT, lastCPU = now, c
+		if kb, err := strconv.ParseInt(strings.TrimSuffix(st["VmRSS"], " kB"), 10, 64); err == nil {
+			rssSum, rssMax, n = rssSum+kb, max(rssMax, kb), n+1
+		}
 	}
 	c, _ := cpuTime(pid)
 	st, _ := procStatus(pid)
 	wall := time.Since(start)
 	fmt.Printf("over %s: daemon CPU %s = %.3f%% of one core; VmRSS %s (anonymous %s, file-backed %s: the binary's pages), peak (VmHWM) %s\n",
 		wall.Round(time.Second), (c - cpu0).Round(time.Millisecond), 100*(c-cpu0).Seconds()/wall.Seconds(), st["VmRSS"], st["RssAnon"], st["RssFile"], st["VmHWM"])
+	if n > 0 {
+		fmt.Printf("VmRSS over the samples: mean %.1f MB, max %.1f MB\n", float64(rssSum)/float64(n)*1024/1e6, float64(rssMax)*1024/1e6)
+	}
+	if load != nil {
+		m := scrapeOwn(api + "/metrics")
+		sent, failed := load.stop()
+		fmt.Printf("spans: sent %d (%.0f/s), export errors %d; daemon received %s, span store %s (bound 64 MiB), evicted %s\n",
+			sent, float64(sent)/wall.Seconds(), failed, m["whyslow_otlp_spans_received_total"], mib(m["whyslow_spanstore_bytes"]), m["whyslow_spanstore_evicted_total"])
+	}
 	if heap != "" {
 		if err := save(api+"/debug/pprof/heap", heap); err != nil {
 			return err
@@ -289,8 +341,15 @@ func scrapeOwn(url string) map[string]string {
 		if j := strings.IndexByte(name, '{'); j >= 0 {
 			name = name[:j]
 		}
-		if _, seen := out[name]; !seen {
+		// Counters sum over their label values (e.g. both transports).
+		if v, seen := out[name]; !seen {
 			out[name] = line[i+1:]
+		} else if strings.HasSuffix(name, "_total") {
+			a, err1 := strconv.ParseFloat(v, 64)
+			b, err2 := strconv.ParseFloat(line[i+1:], 64)
+			if err1 == nil && err2 == nil {
+				out[name] = strconv.FormatFloat(a+b, 'f', -1, 64)
+			}
 		}
 	}
 	return out
@@ -300,6 +359,9 @@ func mib(v string) string {
 	f, err := strconv.ParseFloat(v, 64)
 	if err != nil {
 		return "?"
+	}
+	if f >= 1<<62 {
+		return "none" // go_gc_gomemlimit_bytes without a limit is MaxInt64
 	}
 	return fmt.Sprintf("%.1f MiB", f/(1<<20))
 }

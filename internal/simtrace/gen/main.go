@@ -18,7 +18,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/whyslow/whyslow/internal/sim"
 	"github.com/whyslow/whyslow/internal/simtrace"
