@@ -69,6 +69,8 @@ type Instance struct {
 
 // Truth is what a model injected and measured (plan: models.md).
 type Truth struct {
+	// Engine is the engine the model rendered ("vllm", "sglang", "trtllm").
+	Engine    string
 	Causes    []string
 	Magnitude float64
 	Band      string // subtle, moderate, severe; "none" for healthy
@@ -87,9 +89,14 @@ type Truth struct {
 
 // WindowTruth is one window as the model saw it. TTFTRecent and ITLRecent
 // are the means of its last 2 minutes (set for the incident window).
+// TTFTP95 and ITLP95 are the window's 95th percentiles of the requests' TTFT
+// and of the gaps between output tokens, from the model's own requests; 0
+// when the model does not know them (the harness then reads them from the
+// instance's exported histograms, as a dashboard would).
 type WindowTruth struct {
 	TTFT, Queue, Prefill, Outside, ITL, E2E, ErrorRate float64
 	TTFTRecent, ITLRecent                              float64
+	TTFTP95, ITLP95                                    float64
 }
 
 // ITLTruth is the model's split of the change of its step cost.
