@@ -26,12 +26,17 @@ const (
 	AttrITLClock        = "itl_clock"        // share from lower GPU clocks
 	AttrITLUnexplained  = "itl_unexplained"  // share the step model does not explain
 	AttrUnexplained     = "unexplained"      // unexplained share of the larger symptom (TTFT or ITL, by relative rise)
+	// AttrITLSymptom is the inter-token half's share of the slowdown users
+	// felt, by relative rise: ln(ITL ratio) over ln(ITL ratio) + ln(TTFT
+	// ratio), rises only. A mechanism on the decode path (context, bandwidth)
+	// explains no more of the incident than this share.
+	AttrITLSymptom = "itl_symptom"
 )
 
 var attrKeys = map[string]bool{
 	AttrTTFTDelta: true, AttrTTFTQueue: true, AttrTTFTPrefill: true, AttrTTFTOutside: true, AttrTTFTUnexplained: true,
 	AttrITLDelta: true, AttrITLBatch: true, AttrITLContext: true, AttrITLPrefill: true, AttrITLRecompute: true,
-	AttrITLClock: true, AttrITLUnexplained: true, AttrUnexplained: true,
+	AttrITLClock: true, AttrITLUnexplained: true, AttrUnexplained: true, AttrITLSymptom: true,
 }
 
 // AttrKeyList lists the attribution keys, sorted, for messages and docs.

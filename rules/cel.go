@@ -24,9 +24,17 @@ const (
 	varGPU       = "gpu"       // map(string, dyn): class, memory_gib
 	varTargets   = "targets"   // int: how many targets matched the scope
 	varAttr      = "attr"      // map(string, double): the latency attribution (attr.go)
+	// varZ holds, for each noise signal (Signal.Noise), how far its change
+	// stands outside the baseline's own variability: ln(now/base) over the
+	// standard deviation of that log ratio, estimated from the spread of the
+	// same statistic over sub-windows of the baseline window. A key
+	// "x_recent" compares signal x_recent (the window's last minutes) with
+	// base.x the same way. A signal without enough baseline requests has no
+	// key: its variability is unknown.
+	varZ = "z"
 )
 
-var signalMaps = map[string]bool{varNow: true, varBase: true, varRatio: true, varDelta: true}
+var signalMaps = map[string]bool{varNow: true, varBase: true, varRatio: true, varDelta: true, varZ: true}
 
 // newEnv builds the CEL environment shared by every expression of a ruleset.
 func newEnv() (*cel.Env, error) {
@@ -40,6 +48,7 @@ func newEnv() (*cel.Env, error) {
 		cel.Variable(varGPU, cel.MapType(cel.StringType, cel.DynType)),
 		cel.Variable(varTargets, cel.IntType),
 		cel.Variable(varAttr, cel.MapType(cel.StringType, cel.DoubleType)),
+		cel.Variable(varZ, cel.MapType(cel.StringType, cel.DoubleType)),
 		gradeFunctions(),
 		cel.CrossTypeNumericComparisons(true),
 		cel.OptionalTypes(),

@@ -47,6 +47,9 @@ type Facts struct {
 	Targets int
 	// Attr is the latency attribution (attr.go keys); may be nil.
 	Attr map[string]float64
+	// Z is the change of each noise signal against the baseline's own
+	// variability (the CEL variable z, cel.go); may be nil.
+	Z map[string]float64
 	// Gaps names the declared signals the walk has no value for, worded for
 	// people (evidence templates can say which series would have told).
 	Gaps []string
@@ -161,7 +164,7 @@ func (r *Ruleset) ResolveScheduler(f Facts) Scheduler {
 	vars := map[string]any{
 		varNow: map[string]float64{}, varBase: map[string]float64{}, varRatio: map[string]float64{}, varDelta: map[string]float64{},
 		varEngine: f.Engine, varScheduler: map[string]any{}, varGPU: gpuMap(f.GPU), varTargets: int64(f.Targets),
-		varAttr: map[string]float64{},
+		varAttr: map[string]float64{}, varZ: map[string]float64{},
 	}
 	def := Scheduler{Source: "unknown"}
 	for _, sd := range r.SchedulerDefaults {
@@ -273,6 +276,9 @@ func (r *Ruleset) Walk(f Facts) *Outcome {
 	if f.Attr == nil {
 		f.Attr = map[string]float64{}
 	}
+	if f.Z == nil {
+		f.Z = map[string]float64{}
+	}
 	if f.Engine == "" {
 		f.Engine = r.Engine
 	}
@@ -282,6 +288,7 @@ func (r *Ruleset) Walk(f Facts) *Outcome {
 	act, err := interpreter.NewActivation(map[string]any{
 		varNow: f.Now, varBase: f.Base, varRatio: out.Ratio, varDelta: out.Delta,
 		varEngine: f.Engine, varScheduler: sched, varGPU: gpu, varTargets: int64(f.Targets), varAttr: f.Attr,
+		varZ: f.Z,
 	})
 	if err != nil {
 		out.Errors = append(out.Errors, err.Error())
@@ -490,10 +497,14 @@ func (r *Ruleset) EvalRule(rule *Rule, f Facts) (bool, error) {
 	if attr == nil {
 		attr = map[string]float64{}
 	}
+	z := f.Z
+	if z == nil {
+		z = map[string]float64{}
+	}
 	ok, _, err := evalRule(rule, map[string]any{
 		varNow: f.Now, varBase: f.Base, varRatio: ratio, varDelta: delta, varEngine: f.Engine,
 		varScheduler: schedulerMap(r.ResolveScheduler(f)), varGPU: gpuMap(f.GPU), varTargets: int64(f.Targets),
-		varAttr: attr,
+		varAttr: attr, varZ: z,
 	})
 	return ok, err
 }

@@ -195,6 +195,7 @@ func (b *builder) signals(d *decoder, n *yaml.Node, engineFile bool) {
 				"targets":     func(_, v *yaml.Node) { declares = true; decl.Targets = d.bool(v, ctx, "targets") },
 				"optional":    func(_, v *yaml.Node) { declares = true; decl.Optional = d.bool(v, ctx, "optional") },
 				"zero_is_gap": func(_, v *yaml.Node) { declares = true; decl.ZeroIsGap = d.bool(v, ctx, "zero_is_gap") },
+				"noise":       func(_, v *yaml.Node) { declares = true; decl.Noise = d.bool(v, ctx, "noise") },
 				"group":       func(_, v *yaml.Node) { declares = true; decl.Group = d.str(v, ctx, "group") },
 				"expr":        func(_, v *yaml.Node) { expr = v },
 			})

@@ -91,6 +91,11 @@ type Signal struct {
 	// exactly zero in both windows it is treated as missing (a data gap), so
 	// a stuck gauge cannot rule anything out.
 	ZeroIsGap bool
+	// Noise asks triage to also evaluate the signal over sub-windows of the
+	// baseline window, to measure how much the statistic varies on its own
+	// (the CEL variable z; a latency percentile or mean the anomaly gate
+	// reads).
+	Noise bool
 	// Group gathers signals of one source (e.g. "gpu" for the GPU counters)
 	// so that their gaps are reported as one line.
 	Group string

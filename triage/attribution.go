@@ -441,5 +441,16 @@ func (a *Attribution) AttrMap() map[string]float64 {
 	if big != nil {
 		m[rules.AttrUnexplained] = math.Max(0, math.Min(1, big.UnexplainedShare))
 	}
+	if a.TTFT != nil && a.ITL != nil {
+		rise := func(s *LatencySplit) float64 {
+			if s.Baseline <= 0 || s.Now <= 0 {
+				return 0
+			}
+			return math.Max(0, math.Log(s.Now/s.Baseline))
+		}
+		if t, i := rise(a.TTFT), rise(a.ITL); t+i > 0 {
+			m[rules.AttrITLSymptom] = i / (t + i)
+		}
+	}
 	return m
 }

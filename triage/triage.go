@@ -361,18 +361,27 @@ func Run(ctx context.Context, opts Options) (*Verdict, error) {
 	if v.GPU != nil {
 		facts.GPU = rules.GPU{Class: v.GPU.Class, MemoryGiB: GPUMemoryGiB(v.GPU.Class)}
 	}
+	if !opts.BaselineWithoutRates {
+		sigma, sub := baselineNoise(ctx, &opts, rs, baseAt)
+		facts.Z = noiseZ(sigma, sub, opts.Window, now, base)
+	}
 	out := rs.Walk(facts)
 	corr := correlate(ctx, &opts, rs, facts, out, v)
 	v.DataGaps = append(v.DataGaps, gaps...)
 	buildVerdict(v, rs, out, &opts, now, base, gpu, coverage, bucketBounds(ctx, &opts, rs, win, now, base))
 	corr.fill(v)
+	for i := range v.Headline {
+		if z, ok := facts.Z[v.Headline[i].Signal]; ok {
+			v.Headline[i].Noise = &z
+		}
+	}
 	if v.Status == StatusInsufficientData {
 		v.InsufficientReason = diagnoseInsufficient(ctx, &opts, rs, now, base)
 	}
 	if opts.Explain {
 		for _, s := range rs.Signals {
 			v.Signals = append(v.Signals, SignalValue{Name: s.Name, Expr: exprs[s.Name], Now: valuePtr(now, s.Name),
-				Baseline: valuePtr(base, s.Name), Unit: s.Unit})
+				Baseline: valuePtr(base, s.Name), Unit: s.Unit, Noise: valuePtr(facts.Z, s.Name)})
 		}
 	}
 	return v, nil

@@ -137,6 +137,11 @@ type Comparison struct {
 	Baseline *float64 `json:"baseline"`
 	// Ratio is Now/Baseline when both are present and the baseline is not zero.
 	Ratio *float64 `json:"ratio,omitempty"`
+	// Noise is how far the change stands outside the baseline's own
+	// variability: ln(now/baseline) over its standard deviation across
+	// sub-windows of the baseline window (a z-score); absent when the
+	// baseline had too few requests to measure it.
+	Noise *float64 `json:"noise,omitempty"`
 	// NowBucket and BaselineBucket are the histogram buckets a quantile's
 	// values were interpolated in, when the bucket is coarse (wider than
 	// half its lower bound): the value is an estimate inside it.
@@ -262,6 +267,9 @@ type SignalValue struct {
 	// Unit is the unit of Now and Baseline (the signal's unit); empty when
 	// unknown.
 	Unit string `json:"unit,omitempty"`
+	// Noise is the change against the baseline's own variability, as in
+	// Comparison.Noise; set for noise signals and their _recent forms.
+	Noise *float64 `json:"noise,omitempty"`
 }
 
 // Request is one slow request's time breakdown, from traces.

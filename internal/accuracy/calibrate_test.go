@@ -46,7 +46,7 @@ func TestCalibrate(t *testing.T) {
 	}
 	var pts []calPoint
 	for _, o := range outs {
-		if o.Healthy() || !o.Truth.Visible() {
+		if !o.Scored() {
 			continue
 		}
 		total := 0.0

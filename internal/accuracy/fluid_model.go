@@ -59,7 +59,7 @@ func fluidInstance(b *fluid.Bundle, d Draw) *Instance {
 	a := t.ITLAttribution
 	return newInstance(b.Metrics, incidentOf{inc.At, inc.Window, inc.Baseline, inc.Selector, inc.GPU,
 		inc.Scheduler.ChunkedPrefill, inc.Scheduler.MaxNumBatchedTokens, inc.Scheduler.MaxNumSeqs},
-		Truth{Causes: t.Causes, Magnitude: t.Magnitude, Band: t.Band, Params: t.Params,
+		Truth{Engine: "vllm", Causes: t.Causes, Magnitude: t.Magnitude, Band: t.Band, Params: t.Params,
 			Base: win(t.Observed.Baseline), Inc: recentOf(win(t.Observed.Incident), t.Observed.Recent.TTFTMean, t.Observed.Recent.ITLMean),
 			ITL:          ITLTruth{Batch: a.Batch, Context: a.Context, Prefill: a.Prefill, Clock: a.Clock, Total: a.Total},
 			Unobservable: unobservable(d, t)})

@@ -130,6 +130,53 @@ func (t Truth) Visible() bool {
 	return false
 }
 
+// FeltBar is how far a TTFT or inter-token p95 must rise over the window for
+// the fault to count as one a user felt: every such fault is scored, whatever
+// its means did.
+const FeltBar = 1.3
+
+// FeltP95 returns how far the TTFT and inter-token p95 rose between the
+// windows: the model's own percentiles where it knows them, else the
+// verdict's headline percentiles (read from the instance's exported
+// histograms, as a dashboard shows them); 0 where neither is known.
+func (o *Outcome) FeltP95() (ttft, itl float64) {
+	ratio := func(now, base float64) float64 {
+		if base <= 0 || now <= 0 {
+			return 0
+		}
+		return now / base
+	}
+	ttft, itl = ratio(o.Truth.Inc.TTFTP95, o.Truth.Base.TTFTP95), ratio(o.Truth.Inc.ITLP95, o.Truth.Base.ITLP95)
+	if o.Verdict == nil {
+		return ttft, itl
+	}
+	for _, c := range o.Verdict.Headline {
+		if c.Now == nil || c.Baseline == nil {
+			continue
+		}
+		switch {
+		case c.Signal == "ttft_p95" && o.Truth.Base.TTFTP95 == 0:
+			ttft = ratio(*c.Now, *c.Baseline)
+		case c.Signal == "tpot_p95" && o.Truth.Base.ITLP95 == 0:
+			itl = ratio(*c.Now, *c.Baseline)
+		}
+	}
+	return ttft, itl
+}
+
+// Felt reports whether a user would have felt the fault: its TTFT or
+// inter-token p95 rose at least FeltBar times over the window.
+func (o *Outcome) Felt() bool {
+	ttft, itl := o.FeltP95()
+	return ttft >= FeltBar || itl >= FeltBar
+}
+
+// Scored reports whether a fault is scored: it is observable and reached a
+// symptom, by the model's means (Visible) or by a p95 a user felt.
+func (o *Outcome) Scored() bool {
+	return !o.Healthy() && o.Truth.Unobservable == "" && (o.Truth.Visible() || o.Felt())
+}
+
 // Outcome is one draw triaged against its truth.
 type Outcome struct {
 	Draw    Draw
@@ -294,9 +341,14 @@ func (t tally) String() string {
 type Report struct {
 	All, Single, Compound   tally
 	ByModel, ByCause        map[string]*tally
+	ByEngine, ByModelCause  map[string]*tally
 	ByBand, ByModelBand     map[string]*tally
 	Healthy, FalseAlarms    int
 	NotVisible, NotVisRight int
+	// FeltOnly counts scored faults that only a p95 showed (below every
+	// mean bar of Truth.Visible); CalledHealthy the scored faults whose
+	// verdict was not an anomaly.
+	FeltOnly, CalledHealthy int
 	// NoCause counts anomaly verdicts without a ranked cause (must be 0).
 	NoCause   int
 	Confusion map[string]map[string]int
@@ -310,7 +362,8 @@ type Report struct {
 // scoreOutcomes builds the report.
 func scoreOutcomes(outs []*Outcome) *Report {
 	r := &Report{ByModel: map[string]*tally{}, ByCause: map[string]*tally{}, ByBand: map[string]*tally{},
-		ByModelBand: map[string]*tally{}, Confusion: map[string]map[string]int{}}
+		ByModelBand: map[string]*tally{}, ByEngine: map[string]*tally{}, ByModelCause: map[string]*tally{},
+		Confusion: map[string]map[string]int{}}
 	get := func(m map[string]*tally, k string) *tally {
 		if m[k] == nil {
 			m[k] = &tally{}
@@ -338,16 +391,23 @@ func scoreOutcomes(outs []*Outcome) *Report {
 			}
 			continue
 		}
-		if !o.Truth.Visible() {
+		if !o.Scored() {
 			r.NotVisible++
 			if o.Right() {
 				r.NotVisRight++
 			}
 			continue
 		}
+		if !o.Truth.Visible() {
+			r.FeltOnly++
+		}
+		if v.Status != triage.StatusAnomaly {
+			r.CalledHealthy++
+		}
 		r.Confusion[truth][o.Top()]++
 		r.All.add(o)
 		get(r.ByModel, o.Draw.Model).add(o)
+		get(r.ByEngine, o.Draw.Model+"/"+o.Truth.Engine).add(o)
 		get(r.ByBand, o.Truth.Band).add(o)
 		get(r.ByModelBand, o.Draw.Model+"/"+o.Truth.Band).add(o)
 		if o.Compound() {
@@ -355,6 +415,7 @@ func scoreOutcomes(outs []*Outcome) *Report {
 		} else {
 			r.Single.add(o)
 			get(r.ByCause, o.Truth.Causes[0]).add(o)
+			get(r.ByModelCause, o.Draw.Model+"/"+o.Truth.Causes[0]).add(o)
 		}
 		if len(v.Causes) > 0 {
 			b := min(9, int(v.Causes[0].Confidence*10))
@@ -406,13 +467,14 @@ func ECE(bins [10]struct{ N, Right int }) float64 {
 // String renders the report.
 func (r *Report) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "scored (visible faults) %s; single %s; compound (a truth cause in the top two) %s\n", r.All, r.Single, r.Compound)
+	fmt.Fprintf(&b, "scored (faults a user felt: a p95 ×%.1f or a mean bar) %s; single %s; compound (a truth cause in the top two) %s\n", FeltBar, r.All, r.Single, r.Compound)
+	fmt.Fprintf(&b, "faults called healthy %d of %d scored (%.1f%%); scored only by a p95 %d\n", r.CalledHealthy, r.All.n, pct(r.CalledHealthy, r.All.n), r.FeltOnly)
 	fmt.Fprintf(&b, "false alarms %d of %d healthy; anomaly verdicts without a ranked cause %d; faults below every symptom bar %d (of which ranked right anyway %d)\n",
 		r.FalseAlarms, r.Healthy, r.NoCause, r.NotVisible, r.NotVisRight)
 	for _, group := range []struct {
 		name string
 		m    map[string]*tally
-	}{{"model", r.ByModel}, {"band", r.ByBand}, {"model/band", r.ByModelBand}, {"cause", r.ByCause}} {
+	}{{"model", r.ByModel}, {"engine", r.ByEngine}, {"band", r.ByBand}, {"model/band", r.ByModelBand}, {"cause", r.ByCause}, {"model/cause", r.ByModelCause}} {
 		keys := make([]string, 0, len(group.m))
 		for k := range group.m {
 			keys = append(keys, k)
@@ -446,6 +508,9 @@ func describe(o *Outcome) string {
 		fmt.Fprintf(&b, "%s:%.2f/%.2f ", c.ID, c.Score, c.Confidence)
 	}
 	fmt.Fprintf(&b, "] true ttft %.3g→%.3g itl %.3g→%.3g", o.Truth.Base.TTFT, o.Truth.Inc.TTFT, o.Truth.Base.ITL, o.Truth.Inc.ITL)
+	if ttft, itl := o.FeltP95(); ttft > 0 || itl > 0 {
+		fmt.Fprintf(&b, " p95 ttft ×%.2f itl ×%.2f", ttft, itl)
+	}
 	if a := o.Verdict.Attribution; a != nil {
 		for name, s := range map[string]*triage.LatencySplit{"ttft": a.TTFT, "itl": a.ITL} {
 			if s == nil {

@@ -135,7 +135,7 @@ func TestOneDraw(t *testing.T) {
 	o := outs[0]
 	t.Logf("%s", describe(o))
 	for _, s := range o.Verdict.Signals {
-		t.Logf("signal %-26s now %-12s base %s", s.Name, f(s.Now), f(s.Baseline))
+		t.Logf("signal %-26s now %-12s base %-12s z %s", s.Name, f(s.Now), f(s.Baseline), f(s.Noise))
 	}
 	for _, st := range o.Verdict.Steps {
 		for _, r := range st.Rules {

@@ -48,9 +48,16 @@ func simInstance(b *sim.Bundle) *Instance {
 	a := t.ITLAttribution
 	return newInstance(b.Metrics, incidentOf{inc.At, inc.Window, inc.Baseline, inc.Selector, inc.GPU,
 		inc.Scheduler.ChunkedPrefill, inc.Scheduler.MaxNumBatchedTokens, inc.Scheduler.MaxNumSeqs},
-		Truth{Causes: t.Causes, Magnitude: t.Magnitude, Band: t.Band, Params: t.Params,
-			Base: win(t.Observed.Baseline), Inc: recentOf(win(t.Observed.Incident), t.Observed.Recent.TTFTMean, t.Observed.Recent.ITLMean),
-			ITL: ITLTruth{Batch: a.Batch, Context: a.Context, Prefill: a.Prefill, Clock: a.Clock, Total: a.Total}})
+		Truth{Engine: "vllm", Causes: t.Causes, Magnitude: t.Magnitude, Band: t.Band, Params: t.Params,
+			Base: tailOf(win(t.Observed.Baseline), t.Observed.P95[0]),
+			Inc:  tailOf(recentOf(win(t.Observed.Incident), t.Observed.Recent.TTFTMean, t.Observed.Recent.ITLMean), t.Observed.P95[1]),
+			ITL:  ITLTruth{Batch: a.Batch, Context: a.Context, Prefill: a.Prefill, Clock: a.Clock, Total: a.Total}})
+}
+
+// tailOf adds a window's 95th percentiles to its truth.
+func tailOf(w WindowTruth, p sim.TailStats) WindowTruth {
+	w.TTFTP95, w.ITLP95 = p.TTFT, p.ITL
+	return w
 }
 
 // incidentOf is what a model's incident.yaml says, in the models' shared

@@ -1,6 +1,9 @@
 package sim
 
-import "math"
+import (
+	"math"
+	"sort"
+)
 
 // WindowStats is what the model itself saw in one window (truth.yaml
 // observed; plan/models.md): means over the window, from request and
@@ -39,7 +42,14 @@ type Observed struct {
 	// Recent is the incident window's last 2 minutes (recentWindow): TTFT
 	// and inter-token means only, whether the slowdown still holds at `at`.
 	Recent RecentStats `yaml:"recent"`
+	// P95 are the 95th percentiles of TTFT (per request) and of the gaps
+	// between output tokens, baseline and incident window: what a user's
+	// dashboard shows (not written to truth.yaml).
+	P95 [2]TailStats `yaml:"-"`
 }
+
+// TailStats are one window's 95th percentiles, in seconds.
+type TailStats struct{ TTFT, ITL float64 }
 
 // RecentStats are the means of the last minutes of the incident window.
 type RecentStats struct {
@@ -72,6 +82,47 @@ type winAcc struct {
 	steps, sumStep, sumPrefillTok, sumClkW float64
 	runInt, kvInt                          float64 // ∫ running dt and ∫ KV tokens held dt, summed over replicas
 	serving                                int
+	ttftTail, gapTail                      logHist
+}
+
+// logHist counts values in logarithmic bins 2% wide from 10 µs up, enough
+// to read a percentile within 2%.
+type logHist struct {
+	n    float64
+	bins map[int]float64
+}
+
+const logHistBase = 1.02
+
+func (h *logHist) add(v float64) {
+	if v <= 0 {
+		return
+	}
+	if h.bins == nil {
+		h.bins = map[int]float64{}
+	}
+	h.bins[int(math.Floor(math.Log(v/1e-5)/math.Log(logHistBase)))]++
+	h.n++
+}
+
+// quantile returns the q-quantile (the upper edge of its bin); 0 when empty.
+func (h *logHist) quantile(q float64) float64 {
+	if h.n == 0 {
+		return 0
+	}
+	keys := make([]int, 0, len(h.bins))
+	for k := range h.bins {
+		keys = append(keys, k)
+	}
+	sort.Ints(keys)
+	seen := 0.0
+	for _, k := range keys {
+		seen += h.bins[k]
+		if seen >= q*h.n {
+			return 1e-5 * math.Pow(logHistBase, float64(k+1))
+		}
+	}
+	return 1e-5 * math.Pow(logHistBase, float64(keys[len(keys)-1]+1))
 }
 
 // observer keeps the truth's statistics of the two windows.
@@ -123,6 +174,7 @@ func (o *observer) first(r *request, now float64) {
 	if a := o.in(now); a != nil {
 		a.nFirst++
 		a.sumTTFT += now - r.arrival
+		a.ttftTail.add(now - r.arrival)
 		a.sumQueue += r.sched - r.queued
 		a.sumPrefill += now - r.sched
 		a.sumOut += r.queued - r.arrival
@@ -137,6 +189,7 @@ func (o *observer) gap(now, gap float64) {
 	if a := o.in(now); a != nil {
 		a.nGap++
 		a.sumGap += gap
+		a.gapTail.add(gap)
 	}
 }
 
@@ -236,7 +289,11 @@ func sig6(v float64) float64 {
 // observed returns both windows' statistics.
 func (o *observer) observed() Observed {
 	r := o.recent.stats()
-	return Observed{Baseline: o.win[0].stats(), Incident: o.win[1].stats(), Recent: RecentStats{TTFTMean: r.TTFTMean, ITLMean: r.ITLMean}}
+	obs := Observed{Baseline: o.win[0].stats(), Incident: o.win[1].stats(), Recent: RecentStats{TTFTMean: r.TTFTMean, ITLMean: r.ITLMean}}
+	for i := range o.win {
+		obs.P95[i] = TailStats{TTFT: o.win[i].ttftTail.quantile(0.95), ITL: o.win[i].gapTail.quantile(0.95)}
+	}
+	return obs
 }
 
 // attributeITL evaluates the step cost of cfg at the baseline's and the

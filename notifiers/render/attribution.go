@@ -102,6 +102,20 @@ func ChainText(c triage.Cause) string {
 	return strings.Join(texts, " → ")
 }
 
+// PossibleBelow is the top cause's confidence under which a verdict names
+// its causes as possible rather than likely: below it, the calibration says
+// the top cause is wrong more often than two times in five.
+const PossibleBelow = 0.6
+
+// CausesHeading is the heading of the ranked causes in every rendering:
+// "possible causes" when even the top one is below PossibleBelow.
+func CausesHeading(v *triage.Verdict) string {
+	if len(v.Causes) > 0 && v.Causes[0].Confidence < PossibleBelow {
+		return fmt.Sprintf("Possible causes (none reaches %.0f%% confidence), most likely first", 100*PossibleBelow)
+	}
+	return "Causes, most likely first"
+}
+
 // ConfidenceText renders a cause's confidence as a percentage.
 func ConfidenceText(c triage.Cause) string {
 	return fmt.Sprintf("%.0f%%", 100*c.Confidence)

@@ -69,7 +69,7 @@ func Markdown(w io.Writer, v *triage.Verdict, opts Options) error {
 	}
 
 	if len(v.Causes) > 0 {
-		p("\n#### Causes, most likely first\n\n")
+		p("\n#### %s\n\n", CausesHeading(v))
 		for i, c := range v.Causes {
 			rank := c.Rank
 			if rank == 0 {

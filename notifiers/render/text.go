@@ -237,7 +237,7 @@ func Text(w io.Writer, v *triage.Verdict, opts Options) error {
 
 	if len(v.Causes) > 0 {
 		t.blank()
-		t.line(0, 0, ansiBold, "Causes, most likely first")
+		t.line(0, 0, ansiBold, CausesHeading(v))
 		for i, c := range v.Causes {
 			rank := c.Rank
 			if rank == 0 {

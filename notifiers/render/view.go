@@ -36,6 +36,8 @@ type View struct {
 	BucketNotes []string
 	Attribution []SplitView
 	Causes      []CauseView
+	// CausesHeading heads the causes (render.CausesHeading).
+	CausesHeading string
 	// NoCause says an anomaly could rank no cause.
 	NoCause    bool
 	Considered []ConsideredView
@@ -147,19 +149,20 @@ type SignalRow struct {
 func ViewOf(v *triage.Verdict) View {
 	u := unitsOf(v)
 	out := View{
-		Status:      statusSentence(v),
-		StatusClass: string(v.Status),
-		Severity:    string(v.Severity),
-		Phase:       string(v.Phase),
-		Split:       splitSummary(v, " · "),
-		Reason:      insufficientText(v),
-		Scope:       ScopeText(v.Scope),
-		Engine:      EngineLine(v),
-		GPU:         gpuFmt(v.GPU),
-		Incident:    windowFmt(v.Incident),
-		Baseline:    windowFmt(v.Baseline),
-		BucketNotes: bucketNotes(v.Headline),
-		NoCause:     len(v.Causes) == 0 && v.Status == triage.StatusAnomaly,
+		Status:        statusSentence(v),
+		StatusClass:   string(v.Status),
+		Severity:      string(v.Severity),
+		Phase:         string(v.Phase),
+		Split:         splitSummary(v, " · "),
+		Reason:        insufficientText(v),
+		Scope:         ScopeText(v.Scope),
+		Engine:        EngineLine(v),
+		GPU:           gpuFmt(v.GPU),
+		Incident:      windowFmt(v.Incident),
+		Baseline:      windowFmt(v.Baseline),
+		BucketNotes:   bucketNotes(v.Headline),
+		NoCause:       len(v.Causes) == 0 && v.Status == triage.StatusAnomaly,
+		CausesHeading: CausesHeading(v),
 	}
 	if len(v.Scope.Labels) > 0 {
 		out.Labels = labelsFmt(v.Scope.Labels)

@@ -377,6 +377,9 @@ func causeBlocks(v *triage.Verdict, maxCauses int) []slack.Block {
 		}
 		bs = append(bs, section(b.String()))
 	}
+	if v.Causes[0].Confidence < render.PossibleBelow {
+		bs = append(bs, section("*"+esc(render.CausesHeading(v))+"*"))
+	}
 	for i, c := range v.Causes {
 		if i == maxCauses {
 			bs = append(bs, slack.NewContextBlock("", mrkdwn(fmt.Sprintf("…and %d more causes in the verdict.", len(v.Causes)-maxCauses))))
@@ -517,7 +520,11 @@ func fallbackText(v *triage.Verdict, o RenderOptions) string {
 	}
 	s := prefix + ScopeShort(v.Scope) + ": " + render.Summary(v)
 	if len(v.Causes) > 0 {
-		s += ". Top cause: " + titleOr(v.Causes[0].Title, v.Causes[0].ID)
+		lead := ". Top cause: "
+		if v.Causes[0].Confidence < render.PossibleBelow {
+			lead = ". Possible cause: "
+		}
+		s += lead + titleOr(v.Causes[0].Title, v.Causes[0].ID)
 	}
 	return esc(truncate(s, maxTextChars))
 }
