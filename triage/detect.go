@@ -159,8 +159,20 @@ const (
 // MinHistory is the least history a baseline is taken from: with less,
 // whyslow is still learning the baseline, ratio conditions (detector and
 // ruleset) have nothing to compare with, and only absolute triggers and
-// mechanisms count.
-const MinHistory = 10 * time.Minute
+// mechanisms count. It is twice the default long window: the least
+// history in which a baseline window as long as the window compared with
+// fits before it without overlapping, so the triggers work from the fourth
+// minute after a (re)start. A longer window needs more (twice its length,
+// see ChooseBaseline). Too little history is still no false alarm: a
+// baseline window needs the trigger's MinRequests like any other, and a
+// learned baseline is the highest of the windows the history holds.
+const MinHistory = 2 * DefaultLongWindow
+
+// learnRecent is how far back the nearest window of a learned baseline
+// ends (less the long window) once the history holds more: an incident of
+// the last minutes stays out of the baseline it is compared with while
+// that baseline is being learnt.
+const learnRecent = 10 * time.Minute
 
 // BaselineChoice is the baseline offset a detection or a triage uses at one
 // time, given how much history the store holds: the configured offset
@@ -168,7 +180,7 @@ const MinHistory = 10 * time.Minute
 // window then starts where the history starts), else none.
 type BaselineChoice struct {
 	// Offset is how far back the baseline window ends; 0 means no baseline
-	// (less than MinHistory of history).
+	// (less than Needed of history).
 	Offset time.Duration
 	// Configured is the offset asked for (e.g. 1h).
 	Configured time.Duration
@@ -176,6 +188,9 @@ type BaselineChoice struct {
 	History time.Duration
 	// Learning says Offset is shorter than Configured (or there is none).
 	Learning bool
+	// Needed is the least history a baseline needs for this window: the
+	// larger of MinHistory and twice the window.
+	Needed time.Duration
 }
 
 // ChooseBaseline picks the baseline offset for a window of length window
@@ -183,7 +198,7 @@ type BaselineChoice struct {
 // configured offset is used as is). The baseline window must fit in the
 // history and must not overlap the window.
 func ChooseBaseline(configured, window time.Duration, since, at time.Time) BaselineChoice {
-	c := BaselineChoice{Offset: configured, Configured: configured}
+	c := BaselineChoice{Offset: configured, Configured: configured, Needed: max(MinHistory, 2*window)}
 	if since.IsZero() || configured <= 0 {
 		return c
 	}
@@ -215,7 +230,7 @@ func (c BaselineChoice) Note() string {
 	hist, full := int(c.History/time.Minute), int(c.Configured/time.Minute)
 	if c.Offset == 0 {
 		return fmt.Sprintf("learning the baseline (%d of %d minutes): less than %d minutes of history, so nothing is compared with a baseline; "+
-			"only absolute triggers (success rate, queue growth) and mechanism evidence count", hist, full, int(MinHistory/time.Minute))
+			"only absolute triggers (success rate, queue growth) and mechanism evidence count", hist, full, int(max(c.Needed, MinHistory)/time.Minute))
 	}
 	return fmt.Sprintf("baseline %s (learning: %d of %d minutes of history)", model.Duration(c.Offset), hist, full)
 }
@@ -238,7 +253,8 @@ type DetectConfig struct {
 	// Baseline is how far back the reference window ends (default 1h).
 	// With less history in the store (a fresh sidecar), ratio conditions
 	// compare with the history there is (see ChooseBaseline); with less
-	// than MinHistory only above/below conditions fire.
+	// than MinHistory (or twice the long window) only above/below
+	// conditions fire.
 	Baseline time.Duration `yaml:"baseline,omitempty" json:"baseline,omitempty"`
 	// For is how long a condition must hold before it fires (default 15s;
 	// see DefaultFor).
@@ -566,8 +582,9 @@ func (d *Detector) Evaluate(ctx context.Context, m Metrics, at time.Time) ([]Det
 // EvaluateSince is Evaluate for a store whose history starts at since
 // (zero: unknown, taken as long enough). With less history than the
 // configured baseline, ratio conditions compare with the history there is
-// (ChooseBaseline over the long window); with less than MinHistory they
-// are off, and the absolute conditions (above, below) still fire.
+// (ChooseBaseline over the long window), from MinHistory (twice the long
+// window when longer) on; with less they are off, and the absolute
+// conditions (above, below) still fire.
 func (d *Detector) EvaluateSince(ctx context.Context, m Metrics, at, since time.Time) ([]Detection, error) {
 	choice := ChooseBaseline(d.cfg.Baseline, d.cfg.LongWindow, since, at)
 	offset := choice.Offset
@@ -575,11 +592,12 @@ func (d *Detector) EvaluateSince(ctx context.Context, m Metrics, at, since time.
 	// While learning, one window of the little history there is would be
 	// a noisy reference (the engine's first minutes, a lull): the
 	// baseline is the highest of a few windows spread over the history
-	// (none of the last MinHistory less the window), which only ever
-	// makes a ratio harder to reach.
+	// (none of the last learnRecent less the window; with less history
+	// than that, the oldest window there is), which only ever makes a
+	// ratio harder to reach.
 	var learnAt []time.Time
 	if choice.Learning && offset > 0 {
-		lo := max(d.cfg.LongWindow, MinHistory-d.cfg.LongWindow)
+		lo := max(d.cfg.LongWindow, learnRecent-d.cfg.LongWindow)
 		n := 1
 		if offset > lo {
 			n = min(6, 1+int((offset-lo)/d.cfg.LongWindow))

@@ -442,7 +442,14 @@ func TestChooseBaseline(t *testing.T) {
 			"baseline 12m (learning: 17 of 60 minutes of history)"},
 		{"just enough", at.Add(-10 * time.Minute), 5 * time.Minute, 5 * time.Minute, true,
 			"baseline 5m (learning: 10 of 60 minutes of history)"},
-		{"too little", at.Add(-7 * time.Minute), 2 * time.Minute, 0, true, "learning the baseline (7 of 60 minutes)"},
+		{"minutes after a restart", at.Add(-8 * time.Minute), 2 * time.Minute, 6 * time.Minute, true,
+			"baseline 6m (learning: 8 of 60 minutes of history)"},
+		{"twice the window", at.Add(-4 * time.Minute), 2 * time.Minute, 2 * time.Minute, true,
+			"baseline 2m (learning: 4 of 60 minutes of history)"},
+		{"too little", at.Add(-3 * time.Minute), 90 * time.Second, 0, true,
+			"learning the baseline (3 of 60 minutes): less than 4 minutes of history"},
+		{"too little for the window", at.Add(-8 * time.Minute), 5 * time.Minute, 0, true,
+			"learning the baseline (8 of 60 minutes): less than 10 minutes of history"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -540,6 +547,61 @@ func TestDetectFreshSidecar(t *testing.T) {
 				t.Errorf("an hour back found a baseline %v", *tr.Baseline)
 			}
 		}
+	}
+}
+
+// TestDetectMinutesAfterRestart: eight minutes after whyslow started, on
+// a TTFT slowdown that began at minute 6, the p95 ratio trigger fires
+// against the first minutes of the history (the default 1h baseline
+// shortened to it); with three minutes of history nothing is compared.
+func TestDetectMinutesAfterRestart(t *testing.T) {
+	// 10 requests every 5 s; from sample 72 (minute 6) each takes 0.25–1 s.
+	m := newDetectTestMetrics(t, `load 5s
+  vllm:time_to_first_token_seconds_bucket{model_name="m",le="0.1"} 0+10x72 720+0x24
+  vllm:time_to_first_token_seconds_bucket{model_name="m",le="0.25"} 0+10x72 720+0x24
+  vllm:time_to_first_token_seconds_bucket{model_name="m",le="1"} 0+10x96
+  vllm:time_to_first_token_seconds_bucket{model_name="m",le="+Inf"} 0+10x96
+  vllm:time_to_first_token_seconds_count{model_name="m"} 0+10x96
+`)
+	d, err := NewDetector(DetectConfig{Triggers: []Trigger{DefaultTriggers()[0]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	since := time.Unix(0, 0)
+	at := since.Add(8 * time.Minute)
+	// Every 5 s, as the daemon does (the trigger holds 15 s before firing).
+	var tr TriggerResult
+	var fired time.Duration
+	for tt := since.Add(time.Minute); !tt.After(at); tt = tt.Add(5 * time.Second) {
+		dets, err := d.EvaluateSince(context.Background(), m, tt, since)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(dets) != 1 || len(dets[0].Triggers) != 1 {
+			t.Fatalf("detections at %s: %+v", tt.Sub(since), dets)
+		}
+		tr = dets[0].Triggers[0]
+		switch age := tt.Sub(since); {
+		case age < MinHistory && tr.Baseline != nil:
+			t.Errorf("%s in: compared with baseline %v on too little history", age, *tr.Baseline)
+		case age < 6*time.Minute && tr.State != TriggerInactive:
+			t.Errorf("%s in, before the slowdown: %s (%s)", age, tr.State, tr.Reason)
+		case tr.State == TriggerFiring && fired == 0:
+			fired = age
+		}
+	}
+	if tr.State != TriggerFiring {
+		t.Fatalf("8 minutes in, 2 minutes into the slowdown: ttft_p95 %s (short %v long %v baseline %v)", tr.State, tr.Short, tr.Long, tr.Baseline)
+	}
+	if tr.Baseline == nil || *tr.Baseline > 0.1 {
+		t.Errorf("baseline %v, want the healthy first minutes", tr.Baseline)
+	}
+	if fired > 6*time.Minute+time.Minute {
+		t.Errorf("fired %s in, want within a minute of the slowdown at minute 6", fired)
+	}
+	t.Logf("fired %s in, %s after the slowdown", fired, fired-6*time.Minute)
+	if note := ChooseBaseline(DefaultBaseline, DefaultLongWindow, since, at).Note(); note != "baseline 6m (learning: 8 of 60 minutes of history)" {
+		t.Errorf("note %q", note)
 	}
 }
 

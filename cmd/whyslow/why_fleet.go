@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/common/model"
+
 	"github.com/whyslow/whyslow/notifiers/render"
 	"github.com/whyslow/whyslow/triage"
 )
@@ -34,8 +36,19 @@ type rankedScope struct {
 
 // fleetReport is `why --group-by`'s JSON output.
 type fleetReport struct {
-	At        time.Time     `json:"at"`
-	GroupBy   []string      `json:"group_by"`
+	At      time.Time `json:"at"`
+	GroupBy []string  `json:"group_by"`
+	// Window is the ranking's long window (its short one is half of it
+	// with --window, else 1m), e.g. "2m".
+	Window string `json:"window"`
+	// Baseline is how far back from At the ranking's baseline window ends,
+	// e.g. "1h"; with less history than asked for, the history there is
+	// (Note says so), "" with too little for any.
+	Baseline string `json:"baseline"`
+	// Note says the baseline was shortened to the history, e.g. "baseline
+	// 8m (learning: 10 of 60 minutes of history)"; each verdict then
+	// carries its triage's own as a warning.
+	Note      string        `json:"note,omitempty"`
 	Scopes    int           `json:"scopes"`
 	Anomalous []rankedScope `json:"anomalous"`
 }
@@ -86,7 +99,7 @@ func runWhyFleet(ctx context.Context, f *whyFlags, stdout, stderr io.Writer) int
 		}
 		opts.Metrics = c
 	}
-	rep, err := rankFleet(ctx, opts, splitList(f.groupBy), since)
+	rep, err := rankFleet(ctx, opts, splitList(f.groupBy), since, f.window)
 	if err != nil {
 		return fail(unreachableCause(err))
 	}
@@ -111,15 +124,39 @@ func runWhyFleet(ctx context.Context, f *whyFlags, stdout, stderr io.Writer) int
 }
 
 // rankFleet evaluates the default triggers by groupBy at opts.At and
-// triages the scopes where one holds.
-func rankFleet(ctx context.Context, opts triage.Options, groupBy []string, since time.Time) (*fleetReport, error) {
-	cfg := triage.DetectConfig{GroupBy: groupBy, Selector: opts.Selector}.WithDefaults()
+// triages the scopes where one holds. The triggers compare window (their
+// long window, the short one half of it; 0: the detector's 2m and 1m)
+// with the baseline opts.Baseline back (0: 1h). The history starts at
+// since (zero: asked of the source): with less than the baseline, the
+// ranking and the triages compare with the history there is
+// (triage.ChooseBaseline) and say so.
+func rankFleet(ctx context.Context, opts triage.Options, groupBy []string, since time.Time, window time.Duration) (*fleetReport, error) {
+	cfg := triage.DetectConfig{GroupBy: groupBy, Selector: opts.Selector, Baseline: opts.Baseline}
+	if window > 0 {
+		cfg.LongWindow, cfg.ShortWindow = window, (window / 2).Round(time.Millisecond)
+	}
+	cfg = cfg.WithDefaults()
 	for i := range cfg.Triggers {
 		cfg.Triggers[i].For = new(time.Duration) // no past cycles to hold over
+	}
+	triageWindow := opts.Window
+	if triageWindow <= 0 {
+		triageWindow = 5 * time.Minute // triage's default
+	}
+	if cfg.Baseline < max(cfg.LongWindow, triageWindow) {
+		return nil, fmt.Errorf("--baseline %s is shorter than the window %s, so the windows overlap",
+			model.Duration(cfg.Baseline), model.Duration(max(cfg.LongWindow, triageWindow)))
 	}
 	det, err := triage.NewDetector(cfg)
 	if err != nil {
 		return nil, err
+	}
+	if since.IsZero() {
+		// A remote Prometheus: how much of the baseline it holds.
+		from := opts.At.Add(-cfg.Baseline - max(cfg.LongWindow, triageWindow))
+		if since, err = triage.HistoryStart(ctx, opts.Metrics, opts.Selector, from, opts.At); err != nil {
+			return nil, err
+		}
 	}
 	dets, err := det.EvaluateSince(ctx, opts.Metrics, opts.At, since)
 	if err != nil {
@@ -128,7 +165,18 @@ func rankFleet(ctx context.Context, opts triage.Options, groupBy []string, since
 	if err := shippedRulesets(&opts); err != nil {
 		return nil, err
 	}
-	rep := &fleetReport{At: opts.At.UTC(), GroupBy: cfg.GroupBy, Scopes: len(dets)}
+	choice := triage.ChooseBaseline(cfg.Baseline, cfg.LongWindow, since, opts.At)
+	rep := &fleetReport{At: opts.At.UTC(), GroupBy: cfg.GroupBy, Window: model.Duration(cfg.LongWindow).String(),
+		Note: choice.Note(), Scopes: len(dets)}
+	if choice.Offset > 0 {
+		rep.Baseline = model.Duration(choice.Offset).String()
+	}
+	// The triages compare with the history there is too (as the daemon's).
+	tchoice := triage.ChooseBaseline(cfg.Baseline, triageWindow, since, opts.At)
+	opts.Baseline = cfg.Baseline
+	if tchoice.Offset > 0 {
+		opts.Baseline = tchoice.Offset
+	}
 	for _, d := range dets {
 		if !d.Firing {
 			continue
@@ -170,6 +218,9 @@ func rankFleet(ctx context.Context, opts triage.Options, groupBy []string, since
 				r.Error = err.Error()
 				return
 			}
+			if note := tchoice.Note(); note != "" {
+				v.Warnings = append(v.Warnings, note)
+			}
 			r.Verdict = v
 		}(&rep.Anomalous[i])
 	}
@@ -188,8 +239,15 @@ func severityOrder(s triage.Severity) int {
 }
 
 func writeFleetText(w io.Writer, rep *fleetReport, f *whyFlags) {
-	fmt.Fprintf(w, "%d of %d scopes (by %s) anomalous at %s\n", len(rep.Anomalous), rep.Scopes,
-		strings.Join(rep.GroupBy, ", "), rep.At.Format(time.RFC3339))
+	base := rep.Baseline
+	if base == "" {
+		base = "none"
+	}
+	fmt.Fprintf(w, "%d of %d scopes (by %s) anomalous at %s (window %s, baseline %s)\n", len(rep.Anomalous), rep.Scopes,
+		strings.Join(rep.GroupBy, ", "), rep.At.Format(time.RFC3339), rep.Window, base)
+	if rep.Note != "" {
+		fmt.Fprintf(w, "note: %s\n", rep.Note)
+	}
 	for _, r := range rep.Anomalous {
 		cause := "-"
 		if r.Verdict != nil && len(r.Verdict.Causes) > 0 {

@@ -1,7 +1,9 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -9,6 +11,8 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/notifiers"
+	"github.com/whyslow/whyslow/notifiers/render"
 	"github.com/whyslow/whyslow/triage"
 )
 
@@ -62,18 +66,19 @@ func TestDaemonFreshSidecarUsesItsHistory(t *testing.T) {
 	}
 }
 
-// TestDaemonLearningBaseline: with less than ten minutes of history an
-// absolute trigger (success rate) still opens the incident, the triage
-// gets no shortened baseline, and the verdict says it is learning.
+// TestDaemonLearningBaseline: with less than MinHistory (4 minutes) of
+// history an absolute trigger still opens the incident, the ratio trigger
+// does not, the triage gets no shortened baseline, and the verdict says it
+// is learning.
 func TestDaemonLearningBaseline(t *testing.T) {
 	cfg := freshConfig()
 	cfg.Detect.Triggers = []triage.Trigger{{Name: "ttft_abs", Signal: triage.SignalTTFTP95, Above: ptrTo(0.2)},
 		{Name: "ttft_ratio", Signal: triage.SignalTTFTP95, Ratio: 2}}
 	h := newHarness(t, cfg)
-	h.ticks(t, 3*12)
+	h.ticks(t, 1*12)
 	h.eng.setSlow(true)
 	h.tri.cause = "queue_saturation"
-	h.ticks(t, 3*12)
+	h.ticks(t, 2*12)
 	incs := h.d.Incidents()
 	if len(incs) != 1 || incs[0].Notified.Count == 0 {
 		t.Fatalf("absolute trigger did not open an incident 3 minutes in: %+v", incs)
@@ -87,8 +92,62 @@ func TestDaemonLearningBaseline(t *testing.T) {
 	if last.Baseline != time.Hour {
 		t.Errorf("learning triage baseline %s, want the configured 1h (nothing to shorten to)", last.Baseline)
 	}
-	if !hasWarning(incs[0].Verdict, "learning the baseline (5 of 60 minutes)") {
+	if !hasWarning(incs[0].Verdict, "learning the baseline (2 of 60 minutes): less than 4 minutes of history") {
 		t.Errorf("verdict warnings %q", warnings(incs[0].Verdict))
+	}
+}
+
+// TestDaemonMinutesAfterRestart: a TTFT regression six minutes after a
+// fresh start (the default 1h baselines) opens an incident within a
+// minute on the ratio trigger, compared with the history there is; the
+// triage's baseline shrinks to it and the verdict, as notified and as
+// rendered, says so.
+func TestDaemonMinutesAfterRestart(t *testing.T) {
+	cfg := freshConfig()
+	cfg.Detect.Triggers = []triage.Trigger{triage.DefaultTriggers()[0]} // ttft_p95: ratio 2, at least 20 requests
+	h := newHarness(t, cfg)
+	first := h.now.Add(5 * time.Second)
+	h.ticks(t, 6*12)
+	h.eng.setSlow(true)
+	h.tri.cause = "prefill_contention"
+	opened := 0
+	for i := 1; i <= 12 && opened == 0; i++ {
+		h.ticks(t, 1)
+		if incs := h.d.Incidents(); len(incs) > 0 && incs[0].Notified.Count > 0 {
+			opened = i
+		}
+	}
+	if opened == 0 {
+		t.Fatalf("no incident within a minute of a slowdown 6 minutes after the start: %+v", h.d.Incidents())
+	}
+	t.Logf("opened %s after the slowdown", time.Duration(opened)*5*time.Second)
+	in := h.d.Incidents()[0]
+	if got := strings.Join(in.Triggers, ","); got != "ttft_p95" {
+		t.Errorf("firing triggers %q, want ttft_p95", got)
+	}
+	h.tri.mu.Lock()
+	last := h.tri.last
+	h.tri.mu.Unlock()
+	history := last.At.Sub(first)
+	if want := (history - last.Window).Truncate(time.Minute); last.Baseline != want || want <= 0 {
+		t.Errorf("triage baseline %s, want the history %s less the window %s", last.Baseline, history, last.Window)
+	}
+	note := fmt.Sprintf("baseline %s (learning: %d of 60 minutes of history)",
+		strings.TrimSuffix(last.Baseline.String(), "0s"), int(history/time.Minute))
+	if !hasWarning(in.Verdict, note) {
+		t.Errorf("verdict warnings %q lack %q", warnings(in.Verdict), note)
+	}
+	t.Logf("verdict warns %q", warnings(in.Verdict))
+	ns := h.ob.notifications()
+	if len(ns) == 0 {
+		t.Fatal("nothing notified")
+	}
+	var text bytes.Buffer
+	if err := render.Render(&text, ns[0].Verdict, render.FormatText, render.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text.String(), note) {
+		t.Errorf("notified verdict's text lacks %q:\n%s", note, text.String())
 	}
 }
 
@@ -233,4 +292,11 @@ func TestDaemonGroupsByModel(t *testing.T) {
 			t.Errorf("%s: verdict does not flag the mixed scope: %s", path, body)
 		}
 	}
+}
+
+// notifications returns what the outbox took, in order.
+func (o *memOutbox) notifications() []*notifiers.Notification {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]*notifiers.Notification(nil), o.all...)
 }
