@@ -46,12 +46,19 @@ func noiseSub(window time.Duration) (time.Duration, int) {
 	return sub, k
 }
 
+// spread is a noise signal's variability: the standard deviation of
+// ln(value) across n baseline sub-windows.
+type spread struct {
+	sd float64
+	n  int
+}
+
 // baselineNoise evaluates the ruleset's noise signals over the sub-windows
 // of the baseline window ending at baseAt and returns, per signal, the
 // standard deviation of ln(value) across the sub-windows that had at least
 // noiseMinRequests requests (floored at noiseFloor), with the sub-window
 // length. Signals with too few such sub-windows are left out.
-func baselineNoise(ctx context.Context, opts *Options, rs *rules.Ruleset, baseAt time.Time) (map[string]float64, time.Duration) {
+func baselineNoise(ctx context.Context, opts *Options, rs *rules.Ruleset, baseAt time.Time) (map[string]spread, time.Duration) {
 	sub, k := noiseSub(opts.Window)
 	reqSig := rs.Signal("requests")
 	if k == 0 || reqSig == nil {
@@ -86,7 +93,7 @@ func baselineNoise(ctx context.Context, opts *Options, rs *rules.Ruleset, baseAt
 		n, ok := scalar(q.result)
 		enough[j] = q.err == nil && ok && n >= noiseMinRequests
 	}
-	out := map[string]float64{}
+	out := map[string]spread{}
 	for i, s := range sigs[1:] {
 		var logs []float64
 		for j, q := range qs[i+1] {
@@ -100,7 +107,7 @@ func baselineNoise(ctx context.Context, opts *Options, rs *rules.Ruleset, baseAt
 		if len(logs) < noiseMinValid {
 			continue
 		}
-		out[s.Name] = math.Max(noiseFloor, stddev(logs))
+		out[s.Name] = spread{sd: math.Max(noiseFloor, stddev(logs)), n: len(logs)}
 	}
 	return out, sub
 }
@@ -109,27 +116,58 @@ func baselineNoise(ctx context.Context, opts *Options, rs *rules.Ruleset, baseAt
 // each noise signal x present in both windows, ln(now.x/base.x) over the
 // standard deviation of that difference (both windows are noisy: each has
 // the sub-window variance scaled down by how many sub-windows it spans); for
-// x_recent, the window's last minutes against base.x the same way.
-func noiseZ(sigma map[string]float64, sub, window time.Duration, now, base map[string]float64) map[string]float64 {
+// x_recent, the window's last minutes against base.x the same way. The
+// spread comes from a handful of sub-windows, so the ratio is a Student t
+// with n−1 degrees of freedom; z is its normal equivalent (the normal
+// quantile of the same tail probability), so that z > 3 means as rare as
+// three standard deviations whatever n was.
+func noiseZ(sigma map[string]spread, sub, window time.Duration, now, base map[string]float64) map[string]float64 {
 	z := map[string]float64{}
 	if sub <= 0 {
 		return z
 	}
 	recent := min(window, rules.RecentWindow)
 	per := func(d time.Duration) float64 { return sub.Seconds() / d.Seconds() }
-	for name, sd := range sigma {
+	for name, sp := range sigma {
 		b, ok := base[name]
 		if !ok || b <= 0 {
 			continue
 		}
 		if n, ok := now[name]; ok && n > 0 {
-			z[name] = math.Log(n/b) / (sd * math.Sqrt(2*per(window)))
+			z[name] = normalOfT(math.Log(n/b)/(sp.sd*math.Sqrt(2*per(window))), sp.n-1)
 		}
 		if n, ok := now[name+"_recent"]; ok && n > 0 {
-			z[name+"_recent"] = math.Log(n/b) / (sd * math.Sqrt(per(recent)+per(window)))
+			z[name+"_recent"] = normalOfT(math.Log(n/b)/(sp.sd*math.Sqrt(per(recent)+per(window))), sp.n-1)
 		}
 	}
 	return z
+}
+
+// normalOfT maps a Student t value with dof degrees of freedom to the
+// standard normal value of the same tail probability. Closed forms for 2, 3
+// and 4 degrees of freedom (noiseMinValid−1 to noiseSubWindows−1); t itself
+// for more.
+func normalOfT(t float64, dof int) float64 {
+	if t < 0 {
+		return -normalOfT(-t, dof)
+	}
+	var tail float64 // P(T > t)
+	switch dof {
+	case 2:
+		tail = 0.5 * (1 - t/math.Sqrt(t*t+2))
+	case 3:
+		x := t / math.Sqrt(3)
+		tail = 0.5 - (x/(1+x*x)+math.Atan(x))/math.Pi
+	case 4:
+		u := 1 + t*t/4
+		tail = 0.5 - 3.0/8*(t/math.Sqrt(u))*(1-t*t/(12*u))
+	default:
+		return t
+	}
+	if tail <= 0 {
+		return 8.5 // beyond float64's reach of the tail: as rare as can be said
+	}
+	return math.Sqrt2 * math.Erfcinv(2*tail)
 }
 
 // stddev is the sample standard deviation.
