@@ -441,9 +441,11 @@ func (a *Attribution) AttrMap() map[string]float64 {
 	if big != nil {
 		m[rules.AttrUnexplained] = math.Max(0, math.Min(1, big.UnexplainedShare))
 	}
-	if a.TTFT != nil && a.ITL != nil {
+	if a.ITL != nil {
+		// A TTFT without a split did not rise (or was not measured: then
+		// the inter-token half is all that was seen).
 		rise := func(s *LatencySplit) float64 {
-			if s.Baseline <= 0 || s.Now <= 0 {
+			if s == nil || s.Baseline <= 0 || s.Now <= 0 {
 				return 0
 			}
 			return math.Max(0, math.Log(s.Now/s.Baseline))
