@@ -53,6 +53,14 @@ func BenchmarkTriage(b *testing.B) {
 			te, _ := s.Render(opts.Selector, win, []string{"pod"})
 			qs = append(qs, q{te, opts.At})
 		}
+		// The baseline's noise: the gate's statistics (and the request
+		// count) over five 1-minute sub-windows of the baseline window.
+		if s.Noise || s.Name == "requests" {
+			ne, _ := s.Render(opts.Selector, "1m", nil)
+			for j := range 5 {
+				qs = append(qs, q{ne, opts.At.Add(-opts.Baseline - time.Duration(j)*time.Minute)})
+			}
+		}
 	}
 
 	var triageNs, bareNs time.Duration

@@ -349,6 +349,10 @@ type Report struct {
 	// mean bar of Truth.Visible); CalledHealthy the scored faults whose
 	// verdict was not an anomaly.
 	FeltOnly, CalledHealthy int
+	// FeltNegatives counts healthy truths whose p95 moved past FeltBar
+	// (a model's negative a user would feel); FeltNegativesPaged those the
+	// verdict called an anomaly.
+	FeltNegatives, FeltNegativesPaged int
 	// NoCause counts anomaly verdicts without a ranked cause (must be 0).
 	NoCause   int
 	Confusion map[string]map[string]int
@@ -356,14 +360,20 @@ type Report struct {
 	// causes got a confidence in it and how many of them were right.
 	// AllReliability does the same over every ranked cause.
 	Reliability, AllReliability [10]struct{ N, Right int }
-	Misses                      []*Outcome
+	// ModelReliability is Reliability per engine model; ModelHealthy and
+	// ModelCalledHealthy count false alarms and faults called healthy per
+	// model.
+	ModelReliability                map[string]*[10]struct{ N, Right int }
+	ModelFalseAlarms, ModelCalledHy map[string]int
+	Misses                          []*Outcome
 }
 
 // scoreOutcomes builds the report.
 func scoreOutcomes(outs []*Outcome) *Report {
 	r := &Report{ByModel: map[string]*tally{}, ByCause: map[string]*tally{}, ByBand: map[string]*tally{},
 		ByModelBand: map[string]*tally{}, ByEngine: map[string]*tally{}, ByModelCause: map[string]*tally{},
-		Confusion: map[string]map[string]int{}}
+		Confusion: map[string]map[string]int{}, ModelReliability: map[string]*[10]struct{ N, Right int }{},
+		ModelFalseAlarms: map[string]int{}, ModelCalledHy: map[string]int{}}
 	get := func(m map[string]*tally, k string) *tally {
 		if m[k] == nil {
 			m[k] = &tally{}
@@ -382,11 +392,22 @@ func scoreOutcomes(outs []*Outcome) *Report {
 		if r.Confusion[truth] == nil {
 			r.Confusion[truth] = map[string]int{}
 		}
+		if o.Healthy() && o.Felt() {
+			// A healthy truth whose p95 moved past the felt bar: users felt
+			// it, so the gate may page on it, and need not; it is neither a
+			// false alarm nor a scored fault, and is counted apart.
+			r.FeltNegatives++
+			if v.Status == triage.StatusAnomaly {
+				r.FeltNegativesPaged++
+			}
+			continue
+		}
 		if o.Healthy() {
 			r.Healthy++
 			r.Confusion[truth][o.Top()]++
 			if v.Status == triage.StatusAnomaly {
 				r.FalseAlarms++
+				r.ModelFalseAlarms[o.Draw.Model]++
 				r.Misses = append(r.Misses, o)
 			}
 			continue
@@ -403,6 +424,7 @@ func scoreOutcomes(outs []*Outcome) *Report {
 		}
 		if v.Status != triage.StatusAnomaly {
 			r.CalledHealthy++
+			r.ModelCalledHy[o.Draw.Model]++
 		}
 		r.Confusion[truth][o.Top()]++
 		r.All.add(o)
@@ -419,9 +441,16 @@ func scoreOutcomes(outs []*Outcome) *Report {
 		}
 		if len(v.Causes) > 0 {
 			b := min(9, int(v.Causes[0].Confidence*10))
+			mr := r.ModelReliability[o.Draw.Model]
+			if mr == nil {
+				mr = &[10]struct{ N, Right int }{}
+				r.ModelReliability[o.Draw.Model] = mr
+			}
 			r.Reliability[b].N++
+			mr[b].N++
 			if o.InTop(1) {
 				r.Reliability[b].Right++
+				mr[b].Right++
 			}
 		}
 		for _, c := range v.Causes {
@@ -469,6 +498,7 @@ func (r *Report) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "scored (faults a user felt: a p95 ×%.1f or a mean bar) %s; single %s; compound (a truth cause in the top two) %s\n", FeltBar, r.All, r.Single, r.Compound)
 	fmt.Fprintf(&b, "faults called healthy %d of %d scored (%.1f%%); scored only by a p95 %d\n", r.CalledHealthy, r.All.n, pct(r.CalledHealthy, r.All.n), r.FeltOnly)
+	fmt.Fprintf(&b, "healthy truths a user felt (p95 ×%.1f; neither scored nor false alarms) %d, of which paged %d\n", FeltBar, r.FeltNegatives, r.FeltNegativesPaged)
 	fmt.Fprintf(&b, "false alarms %d of %d healthy; anomaly verdicts without a ranked cause %d; faults below every symptom bar %d (of which ranked right anyway %d)\n",
 		r.FalseAlarms, r.Healthy, r.NoCause, r.NotVisible, r.NotVisRight)
 	for _, group := range []struct {
@@ -496,8 +526,33 @@ func (r *Report) String() string {
 		}
 		fmt.Fprintf(&b, "; ECE %.3f\n", ECE(rel.bins))
 	}
+	models := make([]string, 0, len(r.ByModel))
+	for m := range r.ByModel {
+		models = append(models, m)
+	}
+	sort.Strings(models)
+	for _, m := range models {
+		fmt.Fprintf(&b, "model %s: %s; called healthy %d of %d; false alarms %d; top cause ECE %.3f:", m, r.ByModel[m],
+			r.ModelCalledHy[m], r.ByModel[m].n, r.ModelFalseAlarms[m], r.modelECE(m))
+		if mr := r.ModelReliability[m]; mr != nil {
+			for i, bin := range mr {
+				if bin.N > 0 {
+					fmt.Fprintf(&b, " [%.1f-%.1f) %d/%d=%.0f%%", float64(i)/10, float64(i+1)/10, bin.Right, bin.N, pct(bin.Right, bin.N))
+				}
+			}
+		}
+		b.WriteString("\n")
+	}
 	b.WriteString(table(r.Confusion))
 	return b.String()
+}
+
+// modelECE is the expected calibration error of one model's top causes.
+func (r *Report) modelECE(model string) float64 {
+	if mr := r.ModelReliability[model]; mr != nil {
+		return ECE(*mr)
+	}
+	return 0
 }
 
 // describe is one outcome in a line, for misses.

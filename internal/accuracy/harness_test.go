@@ -107,6 +107,19 @@ func TestGeneralization(t *testing.T) {
 	if p := pct(rep.All.right3, rep.All.n); p < 99 {
 		t.Errorf("top-3 %.1f%% < 99%%", p)
 	}
+	// Each engine model on its own: a rule that helps one model and hurts
+	// another is a fit, not a fix.
+	for m, tl := range rep.ByModel {
+		if p := pct(tl.right, tl.n); p < 95 {
+			t.Errorf("%s: top-1 %.1f%% < 95%%", m, p)
+		}
+		if p := pct(tl.right3, tl.n); p < 99 {
+			t.Errorf("%s: top-3 %.1f%% < 99%%", m, p)
+		}
+		if p := pct(rep.ModelCalledHy[m], tl.n); p > 2 {
+			t.Errorf("%s: %d of %d faults a user felt called healthy (%.1f%% > 2%%)", m, rep.ModelCalledHy[m], tl.n, p)
+		}
+	}
 }
 
 var drawFlag = flag.String("accuracy.draw", "", "TestOneDraw: the draw to explain, as a MISS line names it (model:scenario/seed=N/v1/gpu=G[/wide])")
