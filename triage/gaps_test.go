@@ -191,4 +191,3 @@ func TestTRTLLMMeanPromptPastBudget(t *testing.T) {
 		t.Errorf("the scheduler step does not say n/a for the missing p90: %s", b)
 	}
 }
-
