@@ -38,6 +38,12 @@ var signalMaps = map[string]bool{varNow: true, varBase: true, varRatio: true, va
 
 // newEnv builds the CEL environment shared by every expression of a ruleset.
 func newEnv() (*cel.Env, error) {
+	return newEnvWith(gradeFunctions())
+}
+
+// newEnvWith builds the environment with the given grade functions (the
+// default check swaps in smooth ones to search for where a rule fires).
+func newEnvWith(grades cel.EnvOption) (*cel.Env, error) {
 	return cel.NewEnv(
 		cel.Variable(varNow, cel.MapType(cel.StringType, cel.DoubleType)),
 		cel.Variable(varBase, cel.MapType(cel.StringType, cel.DoubleType)),
@@ -49,7 +55,7 @@ func newEnv() (*cel.Env, error) {
 		cel.Variable(varTargets, cel.IntType),
 		cel.Variable(varAttr, cel.MapType(cel.StringType, cel.DoubleType)),
 		cel.Variable(varZ, cel.MapType(cel.StringType, cel.DoubleType)),
-		gradeFunctions(),
+		grades,
 		cel.CrossTypeNumericComparisons(true),
 		cel.OptionalTypes(),
 		ext.Strings(),
@@ -127,7 +133,9 @@ func program(env *cel.Env, checked *cel.Ast, signals map[string]*Signal) (cel.Pr
 //	logramp(x, lo, hi)  the same on a log scale, for ratios (x, lo, hi > 0)
 //
 // Arguments may be ints or doubles.
-func gradeFunctions() cel.EnvOption {
+func gradeFunctions() cel.EnvOption { return gradeFunctionsWith(Ramp, LogRamp) }
+
+func gradeFunctionsWith(rampF, logRampF func(x, lo, hi float64) float64) cel.EnvOption {
 	num := func(v ref.Val) (float64, bool) {
 		switch x := v.(type) {
 		case types.Double:
@@ -152,8 +160,8 @@ func gradeFunctions() cel.EnvOption {
 	}
 	dyn3 := []*cel.Type{cel.DynType, cel.DynType, cel.DynType}
 	return cel.Lib(gradeLib{opts: []cel.EnvOption{
-		cel.Function("ramp", cel.Overload("ramp_dyn_dyn_dyn", dyn3, cel.DoubleType, bind(Ramp))),
-		cel.Function("logramp", cel.Overload("logramp_dyn_dyn_dyn", dyn3, cel.DoubleType, bind(LogRamp))),
+		cel.Function("ramp", cel.Overload("ramp_dyn_dyn_dyn", dyn3, cel.DoubleType, bind(rampF))),
+		cel.Function("logramp", cel.Overload("logramp_dyn_dyn_dyn", dyn3, cel.DoubleType, bind(logRampF))),
 	}})
 }
 

@@ -449,6 +449,22 @@ func (r *Ruleset) rank(out *Outcome) {
 		return a.Cause.order < b.Cause.order
 	})
 	sort.SliceStable(out.RuledOut, func(i, j int) bool { return out.RuledOut[i].Cause.order < out.RuledOut[j].Cause.order })
+	// The fallback cause (unexplained) says the measured parts do not cover
+	// the slowdown; it never outranks a cause that has evidence of its own.
+	if fb := r.Verdict.Fallback; fb != "" {
+		var first, fallback, rest []ScoredCause
+		for _, c := range out.Candidates {
+			switch {
+			case c.Cause.ID == fb:
+				fallback = append(fallback, c)
+			case c.Score >= MinSupport:
+				first = append(first, c)
+			default:
+				rest = append(rest, c)
+			}
+		}
+		out.Candidates = append(append(append(out.Candidates[:0:0], first...), fallback...), rest...)
+	}
 	out.Causes = out.Causes[:0]
 	if !out.Anomaly {
 		return

@@ -257,3 +257,47 @@ func TestCalibration(t *testing.T) {
 		t.Error("uncalibrated confidence is the score's share")
 	}
 }
+
+// TestCheckDefaultsFindsVeto: a neutral default inside a factor that vetoes
+// the cause when traffic rose is caught; declared, it passes; a default at
+// the factor's lowest value is safe without a declaration.
+func TestCheckDefaultsFindsVeto(t *testing.T) {
+	for _, tc := range []struct {
+		name, grade, safe string
+		bad               bool
+	}{
+		{"veto default", `ramp(ratio.tpot_mean, 1.2, 1.5) * ramp(ratio.?arrival_rate.orValue(1.0), 1.25, 1.1)`, "", true},
+		{"declared", `ramp(ratio.tpot_mean, 1.2, 1.5) * ramp(ratio.?arrival_rate.orValue(1.0), 1.25, 1.1)`, "\n        safe_defaults: {arrival_rate: 'a reason'}", false},
+		{"lowest default", `ramp(ratio.tpot_mean, 1.2, 1.5) * ramp(now.?preemption_rate.orValue(0.0), 0.01, 0.1)`, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			doc := `signals:
+  tpot_mean: {title: t, unit: seconds}
+  arrival_rate: {title: a, unit: req/s}
+  preemption_rate: {title: p, unit: preemptions/s}
+verdict: {anomaly: 'true'}
+causes:
+  - {id: gpu_throttling, title: t, description: d, remediation: [f]}
+steps:
+  - name: s
+    rules:
+      - name: r
+        cause: gpu_throttling
+        grade: '` + tc.grade + `'` + tc.safe + `
+        weight: 1
+        evidence: e
+`
+			rs, err := Parse(File{Name: "x.yaml", Data: []byte(doc)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			errs := rs.CheckDefaults()
+			if (len(errs) > 0) != tc.bad {
+				t.Fatalf("CheckDefaults = %v, want bad=%v", errs, tc.bad)
+			}
+			if tc.bad && !strings.HasPrefix(errs[0].Error(), "x.yaml:") {
+				t.Errorf("error without position: %v", errs[0])
+			}
+		})
+	}
+}

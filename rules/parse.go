@@ -339,6 +339,22 @@ func (b *builder) rule(d *decoder, n *yaml.Node, stepCtx string, idx int) *Rule 
 		"rule_out": func(_, v *yaml.Node) { ruleOut = d.bool(v, ctx, "rule_out") },
 		"signal":   func(_, v *yaml.Node) { r.Signal = d.str(v, ctx, "signal") },
 		"evidence": func(_, v *yaml.Node) { r.Evidence = d.str(v, ctx, "evidence") },
+		"safe_defaults": func(_, v *yaml.Node) {
+			r.safePos = d.pos(v)
+			if v.Kind != yaml.MappingNode {
+				d.errorf(v, ctx, "safe_defaults: expected a mapping of signal to the reason its default is safe, got %s", kindName(v))
+				return
+			}
+			r.SafeDefaults = map[string]string{}
+			for i := 0; i+1 < len(v.Content); i += 2 {
+				k, reason := v.Content[i], d.str(v.Content[i+1], ctx, "safe_defaults")
+				if strings.TrimSpace(reason) == "" {
+					d.errorf(v.Content[i+1], ctx, "safe_defaults: %s: give the reason the default is safe", k.Value)
+				}
+				r.SafeDefaults[k.Value] = reason
+			}
+		},
+		"stands_on": func(_, v *yaml.Node) { r.StandsOn = d.strList(v, ctx, "stands_on") },
 	})
 	if n.Kind != yaml.MappingNode {
 		return r
@@ -594,6 +610,19 @@ func (b *builder) compile() {
 			}
 			if r.Signal != "" && rs.declared[r.Signal] == nil {
 				errs.add(r.Pos, rctx, "signal: unknown signal %q", r.Signal)
+			}
+			for name := range r.SafeDefaults {
+				if rs.declared[name] == nil && !attrKeys[name] {
+					errs.add(r.safePos, rctx, "safe_defaults: unknown signal %q", name)
+				}
+			}
+			for _, name := range r.StandsOn {
+				if rs.declared[name] == nil && name != varScheduler {
+					errs.add(r.Pos, rctx, "stands_on: unknown signal %q (a declared signal, or scheduler)", name)
+				}
+			}
+			if len(r.StandsOn) > 0 && r.Effect != EffectRuleOut {
+				errs.add(r.Pos, rctx, "stands_on: only a rule_out rule stands on signals")
 			}
 			if r.When != "" {
 				prog, msgs := compileBool(env, r.When, rs.declared)

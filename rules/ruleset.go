@@ -162,9 +162,18 @@ type Rule struct {
 	Signal string
 	// Evidence is a text/template rendering the numbers behind the rule.
 	Evidence string
+	// SafeDefaults declares, per signal (or attribution key), why the rule's
+	// `x.?name.orValue(d)` default cannot stand in for evidence; `rules
+	// check` refuses an undeclared default that can tip the rule (CheckDefaults).
+	SafeDefaults map[string]string
+	// StandsOn names what a rule_out rests on: signals that must be present
+	// for it to match (defaults to Signal), or "scheduler" (the scheduler
+	// settings must be known).
+	StandsOn []string
 	Pos      Pos
 
 	gradePos Pos
+	safePos  Pos
 	prog     cel.Program
 	grade    cel.Program
 	evidence *template.Template

@@ -162,7 +162,7 @@ var EvidenceFuncs = template.FuncMap{
 	"percent": FormatPercent,
 	"ratio":   FormatRatio,
 	"num":     FormatNumber,
-	"tokens":  func(v any) string { return fmt.Sprintf("%.0f", toFloat(v)) },
+	"tokens":  FormatTokens,
 	"join":    strings.Join,
 }
 
@@ -183,6 +183,16 @@ func toFloat(v any) float64 {
 		return 0
 	}
 	return math.NaN()
+}
+
+// FormatTokens renders a token count: 8192; a missing value is "n/a",
+// never "NaN".
+func FormatTokens(v any) string {
+	f := toFloat(v)
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return "n/a"
+	}
+	return strconv.FormatFloat(f, 'f', 0, 64)
 }
 
 // FormatSeconds renders a duration in seconds: 850ms, 1.24s, 95s.

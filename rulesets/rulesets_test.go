@@ -39,6 +39,11 @@ func TestShippedRulesets(t *testing.T) {
 			if len(rs.UnknownChainLinks) > 0 {
 				t.Errorf("chains quote undeclared signals: %q", rs.UnknownChainLinks)
 			}
+			// The shipped rulebook passes its own default check: no default
+			// stands in for a missing series (issue 22).
+			if errs := rs.CheckDefaults(); len(errs) > 0 {
+				t.Errorf("rules check refuses the shipped rulebook:\n%v", errs)
+			}
 		})
 	}
 }

@@ -57,6 +57,11 @@ type LatencySplit struct {
 	UnexplainedShare float64 `json:"unexplained_share"`
 	// Missing names the parts that could not be measured, and why.
 	Missing []string `json:"missing,omitempty"`
+	// Unmeasured: no part of the change could be measured (the engine
+	// exports neither queue nor prefill time). The split is a data gap, not
+	// an unexplained slowdown: Unexplained stays 0 and the rules' `unexplained`
+	// ignores it.
+	Unmeasured bool `json:"unmeasured,omitempty"`
 }
 
 // Part is one component of a latency's change.
@@ -149,6 +154,12 @@ func splitTTFT(now, base map[string]float64) *LatencySplit {
 	}
 	q, okQ := part(CompQueue, sigQueueMean, "queue time mean")
 	p, okP := part(CompPrefill, sigPrefillMean, "prefill time mean")
+	if !okQ && !okP {
+		// Nothing of the split is exported: a gap, not 100% unexplained.
+		s.Missing = append(s.Missing, "time before the engine (needs both queue and prefill time)")
+		s.Unmeasured, s.Parts = true, []Part{}
+		return s
+	}
 	explained := q + p
 	if okQ && okP {
 		// What vLLM's TTFT holds beyond the engine's own queue and prefill.
@@ -408,7 +419,9 @@ func (a *Attribution) AttrMap() map[string]float64 {
 	}
 	if s := a.TTFT; s != nil {
 		m[rules.AttrTTFTDelta] = s.Delta
-		m[rules.AttrTTFTUnexplained] = s.UnexplainedShare
+		if !s.Unmeasured {
+			m[rules.AttrTTFTUnexplained] = s.UnexplainedShare
+		}
 		for _, p := range s.Parts {
 			switch p.Component {
 			case CompQueue:
@@ -434,7 +447,7 @@ func (a *Attribution) AttrMap() map[string]float64 {
 	// The larger symptom, by relative rise, decides the overall unexplained share.
 	var big *LatencySplit
 	for _, s := range []*LatencySplit{a.TTFT, a.ITL} {
-		if s != nil && (big == nil || s.Now/s.Baseline > big.Now/big.Baseline) {
+		if s != nil && !s.Unmeasured && (big == nil || s.Now/s.Baseline > big.Now/big.Baseline) {
 			big = s
 		}
 	}

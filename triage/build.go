@@ -126,6 +126,7 @@ func buildVerdict(v *Verdict, rs *rules.Ruleset, out *rules.Outcome, opts *Optio
 	}
 
 	v.DataGaps = collapseGaps(rs, append(v.DataGaps, dataGaps(rs, now, base, v.DataGaps, opts.Explain)...))
+	v.DataGaps = append(v.DataGaps, evidenceGaps(rs, v, now)...)
 	for _, e := range out.Errors {
 		v.Warnings = appendWarnings(v.Warnings, "ruleset: "+e)
 	}
@@ -338,6 +339,37 @@ func dataGaps(rs *rules.Ruleset, now, base map[string]float64, have []DataGap, e
 			}
 			gaps = append(gaps, DataGap{Signal: s.Name, Window: w.name, Reason: r})
 		}
+	}
+	return gaps
+}
+
+// evidenceGaps are the gaps that leave a cause undecidable rather than
+// one series missing: no series counts failed requests (so request_errors
+// can be neither seen nor ruled out), and a TTFT rise whose parts the engine
+// does not export (the split is not measured, which is no unexplained
+// slowdown).
+func evidenceGaps(rs *rules.Ruleset, v *Verdict, now map[string]float64) []DataGap {
+	var gaps []DataGap
+	failures := []string{}
+	for _, s := range []string{"http_error_ratio", "error_finish_rate"} {
+		if rs.Declared(s) != nil {
+			failures = append(failures, s)
+		}
+	}
+	counted := false
+	for _, s := range failures {
+		if _, ok := now[s]; ok {
+			counted = true
+		}
+	}
+	if len(failures) > 0 && !counted && v.Status != StatusInsufficientData {
+		gaps = append(gaps, DataGap{Signal: "request_failures", Signals: failures,
+			Reason: "no series counts failed requests (the API server's HTTP status counter, or an engine error finish reason): " +
+				"request_errors can be neither seen nor ruled out"})
+	}
+	if a := v.Attribution; a != nil && a.TTFT != nil && a.TTFT.Unmeasured {
+		gaps = append(gaps, DataGap{Signal: "ttft_split", Signals: []string{sigQueueMean, sigPrefillMean},
+			Reason: "queue and prefill histograms not exported: the TTFT split is not measured"})
 	}
 	return gaps
 }

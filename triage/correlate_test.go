@@ -100,6 +100,9 @@ func TestCorrelateStep(t *testing.T) {
 	// support, below the reporting score but ranked: an anomaly always
 	// gets a ranking).
 	base := baseline()
+	// Without arrival series (so nothing stands against queueing either).
+	delete(base, "started_rate")
+	delete(base, "arrival_rate")
 	now := with(base, "ttft_mean", 0.8, "ttft_p95", 2.0, "queue_mean", 0.5, "prefill_mean", 0.45, "prompt_len_p999", 60000.0)
 	spans := append(stallSpans(at.Add(-5*time.Minute), true, 1), stallSpans(at.Add(-time.Hour-5*time.Minute), false, 2)...)
 	pods := map[string]map[string]float64{

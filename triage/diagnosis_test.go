@@ -74,7 +74,9 @@ func TestMissingSeriesRulesNothingOut(t *testing.T) {
 	if v := run(t, rs, now, base); ruledOut(v, "request_errors") {
 		t.Errorf("request_errors ruled out without a success series: %+v", v.RuledOut)
 	}
-	if v := run(t, rs, with(now, "success_rate", 1.0), with(base, "success_rate", 1.0)); !ruledOut(v, "request_errors") {
+	// A success rate counts failures only where a failure series exists
+	// (an engine error finish reason, or the HTTP status counter).
+	if v := run(t, rs, with(now, "success_rate", 1.0, "error_finish_rate", 0.0), with(base, "success_rate", 1.0, "error_finish_rate", 0.0)); !ruledOut(v, "request_errors") {
 		t.Errorf("a present success series of 100%% did not rule request_errors out: %+v", v.RuledOut)
 	}
 }

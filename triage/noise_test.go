@@ -200,11 +200,3 @@ func TestWeakMechanismDoesNotLead(t *testing.T) {
 	}
 	t.Logf("causes: %v", ids)
 }
-
-func causeIDs(v *Verdict) []string {
-	var ids []string
-	for _, c := range v.Causes {
-		ids = append(ids, c.ID)
-	}
-	return ids
-}

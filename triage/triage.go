@@ -621,7 +621,8 @@ func appendWarnings(dst []string, ws ...string) []string {
 }
 
 func valuePtr(m map[string]float64, k string) *float64 {
-	if f, ok := m[k]; ok {
+	// NaN and ±Inf are no value: JSON null, "n/a" in the renderings.
+	if f, ok := m[k]; ok && !math.IsNaN(f) && !math.IsInf(f, 0) {
 		return &f
 	}
 	return nil

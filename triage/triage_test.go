@@ -80,6 +80,7 @@ func baseline() map[string]float64 {
 		"kv_usage": 0.2, "kv_usage_peak": 0.3, "preemption_rate": 0, "waiting": 0.1, "running": 20, "running_peak": 15,
 		"prompt_len_mean": 1000, "prompt_len_p90": 2000, "prompt_len_p99": 4000, "prompt_len_p999": 6000, "prefill_tps": 2000,
 		"gen_len_mean": 200, "prompt_tps": 3000, "gen_tps": 600, "prefix_hit_rate": 0.3, "ttft_spread": 1.05, "waiting_spread": 1, "rate_spread": 1,
+		"started_rate": 3, "arrival_rate": 3,
 	}
 }
 

@@ -86,6 +86,16 @@ func rulesCheck(args []string, stdout, stderr io.Writer) int {
 			failed = true
 			continue
 		}
+		// A default that stands in for a missing series is refused: a data
+		// gap must not tip a rule (DESIGN.md).
+		if es := rs.CheckDefaults(); len(es) > 0 {
+			for _, e := range es {
+				fmt.Fprintln(stderr, e)
+			}
+			fmt.Fprintf(stderr, "%s: %d error(s)\n", path, len(es))
+			failed = true
+			continue
+		}
 		for _, w := range rs.UnknownChainLinks {
 			fmt.Fprintln(stderr, "warning: "+w)
 		}

@@ -16,6 +16,14 @@ func TestRulesCommand(t *testing.T) {
 		{[]string{"rules", "check", "../../rulesets/vllm.yaml"}, exitOK, "ok ("},
 		{[]string{"rules", "check", "../../rules/testdata/three_errors.yaml"}, exitFailed, "three_errors.yaml:12:15: step \"split\", rule 1: CEL: undeclared reference to 'nwo'"},
 		{[]string{"rules", "check", "missing.yaml"}, exitFailed, "missing.yaml"},
+		// A default that stands in for a missing series is refused with its
+		// place (issue 22): a missing arrival rate read as "traffic unchanged",
+		// a rule-out that rules out on a success rate that is not there.
+		{[]string{"rules", "check", "../../rules/testdata/unsafe_default.yaml"}, exitFailed,
+			"unsafe_default.yaml:10:16: step \"site\", rule \"slow_at_steady_traffic\": ratio.?arrival_rate.orValue(1): the default stands in for a missing arrival_rate"},
+		{[]string{"rules", "check", "../../rules/testdata/unsafe_default.yaml"}, exitFailed,
+			"rule \"nothing_failed\": a rule_out must name the signals it stands on"},
+		{[]string{"rules", "check", "../../rules/testdata/safe_default.yaml"}, exitOK, "safe_default.yaml: ok ("},
 		{[]string{"rules", "test", "../../rulesets/testdata/vllm_test.yaml"}, exitOK, "ok   "},
 		{[]string{"rules", "check", "../../rulesets/rulebook.yaml", "../../rulesets/sglang.yaml", "../../rulesets/trtllm.yaml"}, exitOK, "trtllm.yaml: ok ("},
 		// The shipped rulebook's own tests: the cause chains of issue 10's

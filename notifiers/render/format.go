@@ -28,10 +28,10 @@ const (
 // FormatValue renders v in unit u for a human: seconds as ms below 1 s,
 // fractions as %, ratios as ×, bytes in binary units, rates as "4.65/s" or
 // "4.65 req/s", other numbers with three significant digits followed by the
-// unit.
+// unit. A NaN (no value) is "n/a".
 func FormatValue(v float64, u string) string {
 	if math.IsNaN(v) {
-		return "NaN"
+		return "n/a"
 	}
 	if math.IsInf(v, 0) {
 		if v > 0 {
@@ -78,6 +78,10 @@ func percent(p float64) string {
 func FormatSeconds(s float64) string {
 	a := math.Abs(s)
 	switch {
+	case math.IsNaN(s):
+		return "n/a"
+	case math.IsInf(s, 0):
+		return FormatValue(s, "")
 	case a == 0:
 		return "0 s"
 	case a < 1e-3:
@@ -93,7 +97,10 @@ func FormatSeconds(s float64) string {
 
 // FormatRatio renders a multiple as ×N (×7.8, ×1.05, ×12).
 func FormatRatio(r float64) string {
-	if math.IsNaN(r) || math.IsInf(r, 0) {
+	if math.IsNaN(r) {
+		return "n/a"
+	}
+	if math.IsInf(r, 0) {
 		return "×" + FormatValue(r, "")
 	}
 	return "×" + num(r)

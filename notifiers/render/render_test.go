@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -320,6 +321,11 @@ func TestFormatValue(t *testing.T) {
 		{20, "count", "20"},
 		{11800.4, "", "11800"},
 		{0.000012, "", "1.2e-05"},
+		// No value is "n/a" in every unit, never "NaN" (issue 22).
+		{math.NaN(), "tokens", "n/a"},
+		{math.NaN(), "seconds", "n/a"},
+		{math.NaN(), "ratio", "n/a"},
+		{math.NaN(), "fraction", "n/a"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {
