@@ -12,9 +12,9 @@ const blockTokens = 16
 type policy int
 
 const (
-	vllmV1 policy = iota // mixed batches, chunked prefill, recompute preemption
-	sglangPF             // prefill-first batches, retraction
-	trtIFB               // in-flight batching, no chunking, GUARANTEED_NO_EVICT
+	vllmV1   policy = iota // mixed batches, chunked prefill, recompute preemption
+	sglangPF               // prefill-first batches, retraction
+	trtIFB                 // in-flight batching, no chunking, GUARANTEED_NO_EVICT
 )
 
 func (p policy) engine() string {

@@ -82,17 +82,17 @@ type plan struct {
 	magnitude float64
 	params    map[string]any
 	// the fault's shape in the incident segment
-	onset    float64 // segment time the fault starts
-	ramp     float64 // seconds over which it reaches full strength
-	inc      func(t float64, m traffic) traffic
-	clockF   float64 // clock factor under the fault
-	lose     int     // replicas lost
-	hot      float64
-	restarts []float64 // rolling restart times (segment time), replica i at restarts[i]
-	omitted  []string
-	names    string
-	gpuKind  string
-	throttle string // throttle reason
+	onset     float64 // segment time the fault starts
+	ramp      float64 // seconds over which it reaches full strength
+	inc       func(t float64, m traffic) traffic
+	clockF    float64 // clock factor under the fault
+	lose      int     // replicas lost
+	hot       float64
+	restarts  []float64 // rolling restart times (segment time), replica i at restarts[i]
+	omitted   []string
+	names     string
+	gpuKind   string
+	throttle  string // throttle reason
 	load      float64
 	tightKV   float64 // the incident's KV demand over the pool (kv_pressure)
 	outFactor float64
