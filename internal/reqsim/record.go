@@ -132,6 +132,10 @@ func (p *plan) unobservable() string {
 		if p.omits(famHTTP) && (p.pol == sglangPF || (p.pol == vllmV1 && p.names == "v0")) {
 			return "server errors show only in the HTTP response counters, which this instance does not export"
 		}
+	case "outside_engine":
+		if p.omits(famPhase) {
+			return "queue and prefill times, which tell time outside the engine from time in it, are not exported"
+		}
 	case "chunked_prefill_mismatch":
 		if p.pol == sglangPF && p.omits(famPromptLen) {
 			return "the prompt-length histogram is not exported (SGLang without --collect-tokens-histogram)"

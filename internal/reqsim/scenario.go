@@ -401,8 +401,9 @@ func (p *plan) fault(rng *rand.Rand, name string) error {
 			return m
 		})
 	case "bandwidth":
-		x := pick(rng, band, [2]float64{2, 3}, [2]float64{3, 5}, [2]float64{5, 8})
-		p.hw.kvTokens = max(p.hw.kvTokens, 500000)
+		x := pick(rng, band, [2]float64{2.5, 4}, [2]float64{4, 7}, [2]float64{7, 11})
+		// long contexts are served with an FP8 KV cache: a pool that holds them
+		p.hw.kvTokens = max(p.hw.kvTokens, 900000)
 		p.magnitude = x
 		p.params["context_factor"] = round3(x)
 		set(func(s float64, m traffic) traffic {
