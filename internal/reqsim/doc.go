@@ -95,7 +95,7 @@
 //	errors          request_errors              3–35% of requests fail in the server
 //	hot_replica     load_imbalance              one replica gets 1.6–3.5× its share (round-robin router)
 //	slow_frontend   outside_engine              the API server adds 0.12–2.5 s before the engine
-//	bandwidth       memory_bandwidth_saturation requests carry 2.5–11× the context, served from the prefix cache
+//	bandwidth       memory_bandwidth_saturation requests carry 2–9× the context, served from the prefix cache
 //
 // Hard negatives (healthy truth): diurnal_growth (traffic +8–20% within
 // capacity), steady_busy, rolling_restart (two replicas restart in turn in

@@ -237,7 +237,7 @@ func newPlan(o Options) (*plan, error) {
 		}
 	}
 	// the load sets the arrival rate from a capacity estimate
-	capRate := p.capacity(p.base) * float64(p.replicas)
+	capRate := p.calibrate(p.base) * float64(p.replicas)
 	p.base.rate = p.load * capRate
 	if p.tightKV > 0 {
 		p.sizeTightPool(rng)
@@ -246,6 +246,7 @@ func newPlan(o Options) (*plan, error) {
 	p.params["hardware"] = p.hw.name
 	p.params["replicas"] = p.replicas
 	p.params["load"] = round3(p.load)
+	p.params["capacity_per_replica"] = round3(capRate / float64(p.replicas))
 	p.params["rate"] = round3(p.base.rate)
 	p.params["router"] = map[bool]string{true: "least_requests", false: "round_robin"}[p.leastReq]
 	p.params["budget"] = p.budget
@@ -263,7 +264,11 @@ func (p *plan) capacity(m traffic) float64 {
 	meanOut := m.outMedian * math.Exp(m.outSigma*m.outSigma/2)
 	ctx := meanPrompt + meanOut/2
 	n := math.Min(float64(p.maxSeqs), 0.7*float64(p.hw.kvTokens)/(meanPrompt+meanOut))
-	n = math.Min(n, 160)
+	if p.pol == trtIFB {
+		// GUARANTEED_NO_EVICT admits against prompt + max_tokens
+		n = math.Min(n, 0.9*float64(p.hw.kvTokens)/(meanPrompt+float64(m.maxTok)))
+	}
+	n = math.Min(n, 128)
 	step := p.hw.overhead + p.hw.weightRead + n*(p.hw.perToken+ctx*p.hw.kvRead)
 	perReq := meanOut*step/n + meanPrompt*(1-m.hit)*p.hw.perToken
 	return 1 / perReq
@@ -313,7 +318,7 @@ func (p *plan) fault(rng *rand.Rand, name string) error {
 		k = min(k, p.replicas-1)
 		// the loss must push the rest past their comfortable load
 		need := float64(p.replicas-k) / float64(p.replicas) * pick(rng, band, [2]float64{0.62, 0.75}, [2]float64{0.75, 0.95}, [2]float64{0.95, 1.25})
-		p.load = math.Max(p.load, need)
+		p.load = need // the baseline load the band's incident load implies
 		p.lose = k
 		p.magnitude = float64(p.replicas) / float64(p.replicas-k)
 		p.params["lost_replicas"] = k
@@ -389,7 +394,7 @@ func (p *plan) fault(rng *rand.Rand, name string) error {
 		p.hot = (x - 1) / float64(p.replicas-1) // replica 0 gets x times the even share
 		// session affinity or a hash ring, not least-requests, makes a hot replica
 		p.leastReq = false
-		p.load = math.Max(p.load, pick(rng, band, [2]float64{0.8, 0.9}, [2]float64{0.9, 1.0}, [2]float64{1.0, 1.25})/x)
+		p.load = pick(rng, band, [2]float64{0.8, 0.9}, [2]float64{0.9, 1.0}, [2]float64{1.0, 1.25}) / x
 		p.magnitude = x
 		p.params["hot_share_factor"] = round3(x)
 	case "slow_frontend":
@@ -401,7 +406,7 @@ func (p *plan) fault(rng *rand.Rand, name string) error {
 			return m
 		})
 	case "bandwidth":
-		x := pick(rng, band, [2]float64{2.5, 4}, [2]float64{4, 7}, [2]float64{7, 11})
+		x := pick(rng, band, [2]float64{2, 3}, [2]float64{3, 5}, [2]float64{5, 9})
 		// long contexts are served with an FP8 KV cache: a pool that holds them
 		p.hw.kvTokens = max(p.hw.kvTokens, 900000)
 		p.magnitude = x
@@ -495,4 +500,34 @@ func (p *plan) omits(f string) bool {
 		}
 	}
 	return false
+}
+
+// calibrate measures one replica's saturated throughput on the mix m: a
+// short simulation with a queue that never empties (arrivals at six
+// times the analytic estimate), counting the requests finished after a
+// warm-up. It is what the load and the fault bands are relative to.
+func (p *plan) calibrate(m traffic) float64 {
+	est := p.capacity(m)
+	const warm, span = 40.0, 60.0
+	done := 0
+	e := &engine{pol: p.pol, hw: p.hw, budget: p.budget, maxSeqs: p.maxSeqs, chunked: p.chunked,
+		onToken: func(*replica, *req, float64, float64, bool) {},
+		onSched: func(*replica, *req, float64) {},
+	}
+	e.onFinish = func(_ *replica, _ *req, t float64, _ int) {
+		if t >= warm {
+			done++
+		}
+	}
+	total := p.hw.kvTokens / blockTokens
+	rp := &replica{alive: true, accepting: true, total: total, free: total, clock: 1, tel: newTel(p.pol, p.hw.maxLen)}
+	m.rate = 6 * est
+	m.outside = 0
+	w := &world{eng: e, reps: []*replica{rp}, rng: rand.New(rand.NewPCG(uint64(p.opts.Seed), 0xca1)), end: warm + span,
+		mix: func(float64) traffic { return m }, clock: func(int, float64) float64 { return 1 }}
+	w.run()
+	if done == 0 {
+		return est
+	}
+	return float64(done) / span
 }
