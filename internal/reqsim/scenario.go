@@ -116,7 +116,11 @@ func (p *plan) sizeTightPool(rng *rand.Rand) {
 		inc = n * x * (meanPrompt(m) + 4096)
 		fill = 0.7
 	}
-	pool := math.Max(1.3*inc/p.tightKV, base/fill) // 1.3: the estimate of the demand is low
+	under := 1.3 // the estimate of the demand is low where requests are preempted
+	if p.pol == trtIFB {
+		under = 1 // reservations are what they are
+	}
+	pool := math.Max(under*inc/p.tightKV, base/fill)
 	p.hw.kvTokens = max(int(pool), 16*blockTokens*64)
 	p.params["kv_tokens"] = p.hw.kvTokens
 }
@@ -341,8 +345,9 @@ func (p *plan) fault(rng *rand.Rand, name string) error {
 			return m
 		})
 	case "long_prompts":
-		x := pick(rng, band, [2]float64{0.15, 0.25}, [2]float64{0.25, 0.4}, [2]float64{0.4, 0.6})
-		long := float64(p.budget) * (0.6 + 0.3*rng.Float64())
+		x := pick(rng, band, [2]float64{0.2, 0.3}, [2]float64{0.3, 0.5}, [2]float64{0.5, 0.7})
+		// long in absolute terms, within the budget where the budget allows
+		long := math.Max(float64(p.budget)*(0.6+0.3*rng.Float64()), 4000+4000*rng.Float64())
 		p.magnitude = x
 		p.params["long_share"] = round3(x)
 		set(func(s float64, m traffic) traffic {
