@@ -178,3 +178,17 @@ func TestOmittedFamilies(t *testing.T) {
 	}
 	t.Skip("no seed dropped the prefix-cache counters")
 }
+
+// BenchmarkRecord is one instance's recording (go test -bench Record
+// -benchtime 6x ./internal/reqsim).
+func BenchmarkRecord(b *testing.B) {
+	for _, sc := range []string{"steady_busy", "replica_loss", "kv_pressure"} {
+		b.Run(sc, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				if _, err := Record(context.Background(), Options{Scenario: sc, Seed: int64(i + 1), Wide: true, GPUSeries: "both"}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

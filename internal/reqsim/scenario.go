@@ -485,9 +485,12 @@ const (
 // drawOmitted drops optional families at random (a third of the instances
 // drop one or two).
 func (p *plan) drawOmitted(rng *rand.Rand) {
-	opt := []string{famPrefix, famPhase, famIteration, famHTTP}
-	if p.pol == sglangPF {
-		opt = append(opt, famPromptLen)
+	opt := []string{famPrefix, famPhase, famIteration}
+	switch p.pol {
+	case vllmV1:
+		opt = append(opt, famHTTP)
+	case sglangPF:
+		opt = append(opt, famHTTP, famPromptLen)
 	}
 	if rng.Float64() < 0.33 {
 		n := 1 + rng.IntN(2)
