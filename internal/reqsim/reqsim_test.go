@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -168,6 +169,10 @@ func TestOmittedFamilies(t *testing.T) {
 				b := record(t, o)
 				if bytes.Contains(b.Metrics, []byte("vllm:prefix_cache_hits")) {
 					t.Error("prefix-cache counters exported though omitted")
+				}
+				names, _ := b.Truth.Params["omitted_families"].([]string)
+				if !slices.Contains(names, "vllm:prefix_cache_hits_total") {
+					t.Errorf("omitted_families %v does not name the prefix-cache counters", names)
 				}
 				if b.Truth.Unobservable == "" {
 					t.Error("prefix_loss without the prefix-cache counters is not marked unobservable")

@@ -485,12 +485,14 @@ const (
 // drawOmitted drops optional families at random (a third of the instances
 // drop one or two).
 func (p *plan) drawOmitted(rng *rand.Rand) {
-	opt := []string{famPrefix, famPhase, famIteration}
+	opt := []string{famPrefix, famPhase}
 	switch p.pol {
 	case vllmV1:
-		opt = append(opt, famHTTP)
+		opt = append(opt, famIteration, famHTTP)
 	case sglangPF:
 		opt = append(opt, famHTTP, famPromptLen)
+	case trtIFB:
+		opt = append(opt, famIteration)
 	}
 	if rng.Float64() < 0.33 {
 		n := 1 + rng.IntN(2)
@@ -499,7 +501,55 @@ func (p *plan) drawOmitted(rng *rand.Rand) {
 			p.omitted = append(p.omitted, opt[i])
 		}
 	}
-	p.params["omitted_families"] = append([]string(nil), p.omitted...)
+	names := []string{}
+	for _, g := range p.omitted {
+		names = append(names, p.familiesOf(g)...)
+	}
+	p.params["omitted_families"] = names
+	p.params["omitted_groups"] = append([]string{}, p.omitted...)
+}
+
+// familiesOf names the metric families an optional group holds for the
+// instance's engine.
+func (p *plan) familiesOf(group string) []string {
+	switch p.pol {
+	case vllmV1:
+		switch group {
+		case famPrefix:
+			if p.names == "v0" {
+				return []string{"vllm:gpu_prefix_cache_queries_total", "vllm:gpu_prefix_cache_hits_total",
+					"vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"}
+			}
+			return []string{"vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"}
+		case famPhase:
+			return []string{"vllm:request_queue_time_seconds", "vllm:request_prefill_time_seconds", "vllm:request_decode_time_seconds"}
+		case famIteration:
+			return []string{"vllm:iteration_tokens_total"}
+		case famHTTP:
+			return []string{"http_requests_total"}
+		}
+	case sglangPF:
+		switch group {
+		case famPrefix:
+			return []string{"sglang:cache_hit_rate", "sglang:cached_tokens_total"}
+		case famPhase:
+			return []string{"sglang:queue_time_seconds"}
+		case famHTTP:
+			return []string{"sglang:http_requests_total", "sglang:http_responses_total"}
+		case famPromptLen:
+			return []string{"sglang:prompt_tokens_histogram", "sglang:generation_tokens_histogram"}
+		}
+	case trtIFB:
+		switch group {
+		case famPrefix:
+			return []string{"trtllm_prompt_cached_tokens_total", "trtllm_kv_cache_hit_rate"}
+		case famPhase:
+			return []string{"trtllm_request_queue_time_seconds", "trtllm_request_prefill_time_seconds", "trtllm_request_decode_time_seconds"}
+		case famIteration:
+			return []string{"trtllm_prefill_batch_tokens"}
+		}
+	}
+	return nil
 }
 
 func (p *plan) omits(f string) bool {
