@@ -100,7 +100,7 @@
 // Hard negatives (healthy truth): diurnal_growth (traffic +8–20% within
 // capacity), steady_busy, rolling_restart (two replicas restart in turn in
 // the window, counters reset), abort_storm (20–50% of streams aborted by
-// clients), new_tenant (prompts 15–30% longer, still fitting). Compounds:
+// clients), new_tenant (the median prompt 8–16% longer, still fitting). Compounds:
 // clock_throttle+errors, slow_frontend+clock_throttle, prefix_loss+errors.
 //
 // # Not modelled

@@ -447,13 +447,13 @@ func (p *plan) fault(rng *rand.Rand, name string) error {
 			return m
 		})
 	case "new_tenant":
-		x := 0.1 + 0.1*rng.Float64()
+		x := 0.08 + 0.08*rng.Float64()
 		p.load = math.Min(p.load, 0.45)
 		p.params["tenant_share"] = round3(x)
 		set(func(s float64, m traffic) traffic {
-			// a share x of requests with prompts 2.5× as long: the median
+			// a share x of requests with prompts twice as long: the median
 			// moves, the long tail does not
-			m.promptMedian = lerp(m.promptMedian, m.promptMedian*(1+1.5*x), s)
+			m.promptMedian = lerp(m.promptMedian, m.promptMedian*(1+x), s)
 			return m
 		})
 	default:
