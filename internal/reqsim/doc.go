@@ -100,8 +100,12 @@
 // Hard negatives (healthy truth): diurnal_growth (traffic +8–20% within
 // capacity), steady_busy, rolling_restart (two replicas restart in turn in
 // the window, counters reset), abort_storm (20–50% of streams aborted by
-// clients), new_tenant (the median prompt 8–16% longer, still fitting). Compounds:
-// clock_throttle+errors, slow_frontend+clock_throttle, prefix_loss+errors.
+// clients), new_tenant (the median prompt 8–16% longer, still fitting). A
+// negative whose own TTFT or inter-token p95 moved more than 1.2× (an
+// inter-token p95 on the edge between decode-only and prefill-carrying
+// steps flips on a small change of load) is drawn again from a derived
+// seed, up to 4 times. Compounds: clock_throttle+errors,
+// slow_frontend+clock_throttle, prefix_loss+errors.
 //
 // # Not modelled
 //
