@@ -88,14 +88,14 @@
 //	arrival_surge   queue_saturation            arrivals rise to 0.8–1.4× the estimated capacity
 //	replica_loss    capacity_loss               20–60% of the replicas stop (their in-flight requests are lost)
 //	prompt_shift    chunked_prefill_mismatch    the p90 prompt moves to 1.1–2.6× the budget (TensorRT-LLM: prefill_contention)
-//	long_prompts    prefill_contention          20–70% of requests bring prompts of 0.6–0.9× the budget
+//	long_prompts    prefill_contention          20–70% of requests bring prompts of 0.6–0.95× the budget, short answers
 //	kv_pressure     kv_cache_pressure           outputs grow 1.6–4.5× against a pool that is tight for them
 //	clock_throttle  gpu_throttling              the clock factor drops to 0.45–0.86
 //	prefix_loss     prefix_cache_regression     the prefix hit rate falls to 0–60% of its baseline
 //	errors          request_errors              3–35% of requests fail in the server
 //	hot_replica     load_imbalance              one replica gets 1.6–3.5× its share (round-robin router)
 //	slow_frontend   outside_engine              the API server adds 0.12–2.5 s before the engine
-//	bandwidth       memory_bandwidth_saturation requests carry 2–9× the context, served from the prefix cache
+//	bandwidth       memory_bandwidth_saturation requests carry 2–9× the context, 98% of it served from the prefix cache
 //
 // Hard negatives (healthy truth): diurnal_growth (traffic +8–20% within
 // capacity), steady_busy, rolling_restart (two replicas restart in turn in

@@ -265,7 +265,7 @@ func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
 // batch: the requests a replica completes per second when it runs full.
 func (p *plan) capacity(m traffic) float64 {
 	meanPrompt := meanPrompt(m)
-	meanOut := m.outMedian * math.Exp(m.outSigma*m.outSigma/2)
+	meanOut := m.outMedian * math.Exp(m.outSigma*m.outSigma/2) * (1 - 0.75*m.longShare)
 	ctx := meanPrompt + meanOut/2
 	n := math.Min(float64(p.maxSeqs), 0.7*float64(p.hw.kvTokens)/(meanPrompt+meanOut))
 	if p.pol == trtIFB {
@@ -354,6 +354,7 @@ func (p *plan) fault(rng *rand.Rand, name string) error {
 		set(func(s float64, m traffic) traffic {
 			m.longShare = lerp(m.longShare, x, s)
 			m.longMedian = lerp(m.longMedian, long, s)
+			m.longMax = float64(p.budget) * 0.95
 			return m
 		})
 	case "kv_pressure":

@@ -13,6 +13,7 @@ type traffic struct {
 	promptSigma  float64
 	longShare    float64 // share of requests from the long-prompt component
 	longMedian   float64
+	longMax      float64 // cap of the long component (0: none)
 	outMedian    float64
 	outSigma     float64
 	maxTok       int
@@ -79,8 +80,12 @@ func lognormal(rng *rand.Rand, median, sigma float64) float64 {
 func (w *world) newRequest(t float64, m traffic) *req {
 	rng := w.rng
 	var p float64
-	if m.longShare > 0 && rng.Float64() < m.longShare {
+	long := m.longShare > 0 && rng.Float64() < m.longShare
+	if long {
 		p = lognormal(rng, m.longMedian, 0.35)
+		if m.longMax > 0 {
+			p = math.Min(p, m.longMax*(0.9+0.1*rng.Float64()))
+		}
 	} else {
 		p = lognormal(rng, m.promptMedian, m.promptSigma)
 	}
@@ -91,12 +96,17 @@ func (w *world) newRequest(t float64, m traffic) *req {
 	p += m.ctxExtra * (0.5 + rng.Float64())
 	maxLen := w.eng.hw.maxLen
 	prompt := int(math.Max(8, math.Min(p, float64(maxLen-m.maxTok-1))))
-	out := int(math.Max(1, lognormal(rng, m.outMedian, m.outSigma)))
+	outMedian := m.outMedian
+	if long {
+		// long documents in, short answers out (summaries, extraction, RAG)
+		outMedian *= 0.25
+	}
+	out := int(math.Max(1, lognormal(rng, outMedian, m.outSigma)))
 	out = min(out, m.maxTok)
 	hitShare := m.hit * (0.4 + 1.2*rng.Float64())
 	if m.ctxExtra > 0 {
 		// the history is a prefix the cache holds
-		hitShare = math.Max(hitShare, math.Min(0.97, (m.ctxExtra*0.9+float64(prompt-int(m.ctxExtra))*m.hit)/float64(prompt)))
+		hitShare = math.Max(hitShare, math.Min(0.98, (m.ctxExtra*0.98+float64(prompt-int(m.ctxExtra))*m.hit)/float64(prompt)))
 	}
 	cached := int(math.Min(hitShare, 0.98)*float64(prompt)) / blockTokens * blockTokens
 	cached = min(cached, prompt-1)
