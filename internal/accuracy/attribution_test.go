@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/whyslow/whyslow/rulesets"
@@ -112,10 +113,15 @@ const minAttributionMatch = 80.0
 // unmeasured says why an instance's exposition cannot measure the
 // component (the engine does not export its series), or "".
 func unmeasured(o *Outcome, c attrCheck) string {
+	if c.latency == "ttft" && c.component == triage.CompPrefill && o.Truth.Engine == "sglang" {
+		return "SGLang exports no prefill-phase histogram: " + c.component + " is not separable"
+	}
 	om, _ := o.Truth.Params["omitted_families"].([]string)
 	for _, f := range om {
 		switch {
-		case c.latency == "ttft" && f == "vllm:request_prefill_time_seconds":
+		case c.component == triage.CompQueue && strings.HasSuffix(f, "queue_time_seconds"):
+			return "no queue-time histogram: " + c.component + " is not measured"
+		case c.latency == "ttft" && strings.HasSuffix(f, "request_prefill_time_seconds"):
 			return "no prefill-phase histogram: " + c.component + " is not separable"
 		case c.component == triage.CompClock && (f == "whyslow_gpu_sm_clock_mhz" || f == "DCGM_FI_DEV_SM_CLOCK"):
 			return "no SM clock series"

@@ -10,7 +10,7 @@ import (
 )
 
 var (
-	modelsFlag   = flag.String("accuracy.models", "sim,fluid", "engine models to draw from (sim, fluid)")
+	modelsFlag   = flag.String("accuracy.models", "sim,fluid,reqsim", "engine models to draw from (sim, fluid, reqsim)")
 	widePer      = flag.Int("accuracy.wide-per", 0, "wide instances per scenario and model (default 2, 1 with -short)")
 	compoundN    = flag.Int("accuracy.compound", -1, "compound instances per model (default 6, 2 with -short)")
 	trainSeed    = flag.Int64("accuracy.train-seed", 17, "seed of the training draws")
