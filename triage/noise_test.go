@@ -200,3 +200,37 @@ func TestWeakMechanismDoesNotLead(t *testing.T) {
 	}
 	t.Logf("causes: %v", ids)
 }
+
+// TestScrapeSurgeWithoutGPUSeries is the smallest reproduction of an SGLang
+// server (which exports no start time) under an arrival surge, triaged by
+// `why --scrape`: the baseline is its lifetime, so its rates are left out,
+// and no GPU series exist. Prefill and decode slowed together while requests
+// queue: the verdict names queue_saturation and never gpu_throttling, which
+// no series here could show.
+func TestScrapeSurgeWithoutGPUSeries(t *testing.T) {
+	rs, err := rulesets.Default("sglang")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := baseline()
+	now := with(base, "ttft_mean", 1.6, "ttft_mean_recent", 1.7, "ttft_p95", 4.0, "ttft_p95_recent", 4.2, "queue_mean", 1.3,
+		"tpot_mean", 0.032, "tpot_mean_recent", 0.033, "tpot_p95", 0.05, "waiting", 40.0, "waiting_last", 45.0, "running", 60.0,
+		"running_peak", 64.0, "running_last", 62.0, "request_rate", 5.5, "arrival_rate", 6.5, "started_rate", 5.5, "kv_usage", 0.6,
+		"kv_usage_peak", 0.7, "decode_batch", 60.0)
+	m := newFake(t, rs, now, base, nil)
+	v, err := Run(context.Background(), Options{Metrics: m, Ruleset: rs, Engine: "sglang", At: at, BaselineWithoutRates: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Status != StatusAnomaly || len(v.Causes) == 0 {
+		t.Fatalf("status %s, causes %v", v.Status, causeIDs(v))
+	}
+	if v.Causes[0].ID != "queue_saturation" {
+		t.Errorf("causes %v, want queue_saturation first", causeIDs(v))
+	}
+	for _, c := range v.Causes {
+		if c.ID == "gpu_throttling" {
+			t.Errorf("gpu_throttling ranked without a GPU series: %v", causeIDs(v))
+		}
+	}
+}
