@@ -87,7 +87,7 @@
 //
 //	arrival_surge   queue_saturation            arrivals rise to 0.8–1.4× the estimated capacity
 //	replica_loss    capacity_loss               20–60% of the replicas stop (their in-flight requests are lost)
-//	prompt_shift    chunked_prefill_mismatch    the p90 prompt moves to 1.1–2.6× the budget (TensorRT-LLM: prefill_contention)
+//	prompt_shift    chunked_prefill_mismatch    the p90 prompt moves to 1.1–2.6× the budget (TensorRT-LLM: its max_num_tokens)
 //	long_prompts    prefill_contention          20–70% of requests bring prompts of 0.6–0.95× the budget, short answers
 //	kv_pressure     kv_cache_pressure           outputs grow 1.6–4.5× against a pool that is tight for them
 //	clock_throttle  gpu_throttling              the clock factor drops to 0.45–0.86

@@ -19,7 +19,7 @@ type Scenario struct {
 var scenarios = []Scenario{
 	{"arrival_surge", []string{"queue_saturation"}, "arrivals rise past what the replicas serve"},
 	{"replica_loss", []string{"capacity_loss"}, "replicas stop; the rest take their traffic"},
-	{"prompt_shift", []string{"chunked_prefill_mismatch"}, "the prompt distribution moves past the per-step token budget (TensorRT-LLM, which does not chunk: prefill_contention)"},
+	{"prompt_shift", []string{"chunked_prefill_mismatch"}, "the prompt distribution moves past the per-step token budget (TensorRT-LLM: max_num_tokens, which it does not chunk by default)"},
 	{"long_prompts", []string{"prefill_contention"}, "a stream of long prompts that still fit the budget shares the steps with decodes"},
 	{"kv_pressure", []string{"kv_cache_pressure"}, "longer outputs hold more KV; the pool fills and the engine preempts (or, TensorRT-LLM, holds requests back)"},
 	{"clock_throttle", []string{"gpu_throttling"}, "the GPUs' clocks drop: every step is slower"},
@@ -327,9 +327,10 @@ func (p *plan) fault(rng *rand.Rand, name string) error {
 		p.magnitude = float64(p.replicas) / float64(p.replicas-k)
 		p.params["lost_replicas"] = k
 	case "prompt_shift":
-		if p.pol == trtIFB {
-			p.causes = replace(p.causes, "chunked_prefill_mismatch", "prefill_contention")
-		}
+		// TensorRT-LLM does not chunk by default: a prompt past max_num_tokens
+		// is the same budget mismatch (its fix: enable chunked context or
+		// raise max_num_tokens), so the truth is chunked_prefill_mismatch on
+		// every engine.
 		// the p90 prompt moves past the budget
 		x := pick(rng, band, [2]float64{1.1, 1.3}, [2]float64{1.3, 1.8}, [2]float64{1.8, 2.6})
 		target := x * float64(p.budget) / math.Exp(1.2816*0.5)
@@ -461,17 +462,6 @@ func (p *plan) fault(rng *rand.Rand, name string) error {
 		return fmt.Errorf("reqsim: scenario %q has no fault", name)
 	}
 	return nil
-}
-
-func replace(xs []string, a, b string) []string {
-	out := make([]string, len(xs))
-	for i, x := range xs {
-		if x == a {
-			x = b
-		}
-		out[i] = x
-	}
-	return out
 }
 
 // Optional families an instance may leave out.
