@@ -50,6 +50,10 @@ type Facts struct {
 	// Z is the change of each noise signal against the baseline's own
 	// variability (the CEL variable z, cel.go); may be nil.
 	Z map[string]float64
+	// Breached says a user's SLO bound on the incident window was crossed:
+	// the window is an anomaly whatever the verdict's anomaly expression
+	// says, so its causes are ranked.
+	Breached bool
 	// Gaps names the declared signals the walk has no value for, worded for
 	// people (evidence templates can say which series would have told).
 	Gaps []string
@@ -308,7 +312,7 @@ func (r *Ruleset) Walk(f Facts) *Outcome {
 	v := r.Verdict
 	out.Insufficient = verdict("insufficient", v.Insufficient)
 	out.Critical = verdict("critical", v.Critical)
-	out.Anomaly = !out.Insufficient && (verdict("anomaly", v.Anomaly) || out.Critical)
+	out.Anomaly = !out.Insufficient && (verdict("anomaly", v.Anomaly) || out.Critical || f.Breached)
 	out.Critical = out.Critical && !out.Insufficient
 	out.Prefill = verdict("prefill", v.Prefill)
 	out.Decode = verdict("decode", v.Decode)

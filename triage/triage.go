@@ -75,6 +75,9 @@ type Options struct {
 	// Traces, when set, adds step 4's correlation of the slowest traced
 	// requests with their pods' metrics (correlate.go).
 	Traces Traces
+	// SLOs are user bounds on signals of the incident window (ParseSLO): a
+	// breach makes the verdict an anomaly on its own.
+	SLOs []SLO
 	// Shared, when set, answers the queries that read every scope's series
 	// (an insufficient-data diagnosis's engine checks) instead of Metrics,
 	// so triages sharing one (a SharedQueries) run them once. It must hold
@@ -365,11 +368,20 @@ func Run(ctx context.Context, opts Options) (*Verdict, error) {
 		sigma, sub := baselineNoise(ctx, &opts, rs, baseAt)
 		facts.Z = noiseZ(sigma, sub, opts.Window, now, base)
 	}
+	breaches, err := checkSLOs(opts.SLOs, rs, now)
+	if err != nil {
+		return nil, err
+	}
+	facts.Breached = len(breaches) > 0
+	v.SLOBreaches = breaches
 	out := rs.Walk(facts)
 	corr := correlate(ctx, &opts, rs, facts, out, v)
 	v.DataGaps = append(v.DataGaps, gaps...)
 	buildVerdict(v, rs, out, &opts, now, base, gpu, coverage, bucketBounds(ctx, &opts, rs, win, now, base))
 	corr.fill(v)
+	if v.Status == StatusAnomaly && v.Phase == PhaseNone {
+		v.Phase = sloPhase(breaches)
+	}
 	for i := range v.Headline {
 		if z, ok := facts.Z[v.Headline[i].Signal]; ok {
 			v.Headline[i].Noise = &z

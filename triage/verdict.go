@@ -57,11 +57,14 @@ type Verdict struct {
 	EngineShape *EngineShape `json:"engine_shape,omitempty"`
 	// GPU is the GPU class the triage assumed (for the engine's scheduler
 	// defaults) and where it came from; nil when unknown.
-	GPU      *GPUClass `json:"gpu,omitempty"`
-	Scope    Scope     `json:"scope"`
-	At       time.Time `json:"at"`
-	Incident Window    `json:"incident_window"`
-	Baseline Window    `json:"baseline_window"`
+	GPU *GPUClass `json:"gpu,omitempty"`
+	// SLOBreaches are the user's SLO bounds the incident window crossed
+	// (Options.SLOs); any makes the verdict an anomaly on its own.
+	SLOBreaches []SLOBreach `json:"slo_breaches,omitempty"`
+	Scope       Scope       `json:"scope"`
+	At          time.Time   `json:"at"`
+	Incident    Window      `json:"incident_window"`
+	Baseline    Window      `json:"baseline_window"`
 	// Headline holds the TTFT/TPOT split and the other top-line numbers.
 	Headline []Comparison `json:"headline"`
 	// Attribution splits the change of TTFT and inter-token latency into

@@ -46,7 +46,7 @@ func TestExampleConfigPassesCheck(t *testing.T) {
 	if !reflect.DeepEqual(got.Detect, def.Detect) {
 		t.Errorf("example detect section differs from the defaults:\n%+v\n%+v", got.Detect, def.Detect)
 	}
-	if !reflect.DeepEqual(got.Incidents, def.Incidents) || !reflect.DeepEqual(got.OTLP, def.OTLP) || got.Triage != def.Triage {
+	if !reflect.DeepEqual(got.Incidents, def.Incidents) || !reflect.DeepEqual(got.OTLP, def.OTLP) || !reflect.DeepEqual(got.Triage, def.Triage) {
 		t.Errorf("example incidents/otlp/triage differ from the defaults")
 	}
 	if !got.GPU.On() {

@@ -38,6 +38,7 @@ type whyFlags struct {
 	output     string
 	explain    bool
 	rulesets   stringList
+	slos       stringList
 	timeout    time.Duration
 	token      string
 	basicUser  string
@@ -64,6 +65,7 @@ func (f *whyFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.output, "output", "text", "output format: text, json or markdown")
 	fs.BoolVar(&f.explain, "explain", false, "show every signal value and rule outcome behind the verdict")
 	fs.Var(&f.rulesets, "ruleset", "ruleset `FILE` to use instead of the shipped one (repeatable)")
+	fs.Var(&f.slos, "slo", "an SLO bound on the incident window that makes it an anomaly on its own, e.g. 'ttft_p95 > 2s' or 'success_rate < 99%' (repeatable)")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "timeout for remote queries")
 	fs.StringVar(&f.token, "bearer-token", "", "bearer token for --prometheus or --server (or env WHYSLOW_BEARER_TOKEN)")
 	fs.StringVar(&f.basicUser, "basic-user", "", "basic-auth user for --prometheus")
@@ -175,6 +177,13 @@ func whyOptions(f *whyFlags) (triage.Options, error) {
 			return opts, fmt.Errorf("--at %q: want RFC 3339 (e.g. 2026-01-01T10:00:00Z)", f.at)
 		}
 		opts.At = at
+	}
+	for _, s := range f.slos {
+		slo, err := triage.ParseSLO(s)
+		if err != nil {
+			return opts, fmt.Errorf("--slo: %w", err)
+		}
+		opts.SLOs = append(opts.SLOs, slo)
 	}
 	if err := checkChartPath(f.chart); err != nil {
 		return opts, err

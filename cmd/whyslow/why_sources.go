@@ -178,6 +178,9 @@ func foldGaugeGaps(gaps []triage.DataGap) []triage.DataGap {
 
 // whyServer asks a running whyslow daemon to triage (POST /api/v1/triage).
 func whyServer(ctx context.Context, f *whyFlags, opts triage.Options) (*triage.Verdict, error) {
+	if len(opts.SLOs) > 0 {
+		return nil, errors.New("--slo applies to a triage this process runs; a daemon applies its own (triage.slo in its config)")
+	}
 	req := map[string]string{"selector": opts.Selector}
 	if !opts.At.IsZero() {
 		req["at"] = opts.At.Format(time.RFC3339)

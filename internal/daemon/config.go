@@ -187,7 +187,11 @@ type TriageConfig struct {
 	// incidents not triaged within it are triaged first next cycle, so a
 	// fleet with many open incidents keeps its interval.
 	CycleBudget time.Duration `yaml:"cycle_budget,omitempty" json:"cycle_budget,omitempty"`
+	// SLO bounds on the incident window ("ttft_p95 > 2s", "success_rate <
+	// 99%"): a breach makes a triage's verdict an anomaly on its own.
+	SLO []string `yaml:"slo,omitempty" json:"slo,omitempty"`
 }
+
 
 // SchedulerConfig is what the engine was started with (vLLM's
 // --enable-chunked-prefill, --max-num-batched-tokens, --max-num-seqs).
@@ -470,6 +474,11 @@ func (c Config) Validate() error {
 	if c.API.ExternalURL != "" {
 		if p, err := url.Parse(c.API.ExternalURL); err != nil || p.Host == "" {
 			add("api.external_url", "%q is not a URL", c.API.ExternalURL)
+		}
+	}
+	for i, s := range c.Triage.SLO {
+		if _, err := triage.ParseSLO(s); err != nil {
+			add(fmt.Sprintf("triage.slo[%d]", i), "%v", err)
 		}
 	}
 	if c.Triage.Window < 0 || c.Triage.Baseline < 0 {

@@ -58,6 +58,10 @@ type TriageRequest struct {
 	Scheduler rules.Scheduler
 	GPU       string
 	GPUSource string
+	// SLOs are the configured SLO bounds, one a line (Config.Triage.SLO;
+	// a string keeps the request comparable for verdict reuse); runTriage
+	// fills them.
+	SLOs string
 	// Shared, when set, answers the triage's queries over every scope
 	// (triage.Options.Shared): the cycle's, so its triages run those once.
 	Shared triage.Metrics
@@ -471,6 +475,9 @@ func withEngineFacts(cfg Config, req TriageRequest) TriageRequest {
 	}
 	if req.GPU == "" && cfg.GPU.Class != "" {
 		req.GPU, req.GPUSource = cfg.GPU.Class, "config"
+	}
+	if req.SLOs == "" {
+		req.SLOs = strings.Join(cfg.Triage.SLO, "\n")
 	}
 	return req
 }

@@ -48,6 +48,12 @@ func TriageWith(m triage.Metrics, traces triage.Traces, engine string) (TriageFu
 		if err != nil {
 			return nil, err
 		}
+		var slos []triage.SLO
+		for _, line := range strings.Split(req.SLOs, "\n") {
+			if slo, err := triage.ParseSLO(line); err == nil {
+				slos = append(slos, slo) // Config.Validate refused the others
+			}
+		}
 		var others func() []*rules.Ruleset
 		if req.Engine != "auto" && req.Engine != "" {
 			others = func() []*rules.Ruleset { return rulesets.Others(req.Engine) }
@@ -55,7 +61,7 @@ func TriageWith(m triage.Metrics, traces triage.Traces, engine string) (TriageFu
 		return triage.Run(ctx, triage.Options{
 			Metrics: m, Rulesets: rss, OtherEngines: others, At: req.At, Window: req.Window, Baseline: req.Baseline,
 			Selector: req.Selector, Engine: req.Engine, Scheduler: req.Scheduler, GPU: req.GPU, GPUSource: req.GPUSource,
-			Traces: traces, Shared: req.Shared,
+			Traces: traces, Shared: req.Shared, SLOs: slos,
 		})
 	}, nil
 }

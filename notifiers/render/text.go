@@ -381,6 +381,14 @@ func statusSentence(v *triage.Verdict) string {
 		if v.Phase != "" && v.Phase != triage.PhaseNone {
 			b.WriteString(": " + phaseWords(v.Phase))
 		}
+		for i, br := range v.SLOBreaches {
+			if i == 0 {
+				b.WriteString("; SLO breached: ")
+			} else {
+				b.WriteString(", ")
+			}
+			b.WriteString(fmt.Sprintf("%s %s (bound %s)", br.Signal, FormatValue(br.Value, br.Unit), br.Text))
+		}
 	case triage.StatusHealthy:
 		b.WriteString("HEALTHY: no anomaly against the baseline")
 	case triage.StatusInsufficientData:
