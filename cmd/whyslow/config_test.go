@@ -122,6 +122,8 @@ func TestParseConfigErrors(t *testing.T) {
 			[]string{`cfg.yml:1:1: engine: unknown engine "tgi"`, `cfg.yml:3:5: engine_urls[0]: "ftp://x" is not an http(s) URL`}},
 		{"detect validation", "detect:\n  triggers:\n    - name: x\n      signal: ttft_p99\n      ratio: 2\n", nil,
 			[]string{`cfg.yml:1:1: detect: trigger 1 (x): unknown signal "ttft_p99"`}},
+		{"slo validation", "triage:\n  slo:\n    - ttft_p95 > 2s\n    - ttft_p95 >> 2s\n", nil,
+			[]string{`cfg.yml:4:7: triage.slo[1]: slo "ttft_p95 >> 2s": want SIGNAL > BOUND`}},
 		{"receiver validation never prints the url", "receivers:\n  - name: r\n    webhook:\n      url: ${URL}\n", map[string]string{"URL": "gopher://secret-token@x"},
 			[]string{`receivers[0].webhook`}},
 	}
