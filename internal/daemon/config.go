@@ -192,7 +192,6 @@ type TriageConfig struct {
 	SLO []string `yaml:"slo,omitempty" json:"slo,omitempty"`
 }
 
-
 // SchedulerConfig is what the engine was started with (vLLM's
 // --enable-chunked-prefill, --max-num-batched-tokens, --max-num-seqs).
 // Triage needs the token budget to name chunked_prefill_mismatch without
