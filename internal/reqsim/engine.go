@@ -211,6 +211,19 @@ func (e *engine) preempt(rp *replica, r *req) {
 	rp.tel.preempts++
 }
 
+// growOrPreempt grows r's KV to upTo tokens, preempting the newest running
+// request while the pool has no room; false when r itself was preempted.
+func (e *engine) growOrPreempt(rp *replica, r *req, upTo int) bool {
+	for !rp.grow(r, upTo) {
+		v := rp.running[len(rp.running)-1]
+		e.preempt(rp, v)
+		if v == r {
+			return false
+		}
+	}
+	return true
+}
+
 // admit moves the head of the queue into the running set with its prefix
 // hit (first admission only).
 func (e *engine) admit(rp *replica, r *req, t float64) {
@@ -233,15 +246,7 @@ func (e *engine) scheduleVLLM(rp *replica, t float64) {
 		r := rp.running[i]
 		if r.need > 0 {
 			n := min(r.need-r.done, budget)
-			for !rp.grow(r, r.ctxBase()+r.done+n) {
-				v := rp.running[len(rp.running)-1]
-				e.preempt(rp, v)
-				if v == r {
-					n = 0
-					break
-				}
-			}
-			if n == 0 {
+			if !e.growOrPreempt(rp, r, r.ctxBase()+r.done+n) {
 				i--
 				continue
 			}
@@ -249,16 +254,7 @@ func (e *engine) scheduleVLLM(rp *replica, t float64) {
 			budget -= n
 			continue
 		}
-		ok := true
-		for !rp.grow(r, r.prompt+r.gen+1) {
-			v := rp.running[len(rp.running)-1]
-			e.preempt(rp, v)
-			if v == r {
-				ok = false
-				break
-			}
-		}
-		if !ok {
+		if !e.growOrPreempt(rp, r, r.prompt+r.gen+1) {
 			i--
 			continue
 		}
@@ -325,16 +321,7 @@ func (e *engine) scheduleSGLang(rp *replica, t float64) {
 		if r.need > 0 {
 			continue
 		}
-		ok := true
-		for !rp.grow(r, r.prompt+r.gen+1) {
-			v := rp.running[len(rp.running)-1]
-			e.preempt(rp, v)
-			if v == r {
-				ok = false
-				break
-			}
-		}
-		if !ok {
+		if !e.growOrPreempt(rp, r, r.prompt+r.gen+1) {
 			break
 		}
 		r.decoding = true
