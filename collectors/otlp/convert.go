@@ -1,5 +1,5 @@
 // Package otlp receives OpenTelemetry traces over OTLP/HTTP (protobuf and
-// JSON) and OTLP/gRPC and turns them into triage.Span values for a Sink.
+// JSON) and OTLP/gRPC and turns them into span.Span values for a Sink.
 package otlp
 
 import (
@@ -11,7 +11,7 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/span"
 )
 
 // FieldError says which field of a request is malformed. A request holding
@@ -40,19 +40,19 @@ func (r *Rejected) add(path, why string) {
 	r.Spans++
 }
 
-// Convert appends the spans of rss to dst in triage form. Spans with a
+// Convert appends the spans of rss to dst as span.Span values. Spans with a
 // wrong-length id make the whole request malformed (*FieldError); spans with
 // zero ids or an end before their start are dropped and counted in Rejected.
 // Spans of one resource share one Resource slice.
-func Convert(dst []triage.Span, rss []*tracepb.ResourceSpans) ([]triage.Span, Rejected, error) {
+func Convert(dst []span.Span, rss []*tracepb.ResourceSpans) ([]span.Span, Rejected, error) {
 	var rej Rejected
 	for i, rs := range rss {
 		if rs == nil {
 			continue
 		}
-		var res triage.Attrs
+		var res span.Attrs
 		if rs.Resource != nil && len(rs.Resource.Attributes) > 0 {
-			res = appendAttrs(make(triage.Attrs, 0, len(rs.Resource.Attributes)), rs.Resource.Attributes)
+			res = appendAttrs(make(span.Attrs, 0, len(rs.Resource.Attributes)), rs.Resource.Attributes)
 		}
 		for j, ss := range rs.ScopeSpans {
 			if ss == nil {
@@ -62,7 +62,7 @@ func Convert(dst []triage.Span, rss []*tracepb.ResourceSpans) ([]triage.Span, Re
 				if sp == nil {
 					continue
 				}
-				var s triage.Span
+				var s span.Span
 				if err := copyID(s.TraceID[:], sp.TraceId, i, j, k, "traceId"); err != nil {
 					return dst, rej, err
 				}
@@ -88,13 +88,13 @@ func Convert(dst []triage.Span, rss []*tracepb.ResourceSpans) ([]triage.Span, Re
 				}
 				s.Name = sp.Name
 				if sp.Kind >= 0 && sp.Kind <= tracepb.Span_SPAN_KIND_CONSUMER {
-					s.Kind = triage.SpanKind(sp.Kind)
+					s.Kind = span.SpanKind(sp.Kind)
 				}
 				s.Error = sp.Status != nil && sp.Status.Code == tracepb.Status_STATUS_CODE_ERROR
 				s.StartUnixNano = int64(sp.StartTimeUnixNano)
 				s.EndUnixNano = int64(sp.EndTimeUnixNano)
 				if len(sp.Attributes) > 0 {
-					s.Attrs = appendAttrs(make(triage.Attrs, 0, len(sp.Attributes)), sp.Attributes)
+					s.Attrs = appendAttrs(make(span.Attrs, 0, len(sp.Attributes)), sp.Attributes)
 				}
 				s.Resource = res
 				dst = append(dst, s)
@@ -121,7 +121,7 @@ func spanPath(i, j, k int, field string) string {
 	return "resourceSpans[" + strconv.Itoa(i) + "].scopeSpans[" + strconv.Itoa(j) + "].spans[" + strconv.Itoa(k) + "]." + field
 }
 
-func appendAttrs(dst triage.Attrs, kvs []*commonpb.KeyValue) triage.Attrs {
+func appendAttrs(dst span.Attrs, kvs []*commonpb.KeyValue) span.Attrs {
 	for _, kv := range kvs {
 		if kv == nil || kv.Key == "" {
 			continue
@@ -131,23 +131,23 @@ func appendAttrs(dst triage.Attrs, kvs []*commonpb.KeyValue) triage.Attrs {
 	return dst
 }
 
-func attrOf(key string, v *commonpb.AnyValue) triage.Attr {
+func attrOf(key string, v *commonpb.AnyValue) span.Attr {
 	if v == nil {
-		return triage.StringAttr(key, "")
+		return span.StringAttr(key, "")
 	}
 	switch x := v.Value.(type) {
 	case *commonpb.AnyValue_StringValue:
-		return triage.StringAttr(key, x.StringValue)
+		return span.StringAttr(key, x.StringValue)
 	case *commonpb.AnyValue_IntValue:
-		return triage.IntAttr(key, x.IntValue)
+		return span.IntAttr(key, x.IntValue)
 	case *commonpb.AnyValue_DoubleValue:
-		return triage.FloatAttr(key, x.DoubleValue)
+		return span.FloatAttr(key, x.DoubleValue)
 	case *commonpb.AnyValue_BoolValue:
-		return triage.BoolAttr(key, x.BoolValue)
+		return span.BoolAttr(key, x.BoolValue)
 	}
 	var b strings.Builder
 	writeAny(&b, v, 0)
-	return triage.StringAttr(key, b.String())
+	return span.StringAttr(key, b.String())
 }
 
 // writeAny renders arrays, maps and bytes as compact JSON-like text.

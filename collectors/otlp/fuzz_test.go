@@ -6,12 +6,12 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/span"
 )
 
 type discard struct{}
 
-func (discard) Append([]triage.Span) {}
+func (discard) Append([]span.Span) {}
 
 func fuzzHandler(t testing.TB) http.Handler {
 	r, err := New(Options{Sink: discard{}, MaxRequestBytes: 1 << 20})

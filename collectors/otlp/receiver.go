@@ -31,13 +31,13 @@ import (
 
 	"github.com/whyslow/whyslow/internal/decompress"
 	"github.com/whyslow/whyslow/internal/httplimit"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/span"
 )
 
 // Sink receives converted spans. It must not fail: a full store evicts.
 // It takes ownership of the spans' attribute slices, not of the slice itself.
 type Sink interface {
-	Append(spans []triage.Span)
+	Append(spans []span.Span)
 }
 
 // Defaults for a zero Options.
@@ -316,9 +316,9 @@ func (r *Receiver) release() { <-r.inFlight }
 // ingest converts and stores one decoded request. It returns the partial
 // success, or a *FieldError for a malformed request.
 func (r *Receiver) ingest(req *coltracepb.ExportTraceServiceRequest, transport string) (*coltracepb.ExportTraceServiceResponse, error) {
-	bufp, _ := r.spanPool.Get().(*[]triage.Span)
+	bufp, _ := r.spanPool.Get().(*[]span.Span)
 	if bufp == nil {
-		bufp = new([]triage.Span)
+		bufp = new([]span.Span)
 	}
 	spans, rej, err := Convert((*bufp)[:0], req.ResourceSpans)
 	if err != nil {
@@ -338,7 +338,7 @@ func (r *Receiver) ingest(req *coltracepb.ExportTraceServiceRequest, transport s
 	return resp, nil
 }
 
-func (r *Receiver) putSpans(bufp *[]triage.Span, spans []triage.Span) {
+func (r *Receiver) putSpans(bufp *[]span.Span, spans []span.Span) {
 	clear(spans) // drop references to attribute slices now owned by the sink
 	if cap(spans) > 1<<16 {
 		return

@@ -25,25 +25,25 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/span"
 )
 
 // recorder is a Sink that keeps everything.
 type recorder struct {
 	mu    sync.Mutex
-	spans []triage.Span
+	spans []span.Span
 }
 
-func (r *recorder) Append(spans []triage.Span) {
+func (r *recorder) Append(spans []span.Span) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.spans = append(r.spans, spans...)
 }
 
-func (r *recorder) all() []triage.Span {
+func (r *recorder) all() []span.Span {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]triage.Span(nil), r.spans...)
+	return append([]span.Span(nil), r.spans...)
 }
 
 func startReceiver(t *testing.T, opts Options) (*Receiver, *recorder) {
@@ -109,18 +109,18 @@ func TestSDKExportersRoundTrip(t *testing.T) {
 			start := t0.Add(time.Duration(i) * time.Minute)
 			reqID := "chatcmpl-" + ex.name
 			pctx, parent := tr.Start(ctx, "client", trace.WithTimestamp(start), trace.WithSpanKind(trace.SpanKindClient))
-			_, span := tr.Start(pctx, "llm_request", trace.WithTimestamp(start.Add(10*time.Millisecond)),
+			_, llmSpan := tr.Start(pctx, "llm_request", trace.WithTimestamp(start.Add(10*time.Millisecond)),
 				trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
 					attribute.String("gen_ai.request.id", reqID),
 					attribute.Int("gen_ai.usage.prompt_tokens", 2048),
 					attribute.Float64("gen_ai.latency.time_in_queue", 0.25),
 					attribute.Bool("stream", true)))
-			span.End(trace.WithTimestamp(start.Add(1500 * time.Millisecond)))
+			llmSpan.End(trace.WithTimestamp(start.Add(1500 * time.Millisecond)))
 			parent.End(trace.WithTimestamp(start.Add(1600 * time.Millisecond)))
 			if err := tp.Shutdown(ctx); err != nil {
 				t.Fatal(err)
 			}
-			var got *triage.Span
+			var got *span.Span
 			for _, s := range rec.all() {
 				if s.Attrs.String("gen_ai.request.id") == reqID {
 					got = &s
@@ -129,20 +129,20 @@ func TestSDKExportersRoundTrip(t *testing.T) {
 			if got == nil {
 				t.Fatalf("llm_request span %s not received", reqID)
 			}
-			sc := span.SpanContext()
-			if got.TraceID != triage.TraceID(sc.TraceID()) || got.SpanID != triage.SpanID(sc.SpanID()) {
+			sc := llmSpan.SpanContext()
+			if got.TraceID != span.TraceID(sc.TraceID()) || got.SpanID != span.SpanID(sc.SpanID()) {
 				t.Errorf("ids = %s/%s, want %s/%s", got.TraceID, got.SpanID, sc.TraceID(), sc.SpanID())
 			}
-			if got.ParentID != triage.SpanID(parent.SpanContext().SpanID()) {
+			if got.ParentID != span.SpanID(parent.SpanContext().SpanID()) {
 				t.Errorf("parent = %s, want %s", got.ParentID, parent.SpanContext().SpanID())
 			}
 			if !got.Start().Equal(start.Add(10*time.Millisecond)) || !got.End().Equal(start.Add(1500*time.Millisecond)) {
 				t.Errorf("times = %v..%v", got.Start(), got.End())
 			}
-			if got.Name != "llm_request" || got.Kind != triage.SpanKindServer {
+			if got.Name != "llm_request" || got.Kind != span.SpanKindServer {
 				t.Errorf("name/kind = %q/%v", got.Name, got.Kind)
 			}
-			if v, ok := got.Attrs.Get("gen_ai.usage.prompt_tokens"); !ok || v.Kind != triage.AttrInt || v.Int() != 2048 {
+			if v, ok := got.Attrs.Get("gen_ai.usage.prompt_tokens"); !ok || v.Kind != span.AttrInt || v.Int() != 2048 {
 				t.Errorf("prompt_tokens = %+v", v)
 			}
 			if v, _ := got.Attrs.Number("gen_ai.latency.time_in_queue"); v != 0.25 {
@@ -228,7 +228,7 @@ func TestJSONHexIDs(t *testing.T) {
 	if s.Attrs.String("tags") != `["a",2]` {
 		t.Errorf("array attr = %q", s.Attrs.String("tags"))
 	}
-	if !s.Error || s.Kind != triage.SpanKindServer || s.Duration() != 1500*time.Millisecond {
+	if !s.Error || s.Kind != span.SpanKindServer || s.Duration() != 1500*time.Millisecond {
 		t.Errorf("span = %+v", s)
 	}
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/whyslow/whyslow/collectors/otlp"
 	"github.com/whyslow/whyslow/internal/sim"
 	"github.com/whyslow/whyslow/internal/simtrace"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/span"
 )
 
 // A heapShape builds export request number i (of spans that look like one
@@ -246,7 +246,7 @@ func TestAllocBytes(t *testing.T) {
 		}
 	}
 	for _, c := range []int{1, 5, 10, 11, 12, 30, 100, 700} {
-		got := measure(func() any { as := make(triage.Attrs, c); return &as })
+		got := measure(func() any { as := make(span.Attrs, c); return &as })
 		if want := float64(allocBytes(int64(c)*attrSize, true) + 24); got < want-1 || got > want+1 {
 			t.Errorf("%d attrs: heap %.1f bytes, allocBytes+header %.0f", c, got, want)
 		}

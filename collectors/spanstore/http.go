@@ -20,7 +20,7 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/whyslow/whyslow/collectors/otlp"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/span"
 )
 
 // Query API limits.
@@ -68,13 +68,13 @@ func (s *Store) serveTrace(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("trace id %q: want up to 32 hex digits", raw))
 		return
 	}
-	id, err := triage.ParseTraceID(strings.Repeat("0", 32-len(raw)) + strings.ToLower(raw))
+	id, err := span.ParseTraceID(strings.Repeat("0", 32-len(raw)) + strings.ToLower(raw))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	spans, err := s.Trace(r.Context(), id)
-	if errors.Is(err, triage.ErrTraceNotFound) {
+	if errors.Is(err, span.ErrTraceNotFound) {
 		writeError(w, http.StatusNotFound, "trace not found")
 		return
 	}
@@ -148,7 +148,7 @@ func (s *Store) serveSearch(w http.ResponseWriter, r *http.Request, now time.Tim
 // search returns the traces with a span matching every condition that
 // started in [start, end), oldest first, at most limit.
 func (s *Store) search(ctx context.Context, conds []Cond, start, end time.Time, limit int) ([]searchTrace, error) {
-	var spans []triage.Span
+	var spans []span.Span
 	var err error
 	if rid, ok := requestIDCond(conds); ok {
 		spans, err = s.ByRequestID(ctx, rid)
@@ -159,7 +159,7 @@ func (s *Store) search(ctx context.Context, conds []Cond, start, end time.Time, 
 		return nil, err
 	}
 	lo, hi := start.UnixNano(), end.UnixNano()
-	seen := map[triage.TraceID]bool{}
+	seen := map[span.TraceID]bool{}
 	out := []searchTrace{}
 	for i := range spans {
 		sp := &spans[i]
@@ -250,7 +250,7 @@ func requestIDCond(conds []Cond) (string, bool) {
 	return "", false
 }
 
-func matchAll(sp *triage.Span, conds []Cond) bool {
+func matchAll(sp *span.Span, conds []Cond) bool {
 	for _, c := range conds {
 		var ok bool
 		switch c.Scope {
@@ -275,7 +275,7 @@ func matchAll(sp *triage.Span, conds []Cond) bool {
 
 // ToOTLP turns spans back into an OTLP export request, one ResourceSpans per
 // distinct resource, in first-seen order.
-func ToOTLP(spans []triage.Span) *coltracepb.ExportTraceServiceRequest {
+func ToOTLP(spans []span.Span) *coltracepb.ExportTraceServiceRequest {
 	req := &coltracepb.ExportTraceServiceRequest{}
 	byRes := map[uint64]*tracepb.ScopeSpans{}
 	for i := range spans {
@@ -306,7 +306,7 @@ func ToOTLP(spans []triage.Span) *coltracepb.ExportTraceServiceRequest {
 	return req
 }
 
-func attrsKey(as triage.Attrs) uint64 {
+func attrsKey(as span.Attrs) uint64 {
 	h := fnv.New64a()
 	var b [8]byte
 	for _, a := range as {
@@ -319,21 +319,21 @@ func attrsKey(as triage.Attrs) uint64 {
 	return h.Sum64()
 }
 
-func kvs(as triage.Attrs) []*commonpb.KeyValue {
+func kvs(as span.Attrs) []*commonpb.KeyValue {
 	out := make([]*commonpb.KeyValue, 0, len(as))
 	for _, a := range as {
 		v := &commonpb.AnyValue{}
 		switch a.Kind {
-		case triage.AttrInt:
+		case span.AttrInt:
 			v.Value = &commonpb.AnyValue_IntValue{IntValue: a.Int()}
-		case triage.AttrFloat:
+		case span.AttrFloat:
 			f := a.Float()
 			if math.IsNaN(f) || math.IsInf(f, 0) {
 				v.Value = &commonpb.AnyValue_StringValue{StringValue: a.Text()}
 			} else {
 				v.Value = &commonpb.AnyValue_DoubleValue{DoubleValue: f}
 			}
-		case triage.AttrBool:
+		case span.AttrBool:
 			v.Value = &commonpb.AnyValue_BoolValue{BoolValue: a.Bool()}
 		default:
 			v.Value = &commonpb.AnyValue_StringValue{StringValue: a.Str}

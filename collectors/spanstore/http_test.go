@@ -10,25 +10,25 @@ import (
 
 	"github.com/whyslow/whyslow/collectors/spanstore"
 	"github.com/whyslow/whyslow/collectors/tracequery"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/span"
 )
 
 var httpT0 = time.Unix(1700000000, 0)
 
-func httpSpans() []triage.Span {
-	res := triage.Attrs{triage.StringAttr("service.name", "vllm"), triage.StringAttr("k8s.pod.name", "vllm-0")}
-	var out []triage.Span
+func httpSpans() []span.Span {
+	res := span.Attrs{span.StringAttr("service.name", "vllm"), span.StringAttr("k8s.pod.name", "vllm-0")}
+	var out []span.Span
 	for i := 0; i < 5; i++ {
 		start := httpT0.Add(time.Duration(i) * time.Second)
-		tid := triage.TraceID{15: byte(i + 1)}
+		tid := span.TraceID{15: byte(i + 1)}
 		out = append(out,
-			triage.Span{TraceID: tid, SpanID: triage.SpanID{7: 1}, Name: "gateway.request", Kind: triage.SpanKindServer,
+			span.Span{TraceID: tid, SpanID: span.SpanID{7: 1}, Name: "gateway.request", Kind: span.SpanKindServer,
 				StartUnixNano: start.UnixNano(), EndUnixNano: start.Add(2 * time.Second).UnixNano(),
-				Resource: triage.Attrs{triage.StringAttr("service.name", "epp")}},
-			triage.Span{TraceID: tid, SpanID: triage.SpanID{7: 2}, ParentID: triage.SpanID{7: 1}, Name: "llm_request", Kind: triage.SpanKindServer,
+				Resource: span.Attrs{span.StringAttr("service.name", "epp")}},
+			span.Span{TraceID: tid, SpanID: span.SpanID{7: 2}, ParentID: span.SpanID{7: 1}, Name: "llm_request", Kind: span.SpanKindServer,
 				StartUnixNano: start.Add(10 * time.Millisecond).UnixNano(), EndUnixNano: start.Add(1900 * time.Millisecond).UnixNano(),
-				Attrs: triage.Attrs{triage.StringAttr(triage.AttrRequestID, "req-"+string(rune('a'+i))), triage.FloatAttr(triage.AttrE2E, 1.89),
-					triage.IntAttr(triage.AttrPromptTokens, 100), triage.BoolAttr("stream", true)},
+				Attrs: span.Attrs{span.StringAttr(span.AttrRequestID, "req-"+string(rune('a'+i))), span.FloatAttr(span.AttrE2E, 1.89),
+					span.IntAttr(span.AttrPromptTokens, 100), span.BoolAttr("stream", true)},
 				Resource: res, Error: i == 3},
 		)
 	}
@@ -48,18 +48,18 @@ func TestQueryHandlerWithTempoClient(t *testing.T) {
 	tc := &tracequery.Tempo{BaseURL: srv.URL}
 	ctx := context.Background()
 
-	spans, err := tc.Trace(ctx, triage.TraceID{15: 4})
+	spans, err := tc.Trace(ctx, span.TraceID{15: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(spans) != 2 || spans[1].Name != "llm_request" || !spans[1].Error || spans[1].Attrs.String(triage.AttrRequestID) != "req-d" ||
-		spans[1].ParentID != (triage.SpanID{7: 1}) || spans[1].Resource.String("k8s.pod.name") != "vllm-0" {
+	if len(spans) != 2 || spans[1].Name != "llm_request" || !spans[1].Error || spans[1].Attrs.String(span.AttrRequestID) != "req-d" ||
+		spans[1].ParentID != (span.SpanID{7: 1}) || spans[1].Resource.String("k8s.pod.name") != "vllm-0" {
 		t.Fatalf("trace = %+v", spans)
 	}
-	if a, _ := spans[1].Attrs.Get("stream"); a.Kind != triage.AttrBool || !a.Bool() {
+	if a, _ := spans[1].Attrs.Get("stream"); a.Kind != span.AttrBool || !a.Bool() {
 		t.Errorf("bool attribute = %+v", a)
 	}
-	if _, err := tc.Trace(ctx, triage.TraceID{15: 99}); !strings.Contains(err.Error(), triage.ErrTraceNotFound.Error()) {
+	if _, err := tc.Trace(ctx, span.TraceID{15: 99}); !strings.Contains(err.Error(), span.ErrTraceNotFound.Error()) {
 		t.Errorf("unknown trace: %v", err)
 	}
 
@@ -74,7 +74,7 @@ func TestQueryHandlerWithTempoClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(byReq) != 1 || byReq[0].TraceID != (triage.TraceID{15: 3}) {
+	if len(byReq) != 1 || byReq[0].TraceID != (span.TraceID{15: 3}) {
 		t.Errorf("by request id = %+v", byReq)
 	}
 }

@@ -1,6 +1,6 @@
 // Package spanstore keeps recent spans in memory, bounded by span count and
 // by bytes, indexed by trace id, by gen_ai.request.id and by start time. It
-// implements triage.Traces for the daemon.
+// implements span.Traces for the daemon.
 package spanstore
 
 import (
@@ -14,7 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/span"
 )
 
 // Defaults for a zero Options.
@@ -92,7 +92,7 @@ func DefaultMaxSpanBytes(maxBytes int64) int64 {
 const minAttrLen = 256
 
 type slot struct {
-	span triage.Span
+	span span.Span
 	// next* hold seq+1 of the next span on the same chain, 0 at the end.
 	nextTrace, nextReq, nextBucket uint64
 	bytes                          int64
@@ -120,7 +120,7 @@ type Store struct {
 	bytes     int64  // the spans' bytes and the index entries'
 	evicted   uint64
 	oversized uint64
-	traces    map[triage.TraceID]chain
+	traces    map[span.TraceID]chain
 	reqs      map[string]chain
 	buckets   map[int64]chain
 	intern    map[string]string
@@ -148,7 +148,7 @@ func New(opts Options) (*Store, error) {
 		maxBytes:     opts.MaxBytes,
 		maxSpanBytes: min(opts.MaxSpanBytes, opts.MaxBytes),
 		maxQuery:     opts.MaxQuerySpans,
-		traces:       map[triage.TraceID]chain{},
+		traces:       map[span.TraceID]chain{},
 		reqs:         map[string]chain{},
 		buckets:      map[int64]chain{},
 		intern:       map[string]string{},
@@ -202,7 +202,7 @@ func (s *Store) Oversized() uint64 {
 }
 
 var (
-	attrSize = int64(unsafe.Sizeof(triage.Attr{}))
+	attrSize = int64(unsafe.Sizeof(span.Attr{}))
 	// slotBytes is one slot's share of its chunk's allocation.
 	slotBytes = allocBytes(int64(unsafe.Sizeof([chunkLen]slot{})), true) / chunkLen
 )
@@ -211,7 +211,7 @@ var (
 // store takes ownership of each span's Attrs and Resource slices (it may
 // rewrite their strings to shared copies); callers must not modify them
 // afterwards.
-func (s *Store) Append(spans []triage.Span) {
+func (s *Store) Append(spans []span.Span) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := 0; i < len(spans); {
@@ -247,7 +247,7 @@ func (s *Store) Append(spans []triage.Span) {
 }
 
 // rawBytes is what as costs before interning.
-func rawBytes(as triage.Attrs) int64 {
+func rawBytes(as span.Attrs) int64 {
 	b := sliceBytes(as)
 	for i := range as {
 		b += strBytes(len(as[i].Key)) + strBytes(len(as[i].Str))
@@ -256,7 +256,7 @@ func rawBytes(as triage.Attrs) int64 {
 }
 
 // sliceBytes is the allocation behind as (its capacity, not its length).
-func sliceBytes(as triage.Attrs) int64 {
+func sliceBytes(as span.Attrs) int64 {
 	if cap(as) == 0 {
 		return 0
 	}
@@ -294,7 +294,7 @@ func allocBytes(n int64, pointers bool) int64 {
 // cutTo cuts as until other+rawBytes(as) is at most limit, and reports
 // whether it fits. Cutting is by length and the allocator rounds up, so a
 // cut can fall a little short: it is repeated.
-func cutTo(as triage.Attrs, other, limit int64) bool {
+func cutTo(as span.Attrs, other, limit int64) bool {
 	for range 8 {
 		excess := other + rawBytes(as) - limit
 		if excess <= 0 {
@@ -310,7 +310,7 @@ func cutTo(as triage.Attrs, other, limit int64) bool {
 // cut shortens the longest string values of as by at least excess bytes in
 // total, none below minAttrLen, each cut at a rune boundary and ending in
 // "…", and reports whether it cut any.
-func cut(as triage.Attrs, excess int64) bool {
+func cut(as span.Attrs, excess int64) bool {
 	did := false
 	for excess > 0 {
 		longest := -1
@@ -334,7 +334,7 @@ func cut(as triage.Attrs, excess int64) bool {
 	return did
 }
 
-func sameSlice(a, b triage.Attrs) bool {
+func sameSlice(a, b span.Attrs) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -343,7 +343,7 @@ func sameSlice(a, b triage.Attrs) bool {
 
 // internAttrs shares repeated keys (and, for resources, values) and returns
 // the bytes charged for the slice and its unshared strings.
-func (s *Store) internAttrs(as triage.Attrs, values bool) int64 {
+func (s *Store) internAttrs(as span.Attrs, values bool) int64 {
 	b := sliceBytes(as)
 	for i := range as {
 		as[i].Key, b = s.internString(as[i].Key, b)
@@ -380,19 +380,19 @@ func (s *Store) slotAt(seq uint64) *slot {
 
 // requestID returns the span's request id and the bytes its index key takes
 // beyond the span's own strings (a number attribute's text is made anew).
-func requestID(sp *triage.Span) (string, int64) {
+func requestID(sp *span.Span) (string, int64) {
 	a, ok := sp.Attrs.Get(RequestIDKey)
 	if !ok {
 		return "", 0
 	}
-	if a.Kind == triage.AttrString {
+	if a.Kind == span.AttrString {
 		return a.Str, 0
 	}
 	id := a.Text()
 	return id, strBytes(len(id))
 }
 
-func (s *Store) insert(sp *triage.Span, b int64) {
+func (s *Store) insert(sp *span.Span, b int64) {
 	// The span may bring up to three index entries.
 	id, idBytes := requestID(sp)
 	need := b + 3*entryBytes + idBytes
@@ -505,7 +505,7 @@ func (s *Store) evictOldest() {
 }
 
 // walk appends the spans on a chain to dst.
-func (s *Store) walk(dst []triage.Span, c chain, next func(*slot) uint64) []triage.Span {
+func (s *Store) walk(dst []span.Span, c chain, next func(*slot) uint64) []span.Span {
 	for p := c.first; p != 0; {
 		sl := s.slotAt(p - 1)
 		dst = append(dst, sl.span)
@@ -514,10 +514,10 @@ func (s *Store) walk(dst []triage.Span, c chain, next func(*slot) uint64) []tria
 	return dst
 }
 
-// SpansBetween implements triage.Traces. The returned spans share their
+// SpansBetween implements span.Traces. The returned spans share their
 // attribute slices with the store: treat them as read-only. Without a limit
 // at most MaxQuerySpans are returned, the newest of the range.
-func (s *Store) SpansBetween(ctx context.Context, start, end time.Time, limit int) ([]triage.Span, error) {
+func (s *Store) SpansBetween(ctx context.Context, start, end time.Time, limit int) ([]span.Span, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -530,7 +530,7 @@ func (s *Store) SpansBetween(ctx context.Context, start, end time.Time, limit in
 		newest = s.maxQuery
 	}
 	s.mu.RLock()
-	var out []triage.Span
+	var out []span.Span
 	collect := func(c chain) {
 		for p := c.first; p != 0; {
 			sl := s.slotAt(p - 1)
@@ -564,7 +564,7 @@ func (s *Store) SpansBetween(ctx context.Context, start, end time.Time, limit in
 		}
 	}
 	s.mu.RUnlock()
-	triage.SortByStart(out)
+	span.SortByStart(out)
 	if newest > 0 && len(out) > newest {
 		out = out[len(out)-newest:]
 	}
@@ -574,35 +574,35 @@ func (s *Store) SpansBetween(ctx context.Context, start, end time.Time, limit in
 	return out, nil
 }
 
-// Trace implements triage.Traces.
-func (s *Store) Trace(ctx context.Context, id triage.TraceID) ([]triage.Span, error) {
+// Trace implements span.Traces.
+func (s *Store) Trace(ctx context.Context, id span.TraceID) ([]span.Span, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	s.mu.RLock()
 	c, ok := s.traces[id]
-	var out []triage.Span
+	var out []span.Span
 	if ok {
 		out = s.walk(nil, c, func(sl *slot) uint64 { return sl.nextTrace })
 	}
 	s.mu.RUnlock()
 	if !ok {
-		return nil, triage.ErrTraceNotFound
+		return nil, span.ErrTraceNotFound
 	}
-	triage.SortByStart(out)
+	span.SortByStart(out)
 	return out, nil
 }
 
-// ByRequestID implements triage.Traces.
-func (s *Store) ByRequestID(ctx context.Context, id string) ([]triage.Span, error) {
+// ByRequestID implements span.Traces.
+func (s *Store) ByRequestID(ctx context.Context, id string) ([]span.Span, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	s.mu.RLock()
 	out := s.walk(nil, s.reqs[id], func(sl *slot) uint64 { return sl.nextReq })
 	s.mu.RUnlock()
-	triage.SortByStart(out)
+	span.SortByStart(out)
 	return out, nil
 }
 
-var _ triage.Traces = (*Store)(nil)
+var _ span.Traces = (*Store)(nil)

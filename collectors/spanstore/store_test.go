@@ -14,36 +14,36 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/span"
 )
 
 var t0 = time.Unix(1700000000, 0)
 
 // batch builds n spans the way the OTLP converter does: fresh strings and
 // attribute slices per span, one shared resource slice.
-func batch(first, n, spansPerTrace int) []triage.Span {
-	res := triage.Attrs{
-		triage.StringAttr(strings.Clone("service.name"), strings.Clone("vllm")),
-		triage.StringAttr(strings.Clone("k8s.pod.name"), fmt.Sprintf("vllm-%d", first%3)),
+func batch(first, n, spansPerTrace int) []span.Span {
+	res := span.Attrs{
+		span.StringAttr(strings.Clone("service.name"), strings.Clone("vllm")),
+		span.StringAttr(strings.Clone("k8s.pod.name"), fmt.Sprintf("vllm-%d", first%3)),
 	}
-	out := make([]triage.Span, 0, n)
+	out := make([]span.Span, 0, n)
 	for i := first; i < first+n; i++ {
-		var s triage.Span
+		var s span.Span
 		binary.BigEndian.PutUint64(s.TraceID[8:], uint64(i/spansPerTrace)+1)
 		binary.BigEndian.PutUint64(s.SpanID[:], uint64(i)+1)
 		s.Name = strings.Clone("llm_request")
-		s.Kind = triage.SpanKindServer
+		s.Kind = span.SpanKindServer
 		s.StartUnixNano = t0.Add(time.Duration(i) * 10 * time.Millisecond).UnixNano()
 		s.EndUnixNano = s.StartUnixNano + int64(1500*time.Millisecond)
-		s.Attrs = triage.Attrs{
-			triage.StringAttr(strings.Clone("gen_ai.request.id"), fmt.Sprintf("chatcmpl-%08d", i)),
-			triage.IntAttr(strings.Clone("gen_ai.usage.prompt_tokens"), 1000),
-			triage.IntAttr(strings.Clone("gen_ai.usage.completion_tokens"), 200),
-			triage.FloatAttr(strings.Clone("gen_ai.latency.time_in_queue"), 0.05),
-			triage.FloatAttr(strings.Clone("gen_ai.latency.time_to_first_token"), 0.2),
-			triage.FloatAttr(strings.Clone("gen_ai.latency.time_in_model_prefill"), 0.15),
-			triage.FloatAttr(strings.Clone("gen_ai.latency.time_in_model_decode"), 1.3),
-			triage.FloatAttr(strings.Clone("gen_ai.latency.e2e"), 1.5),
+		s.Attrs = span.Attrs{
+			span.StringAttr(strings.Clone("gen_ai.request.id"), fmt.Sprintf("chatcmpl-%08d", i)),
+			span.IntAttr(strings.Clone("gen_ai.usage.prompt_tokens"), 1000),
+			span.IntAttr(strings.Clone("gen_ai.usage.completion_tokens"), 200),
+			span.FloatAttr(strings.Clone("gen_ai.latency.time_in_queue"), 0.05),
+			span.FloatAttr(strings.Clone("gen_ai.latency.time_to_first_token"), 0.2),
+			span.FloatAttr(strings.Clone("gen_ai.latency.time_in_model_prefill"), 0.15),
+			span.FloatAttr(strings.Clone("gen_ai.latency.time_in_model_decode"), 1.3),
+			span.FloatAttr(strings.Clone("gen_ai.latency.e2e"), 1.5),
 		}
 		s.Resource = res
 		out = append(out, s)
@@ -58,13 +58,13 @@ func TestQueries(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Append(batch(0, 300, 4))
-	var id triage.TraceID
+	var id span.TraceID
 	binary.BigEndian.PutUint64(id[8:], 3) // spans 8..11
 	spans, err := s.Trace(ctx, id)
 	if err != nil || len(spans) != 4 || spans[0].Attrs.String("gen_ai.request.id") != "chatcmpl-00000008" {
 		t.Fatalf("Trace = %d spans, %v", len(spans), err)
 	}
-	if _, err := s.Trace(ctx, triage.TraceID{9}); !errors.Is(err, triage.ErrTraceNotFound) {
+	if _, err := s.Trace(ctx, span.TraceID{9}); !errors.Is(err, span.ErrTraceNotFound) {
 		t.Errorf("missing trace: err = %v", err)
 	}
 	if spans, _ := s.ByRequestID(ctx, "chatcmpl-00000042"); len(spans) != 1 || spans[0].SpanID[7] != 43 {
@@ -131,7 +131,7 @@ func TestEviction(t *testing.T) {
 			t.Fatalf("bytes %d len %d", s.Bytes(), s.Len())
 		}
 		// A trace whose older spans were evicted keeps its newer ones.
-		var id triage.TraceID
+		var id span.TraceID
 		binary.BigEndian.PutUint64(id[8:], 100) // spans 990..999
 		if spans, err := s.Trace(ctx, id); err != nil || len(spans) != 10 {
 			t.Errorf("newest trace: %d spans, %v", len(spans), err)
@@ -195,7 +195,7 @@ func TestFloodStaysBounded(t *testing.T) {
 	for ; n < 300_000 && time.Now().Before(deadline); n += 500 {
 		b := batch(n, 500, 3)
 		for i := range b {
-			b[i].Attrs = append(b[i].Attrs, triage.StringAttr(fmt.Sprintf("flood.key.%d", n+i), "v"))
+			b[i].Attrs = append(b[i].Attrs, span.StringAttr(fmt.Sprintf("flood.key.%d", n+i), "v"))
 		}
 		s.Append(b)
 		if s.Bytes() > maxBytes {
@@ -247,7 +247,7 @@ func TestHugeSpanDoesNotEvictTheStore(t *testing.T) {
 	}
 	held, evicted := s.Len(), s.Evicted()
 	huge := batch(10_000_000, 1, 1)
-	huge[0].Attrs = append(huge[0].Attrs, triage.StringAttr("gen_ai.prompt", strings.Repeat("é", 15<<20/2)))
+	huge[0].Attrs = append(huge[0].Attrs, span.StringAttr("gen_ai.prompt", strings.Repeat("é", 15<<20/2)))
 	s.Append(huge)
 	if s.Len() != held+1 || s.Evicted() != evicted {
 		t.Fatalf("one huge span: %d spans held (was %d), %d evicted (was %d)", s.Len(), held, s.Evicted(), evicted)
@@ -266,9 +266,9 @@ func TestHugeSpanDoesNotEvictTheStore(t *testing.T) {
 	// A huge resource is cut too; a flood of keys that cannot be cut is dropped.
 	res := batch(10_000_001, 2, 1)
 	res[0].Resource[1].Str = strings.Repeat("x", 1<<20)
-	var many triage.Attrs
+	var many span.Attrs
 	for i := 0; i < 5000; i++ {
-		many = append(many, triage.IntAttr(fmt.Sprintf("k%05d-%s", i, strings.Repeat("y", 20)), 1))
+		many = append(many, span.IntAttr(fmt.Sprintf("k%05d-%s", i, strings.Repeat("y", 20)), 1))
 	}
 	res[1].Attrs = many
 	s.Append(res)
@@ -340,7 +340,7 @@ func TestChunksAndMapsShrink(t *testing.T) {
 	if len(s.traces) > 51 || s.peakTraces >= 1024 {
 		t.Errorf("traces index %d, peak %d: not rebuilt", len(s.traces), s.peakTraces)
 	}
-	var id triage.TraceID
+	var id span.TraceID
 	binary.BigEndian.PutUint64(id[8:], 109_999/100+1)
 	if spans, err := s.Trace(ctx, id); err != nil || len(spans) != 100 {
 		t.Errorf("newest trace: %d spans, %v", len(spans), err)

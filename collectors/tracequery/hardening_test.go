@@ -18,7 +18,7 @@ import (
 
 	"github.com/whyslow/whyslow/internal/decompress"
 	"github.com/whyslow/whyslow/internal/secrettest"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/span"
 )
 
 type bearer struct{ tok string }
@@ -46,14 +46,14 @@ func TestErrorsHideEchoedCredentials(t *testing.T) {
 	withUser := u.String()
 	for _, tc := range []struct {
 		name string
-		src  triage.Traces
+		src  span.Traces
 	}{
 		{"tempo bearer", &Tempo{BaseURL: srv.URL, Client: &http.Client{Transport: bearer{tok}}}},
 		{"tempo basic in URL", &Tempo{BaseURL: withUser}},
 		{"jaeger basic in URL", &Jaeger{BaseURL: withUser, Service: "vllm"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := tc.src.Trace(context.Background(), triage.TraceID{1})
+			_, err := tc.src.Trace(context.Background(), span.TraceID{1})
 			if err == nil || !strings.Contains(err.Error(), "502") {
 				t.Fatalf("err = %v", err)
 			}
@@ -63,7 +63,7 @@ func TestErrorsHideEchoedCredentials(t *testing.T) {
 		})
 	}
 	// Unreachable: the transport error names the URL, redacted.
-	_, err := (&Tempo{BaseURL: "http://alice:" + pw + "@127.0.0.1:1"}).Trace(context.Background(), triage.TraceID{1})
+	_, err := (&Tempo{BaseURL: "http://alice:" + pw + "@127.0.0.1:1"}).Trace(context.Background(), span.TraceID{1})
 	if err == nil {
 		t.Fatal("no error from a closed port")
 	}

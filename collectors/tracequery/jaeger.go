@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/internal/redact"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/span"
 )
 
 // Jaeger queries a Jaeger query service's HTTP API (/api/traces/{id}, and
@@ -21,7 +21,7 @@ type Jaeger struct {
 	// BaseURL is e.g. http://jaeger-query:16686.
 	BaseURL string
 	// Service is the service searched by SpansBetween and ByRequestID (e.g.
-	// "vllm"); without it they return triage.ErrUnsupported.
+	// "vllm"); without it they return span.ErrUnsupported.
 	Service string
 	// Client defaults to a client with a 30s timeout.
 	Client *http.Client
@@ -71,13 +71,13 @@ type jaegerTag struct {
 	Value json.RawMessage `json:"value"`
 }
 
-func (t jaegerTag) attr() (triage.Attr, error) {
+func (t jaegerTag) attr() (span.Attr, error) {
 	var err error
 	switch t.Type {
 	case "bool":
 		var b bool
 		if err = json.Unmarshal(t.Value, &b); err == nil {
-			return triage.BoolAttr(t.Key, b), nil
+			return span.BoolAttr(t.Key, b), nil
 		}
 	case "int64":
 		var n json.Number
@@ -86,45 +86,45 @@ func (t jaegerTag) attr() (triage.Attr, error) {
 		if err = d.Decode(&n); err == nil {
 			var i int64
 			if i, err = strconv.ParseInt(n.String(), 10, 64); err == nil {
-				return triage.IntAttr(t.Key, i), nil
+				return span.IntAttr(t.Key, i), nil
 			}
 		}
 	case "float64":
 		var f float64
 		if err = json.Unmarshal(t.Value, &f); err == nil {
-			return triage.FloatAttr(t.Key, f), nil
+			return span.FloatAttr(t.Key, f), nil
 		}
 	default: // string, binary
 		var s string
 		if err = json.Unmarshal(t.Value, &s); err == nil {
-			return triage.StringAttr(t.Key, s), nil
+			return span.StringAttr(t.Key, s), nil
 		}
 	}
-	return triage.Attr{}, fmt.Errorf("tag %q: %s value %s: %w", t.Key, t.Type, t.Value, err)
+	return span.Attr{}, fmt.Errorf("tag %q: %s value %s: %w", t.Key, t.Type, t.Value, err)
 }
 
-var jaegerKinds = map[string]triage.SpanKind{
-	"internal": triage.SpanKindInternal, "server": triage.SpanKindServer, "client": triage.SpanKindClient,
-	"producer": triage.SpanKindProducer, "consumer": triage.SpanKindConsumer,
+var jaegerKinds = map[string]span.SpanKind{
+	"internal": span.SpanKindInternal, "server": span.SpanKindServer, "client": span.SpanKindClient,
+	"producer": span.SpanKindProducer, "consumer": span.SpanKindConsumer,
 }
 
 // ParseJaeger converts a Jaeger /api/traces response to spans.
-func ParseJaeger(body []byte) ([]triage.Span, error) {
+func ParseJaeger(body []byte) ([]span.Span, error) {
 	var r jaegerResponse
 	if err := json.Unmarshal(body, &r); err != nil {
 		return nil, fmt.Errorf("parse jaeger response: %w", err)
 	}
 	if len(r.Data) == 0 && len(r.Errors) > 0 {
 		if r.Errors[0].Code == http.StatusNotFound {
-			return nil, triage.ErrTraceNotFound
+			return nil, span.ErrTraceNotFound
 		}
 		return nil, fmt.Errorf("jaeger: %s", redact.Text(r.Errors[0].Msg))
 	}
-	var out []triage.Span
+	var out []span.Span
 	for ti, tr := range r.Data {
-		resources := map[string]triage.Attrs{}
+		resources := map[string]span.Attrs{}
 		for pid, p := range tr.Processes {
-			res := triage.Attrs{triage.StringAttr("service.name", p.ServiceName)}
+			res := span.Attrs{span.StringAttr("service.name", p.ServiceName)}
 			for _, tag := range p.Tags {
 				a, err := tag.attr()
 				if err != nil {
@@ -146,8 +146,8 @@ func ParseJaeger(body []byte) ([]triage.Span, error) {
 	return out, nil
 }
 
-func jaegerSpanOf(js *jaegerSpan, res triage.Attrs) (triage.Span, error) {
-	var s triage.Span
+func jaegerSpanOf(js *jaegerSpan, res span.Attrs) (span.Span, error) {
+	var s span.Span
 	var err error
 	if s.TraceID, err = parseLooseTraceID(js.TraceID); err != nil {
 		return s, err
@@ -181,22 +181,22 @@ func jaegerSpanOf(js *jaegerSpan, res triage.Attrs) (triage.Span, error) {
 		case "otel.status_code":
 			s.Error = a.Str == "ERROR"
 		case "error":
-			s.Error = s.Error || a.Kind == triage.AttrBool && a.Bool()
+			s.Error = s.Error || a.Kind == span.AttrBool && a.Bool()
 		}
 		s.Attrs = append(s.Attrs, a)
 	}
 	return s, nil
 }
 
-func parseLooseSpanID(s string) (triage.SpanID, error) {
+func parseLooseSpanID(s string) (span.SpanID, error) {
 	if len(s) == 0 || len(s) > 16 {
-		return triage.SpanID{}, fmt.Errorf("span id %q: want up to 16 hex digits", s)
+		return span.SpanID{}, fmt.Errorf("span id %q: want up to 16 hex digits", s)
 	}
-	return triage.ParseSpanID(strings.Repeat("0", 16-len(s)) + s)
+	return span.ParseSpanID(strings.Repeat("0", 16-len(s)) + s)
 }
 
-// Trace implements triage.Traces.
-func (j *Jaeger) Trace(ctx context.Context, id triage.TraceID) ([]triage.Span, error) {
+// Trace implements span.Traces.
+func (j *Jaeger) Trace(ctx context.Context, id span.TraceID) ([]span.Span, error) {
 	body, err := get(ctx, j.Client, strings.TrimRight(j.BaseURL, "/")+"/api/traces/"+id.String())
 	if err != nil {
 		return nil, fmt.Errorf("jaeger trace %s: %w", id, err)
@@ -206,15 +206,15 @@ func (j *Jaeger) Trace(ctx context.Context, id triage.TraceID) ([]triage.Span, e
 		return nil, fmt.Errorf("jaeger trace %s: %w", id, err)
 	}
 	if len(spans) == 0 {
-		return nil, fmt.Errorf("jaeger trace %s: %w", id, triage.ErrTraceNotFound)
+		return nil, fmt.Errorf("jaeger trace %s: %w", id, span.ErrTraceNotFound)
 	}
-	triage.SortByStart(spans)
+	span.SortByStart(spans)
 	return spans, nil
 }
 
-func (j *Jaeger) search(ctx context.Context, v url.Values, limit int) ([]triage.Span, error) {
+func (j *Jaeger) search(ctx context.Context, v url.Values, limit int) ([]span.Span, error) {
 	if j.Service == "" {
-		return nil, fmt.Errorf("jaeger search needs a service: %w", triage.ErrUnsupported)
+		return nil, fmt.Errorf("jaeger search needs a service: %w", span.ErrUnsupported)
 	}
 	if limit <= 0 {
 		limit = j.SearchLimit
@@ -231,12 +231,12 @@ func (j *Jaeger) search(ctx context.Context, v url.Values, limit int) ([]triage.
 	return ParseJaeger(body)
 }
 
-// SpansBetween implements triage.Traces (needs Service).
-func (j *Jaeger) SpansBetween(ctx context.Context, start, end time.Time, limit int) ([]triage.Span, error) {
+// SpansBetween implements span.Traces (needs Service).
+func (j *Jaeger) SpansBetween(ctx context.Context, start, end time.Time, limit int) ([]span.Span, error) {
 	v := url.Values{
 		"start":     {strconv.FormatInt(start.UnixMicro(), 10)},
 		"end":       {strconv.FormatInt(end.UnixMicro(), 10)},
-		"operation": {triage.SpanLLMRequest},
+		"operation": {span.SpanLLMRequest},
 	}
 	spans, err := j.search(ctx, v, limit)
 	if err != nil {
@@ -245,9 +245,9 @@ func (j *Jaeger) SpansBetween(ctx context.Context, start, end time.Time, limit i
 	return window(spans, start, end, limit), nil
 }
 
-// ByRequestID implements triage.Traces (needs Service).
-func (j *Jaeger) ByRequestID(ctx context.Context, id string) ([]triage.Span, error) {
-	tags, _ := json.Marshal(map[string]string{triage.AttrRequestID: id})
+// ByRequestID implements span.Traces (needs Service).
+func (j *Jaeger) ByRequestID(ctx context.Context, id string) ([]span.Span, error) {
+	tags, _ := json.Marshal(map[string]string{span.AttrRequestID: id})
 	spans, err := j.search(ctx, url.Values{"tags": {string(tags)}}, 20)
 	if err != nil {
 		return nil, err
@@ -255,4 +255,4 @@ func (j *Jaeger) ByRequestID(ctx context.Context, id string) ([]triage.Span, err
 	return withRequestID(spans, id), nil
 }
 
-var _ triage.Traces = (*Jaeger)(nil)
+var _ span.Traces = (*Jaeger)(nil)

@@ -15,11 +15,11 @@ import (
 	"github.com/whyslow/whyslow/collectors/otlp"
 	"github.com/whyslow/whyslow/collectors/spanstore"
 	"github.com/whyslow/whyslow/internal/decompress"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/span"
 )
 
 // File is a bundle's traces.jsonl loaded into memory. It implements
-// triage.Traces through the embedded store.
+// span.Traces through the embedded store.
 type File struct {
 	*spanstore.Store
 	// Spans is how many spans were loaded; Rejected how many were skipped
@@ -89,7 +89,7 @@ func ReadJSONL(r io.Reader, name string) (*File, error) {
 	}
 	f := &File{Store: store}
 	br := bufio.NewReaderSize(r, 1<<20)
-	var spans []triage.Span
+	var spans []span.Span
 	for line := 1; ; line++ {
 		b, rerr := br.ReadBytes('\n')
 		if rerr != nil && !errors.Is(rerr, io.EOF) {

@@ -1,6 +1,6 @@
 // Package tracequery reads spans from where they already are: a Tempo or
 // Jaeger query API, or a bundle's traces.jsonl. Every source implements
-// triage.Traces.
+// span.Traces.
 package tracequery
 
 import (
@@ -17,7 +17,7 @@ import (
 
 	"github.com/whyslow/whyslow/collectors/otlp"
 	"github.com/whyslow/whyslow/internal/redact"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/span"
 )
 
 // maxResponseBytes bounds a query response.
@@ -45,7 +45,7 @@ func client(c *http.Client) *http.Client {
 	return &http.Client{Timeout: 30 * time.Second}
 }
 
-// get fetches a URL and returns its body; 404 is triage.ErrTraceNotFound.
+// get fetches a URL and returns its body; 404 is span.ErrTraceNotFound.
 func get(ctx context.Context, c *http.Client, u string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
@@ -71,7 +71,7 @@ func get(ctx context.Context, c *http.Client, u string) ([]byte, error) {
 	}
 	switch {
 	case resp.StatusCode == http.StatusNotFound:
-		return nil, triage.ErrTraceNotFound
+		return nil, span.ErrTraceNotFound
 	case resp.StatusCode/100 != 2:
 		msg := strings.ToValidUTF8(strings.TrimSpace(secrets.Scrub(string(body))), "\uFFFD")
 		if len(msg) > 200 {
@@ -84,17 +84,17 @@ func get(ctx context.Context, c *http.Client, u string) ([]byte, error) {
 
 // parseLooseTraceID accepts hex trace ids with leading zeros trimmed (as
 // Tempo search prints them) or 64-bit ones.
-func parseLooseTraceID(s string) (triage.TraceID, error) {
+func parseLooseTraceID(s string) (span.TraceID, error) {
 	if len(s) == 0 || len(s) > 32 {
-		return triage.TraceID{}, fmt.Errorf("trace id %q: want up to 32 hex digits", s)
+		return span.TraceID{}, fmt.Errorf("trace id %q: want up to 32 hex digits", s)
 	}
-	return triage.ParseTraceID(strings.Repeat("0", 32-len(s)) + s)
+	return span.ParseTraceID(strings.Repeat("0", 32-len(s)) + s)
 }
 
 // ParseTempoTrace parses a Tempo trace-by-id response: OTLP/JSON as
 // {"batches": [...]} (Tempo 1.x/2.x), {"resourceSpans": [...]}, or
 // {"trace": {...}} (/api/v2/traces), with hex or base64 ids.
-func ParseTempoTrace(body []byte) ([]triage.Span, error) {
+func ParseTempoTrace(body []byte) ([]span.Span, error) {
 	var wrapped struct {
 		Trace json.RawMessage `json:"trace"`
 	}
@@ -109,8 +109,8 @@ func ParseTempoTrace(body []byte) ([]triage.Span, error) {
 	return spans, err
 }
 
-// Trace implements triage.Traces.
-func (t *Tempo) Trace(ctx context.Context, id triage.TraceID) ([]triage.Span, error) {
+// Trace implements span.Traces.
+func (t *Tempo) Trace(ctx context.Context, id span.TraceID) ([]span.Span, error) {
 	body, err := get(ctx, t.Client, strings.TrimRight(t.BaseURL, "/")+"/api/traces/"+id.String())
 	if err != nil {
 		return nil, fmt.Errorf("tempo trace %s: %w", id, err)
@@ -120,9 +120,9 @@ func (t *Tempo) Trace(ctx context.Context, id triage.TraceID) ([]triage.Span, er
 		return nil, fmt.Errorf("tempo trace %s: %w", id, err)
 	}
 	if len(spans) == 0 {
-		return nil, fmt.Errorf("tempo trace %s: %w", id, triage.ErrTraceNotFound)
+		return nil, fmt.Errorf("tempo trace %s: %w", id, span.ErrTraceNotFound)
 	}
-	triage.SortByStart(spans)
+	span.SortByStart(spans)
 	return spans, nil
 }
 
@@ -134,12 +134,12 @@ type tempoSearch struct {
 }
 
 // ParseTempoSearch returns the trace ids of a /api/search response.
-func ParseTempoSearch(body []byte) ([]triage.TraceID, error) {
+func ParseTempoSearch(body []byte) ([]span.TraceID, error) {
 	var s tempoSearch
 	if err := json.Unmarshal(body, &s); err != nil {
 		return nil, fmt.Errorf("parse tempo search: %w", err)
 	}
-	ids := make([]triage.TraceID, 0, len(s.Traces))
+	ids := make([]span.TraceID, 0, len(s.Traces))
 	for _, t := range s.Traces {
 		id, err := parseLooseTraceID(t.TraceID)
 		if err != nil {
@@ -150,7 +150,7 @@ func ParseTempoSearch(body []byte) ([]triage.TraceID, error) {
 	return ids, nil
 }
 
-func (t *Tempo) search(ctx context.Context, q string, start, end time.Time, limit int) ([]triage.Span, error) {
+func (t *Tempo) search(ctx context.Context, q string, start, end time.Time, limit int) ([]span.Span, error) {
 	if limit <= 0 {
 		limit = t.SearchLimit
 	}
@@ -170,7 +170,7 @@ func (t *Tempo) search(ctx context.Context, q string, start, end time.Time, limi
 	if err != nil {
 		return nil, err
 	}
-	var out []triage.Span
+	var out []span.Span
 	for _, id := range ids {
 		spans, err := t.Trace(ctx, id)
 		if err != nil {
@@ -181,20 +181,20 @@ func (t *Tempo) search(ctx context.Context, q string, start, end time.Time, limi
 	return out, nil
 }
 
-// SpansBetween implements triage.Traces: it searches for traces holding an
+// SpansBetween implements span.Traces: it searches for traces holding an
 // llm_request span in the window and returns their spans that started in it.
 // limit bounds the traces fetched and the spans returned.
-func (t *Tempo) SpansBetween(ctx context.Context, start, end time.Time, limit int) ([]triage.Span, error) {
-	spans, err := t.search(ctx, `{ name = "`+triage.SpanLLMRequest+`" }`, start, end, limit)
+func (t *Tempo) SpansBetween(ctx context.Context, start, end time.Time, limit int) ([]span.Span, error) {
+	spans, err := t.search(ctx, `{ name = "`+span.SpanLLMRequest+`" }`, start, end, limit)
 	if err != nil {
 		return nil, err
 	}
 	return window(spans, start, end, limit), nil
 }
 
-// ByRequestID implements triage.Traces.
-func (t *Tempo) ByRequestID(ctx context.Context, id string) ([]triage.Span, error) {
-	spans, err := t.search(ctx, `{ span.`+triage.AttrRequestID+` = `+strconv.Quote(id)+` }`, time.Time{}, time.Time{}, 20)
+// ByRequestID implements span.Traces.
+func (t *Tempo) ByRequestID(ctx context.Context, id string) ([]span.Span, error) {
+	spans, err := t.search(ctx, `{ span.`+span.AttrRequestID+` = `+strconv.Quote(id)+` }`, time.Time{}, time.Time{}, 20)
 	if err != nil {
 		return nil, err
 	}
@@ -202,7 +202,7 @@ func (t *Tempo) ByRequestID(ctx context.Context, id string) ([]triage.Span, erro
 }
 
 // window keeps spans that started in [start, end), sorted, at most limit.
-func window(spans []triage.Span, start, end time.Time, limit int) []triage.Span {
+func window(spans []span.Span, start, end time.Time, limit int) []span.Span {
 	lo, hi := start.UnixNano(), end.UnixNano()
 	out := spans[:0]
 	for _, s := range spans {
@@ -210,22 +210,22 @@ func window(spans []triage.Span, start, end time.Time, limit int) []triage.Span 
 			out = append(out, s)
 		}
 	}
-	triage.SortByStart(out)
+	span.SortByStart(out)
 	if limit > 0 && len(out) > limit {
 		out = out[:limit]
 	}
 	return out
 }
 
-func withRequestID(spans []triage.Span, id string) []triage.Span {
+func withRequestID(spans []span.Span, id string) []span.Span {
 	out := spans[:0]
 	for _, s := range spans {
-		if s.Attrs.String(triage.AttrRequestID) == id {
+		if s.Attrs.String(span.AttrRequestID) == id {
 			out = append(out, s)
 		}
 	}
-	triage.SortByStart(out)
+	span.SortByStart(out)
 	return out
 }
 
-var _ triage.Traces = (*Tempo)(nil)
+var _ span.Traces = (*Tempo)(nil)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/whyslow/whyslow/collectors/otlp"
 	"github.com/whyslow/whyslow/internal/sim"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/span"
 )
 
 // Window is a time range [Start, End) of request arrivals.
@@ -73,7 +73,7 @@ func idHash(id string) uint64 {
 
 // Spans returns the batch's spans in triage's form, as a trace source
 // would deliver them.
-func (b *Batch) Spans() ([]triage.Span, error) {
+func (b *Batch) Spans() ([]span.Span, error) {
 	spans, rej, err := otlp.Convert(nil, b.Request().ResourceSpans)
 	if err != nil {
 		return nil, err
