@@ -1,7 +1,8 @@
 // Package span holds the span data the trace collectors produce and triage
 // consumes: trace and span ids, the compact Span, its typed attributes, the
 // span and attribute names of the request model (docs/engines.md §6), and
-// the Traces query interface with its errors.
+// the errors trace sources return. The query interface, Traces, is the
+// diagnosis' own (triage.Traces).
 //
 // It is data only: ids, values and trivial accessors, no analysis. It
 // imports nothing of whyslow, so collectors (collectors/otlp,

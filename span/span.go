@@ -2,7 +2,6 @@ package span
 
 import (
 	"cmp"
-	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -12,28 +11,13 @@ import (
 	"time"
 )
 
-// ErrTraceNotFound is returned by Traces.Trace when the source holds no span
-// of the trace.
+// ErrTraceNotFound is returned by a trace source asked for a trace it holds
+// no span of.
 var ErrTraceNotFound = errors.New("trace not found")
 
-// ErrUnsupported is returned by a Traces source that cannot answer a kind of
+// ErrUnsupported is returned by a trace source that cannot answer a kind of
 // query (for example a Jaeger source without a service to search in).
 var ErrUnsupported = errors.New("query not supported by this trace source")
-
-// Traces answers span queries. The span store of the daemon, a bundle's
-// traces.jsonl, Tempo and Jaeger all implement it, so triage never sees
-// OTLP or the wire.
-type Traces interface {
-	// SpansBetween returns spans whose start time lies in [start, end),
-	// oldest first, at most limit of them (limit <= 0: no limit).
-	SpansBetween(ctx context.Context, start, end time.Time, limit int) ([]Span, error)
-	// Trace returns every span of one trace, oldest first, or
-	// ErrTraceNotFound.
-	Trace(ctx context.Context, id TraceID) ([]Span, error)
-	// ByRequestID returns the spans carrying gen_ai.request.id = id (engine
-	// and gateway spans), oldest first; empty when none.
-	ByRequestID(ctx context.Context, id string) ([]Span, error)
-}
 
 // TraceID is a 16-byte W3C trace id.
 type TraceID [16]byte

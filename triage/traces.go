@@ -1,11 +1,31 @@
 package triage
 
 // Imported as spandata: triage has a type span (insufficient.go).
-import spandata "github.com/whyslow/whyslow/span"
+import (
+	"context"
+	"time"
+
+	spandata "github.com/whyslow/whyslow/span"
+)
 
 // The span data types live in package span, which the collectors import
-// without knowing of triage. These aliases keep triage's own code, and its
-// callers, spelling them triage.Span, triage.TraceID, ...
+// without knowing of triage. The aliases below keep triage's own code, and
+// its callers, spelling them triage.Span, triage.TraceID, ...
+
+// Traces answers span queries. The span store of the daemon, a bundle's
+// traces.jsonl, Tempo and Jaeger all implement it, so triage never sees
+// OTLP or the wire.
+type Traces interface {
+	// SpansBetween returns spans whose start time lies in [start, end),
+	// oldest first, at most limit of them (limit <= 0: no limit).
+	SpansBetween(ctx context.Context, start, end time.Time, limit int) ([]Span, error)
+	// Trace returns every span of one trace, oldest first, or
+	// ErrTraceNotFound.
+	Trace(ctx context.Context, id TraceID) ([]Span, error)
+	// ByRequestID returns the spans carrying gen_ai.request.id = id (engine
+	// and gateway spans), oldest first; empty when none.
+	ByRequestID(ctx context.Context, id string) ([]Span, error)
+}
 
 // ErrTraceNotFound is span.ErrTraceNotFound.
 var ErrTraceNotFound = spandata.ErrTraceNotFound
@@ -14,8 +34,6 @@ var ErrTraceNotFound = spandata.ErrTraceNotFound
 var ErrUnsupported = spandata.ErrUnsupported
 
 type (
-	// Traces is span.Traces.
-	Traces = spandata.Traces
 	// TraceID is span.TraceID.
 	TraceID = spandata.TraceID
 	// SpanID is span.SpanID.

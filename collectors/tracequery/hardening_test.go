@@ -46,7 +46,10 @@ func TestErrorsHideEchoedCredentials(t *testing.T) {
 	withUser := u.String()
 	for _, tc := range []struct {
 		name string
-		src  span.Traces
+		src  interface {
+			Trace(context.Context, span.TraceID) ([]span.Span, error)
+			SpansBetween(ctx context.Context, start, end time.Time, limit int) ([]span.Span, error)
+		}
 	}{
 		{"tempo bearer", &Tempo{BaseURL: srv.URL, Client: &http.Client{Transport: bearer{tok}}}},
 		{"tempo basic in URL", &Tempo{BaseURL: withUser}},

@@ -18,8 +18,8 @@ import (
 	"github.com/whyslow/whyslow/span"
 )
 
-// File is a bundle's traces.jsonl loaded into memory. It implements
-// span.Traces through the embedded store.
+// File is a bundle's traces.jsonl loaded into memory. It serves
+// triage.Traces through the embedded store.
 type File struct {
 	*spanstore.Store
 	// Spans is how many spans were loaded; Rejected how many were skipped
