@@ -159,7 +159,7 @@ func panelView(d chart.Data, p chart.Panel, i int, incident, baseline triage.Win
 		PlotTop: coord(plotTop), PlotBottom: coord(bottom), PlotHeight: coord(bottom - plotTop),
 		TickX: coord(plotLeft - 6), LabelY: coord(plotTop - 8), AxisY: coord(bottom + 16), OnsetY: coord(bottom + 27),
 		CenterX: coord((plotLeft + chartWidth - plotRight) / 2), CenterY: coord((plotTop + bottom) / 2)}
-	drawnB, drawnI := finite(p.Baseline), finite(p.Incident)
+	drawnB, drawnI := chart.Finite(p.Baseline), chart.Finite(p.Incident)
 	cv.Empty = len(drawnB) == 0 && len(drawnI) == 0
 
 	// The two spans share the plot width in proportion to their length.
@@ -172,21 +172,13 @@ func panelView(d chart.Data, p chart.Panel, i int, incident, baseline triage.Win
 	bAxis := axis{d.Baseline.Start, d.Baseline.End, plotLeft, plotLeft + bW}
 	iAxis := axis{d.Incident.Start, d.Incident.End, plotLeft + bW + segmentGap, chartWidth - plotRight}
 
-	hi := 0.0
-	for _, s := range [][]chart.Point{drawnB, drawnI} {
-		for _, pt := range s {
-			hi = math.Max(hi, pt.V)
-		}
-	}
-	top, step := niceTop(hi)
-	if p.Unit == chart.UnitFraction && top > 1 {
-		top, step = 1, 0.25
-	}
-	y := func(v float64) float64 {
-		return bottom - (bottom-plotTop)*v/top
-	}
-	for v := 0.0; v <= top+step/2; v += step {
-		cv.YTicks = append(cv.YTicks, Tick{Y: coord(y(v)), Label: render.FormatValue(v, unit)})
+	// The value axis is the chart model's, as on the PNG: the curves
+	// are drawn in its unit (ms, s, %), its ticks are gridlines.
+	ya := chart.ValueAxis(p)
+	yAt := func(frac float64) float64 { return bottom - (bottom-plotTop)*frac }
+	y := func(v float64) float64 { return yAt(ya.Frac(v * ya.Mult)) }
+	for _, t := range ya.Ticks {
+		cv.YTicks = append(cv.YTicks, Tick{Y: coord(yAt(ya.Frac(t.V))), Label: t.Label})
 	}
 	cv.Baseline = segment("baseline", bAxis, baseline, p.Baseline, y)
 	cv.Incident = segment("incident", iAxis, incident, p.Incident, y)
@@ -247,41 +239,8 @@ func within(pts []chart.Point, w triage.Window) []chart.Point {
 	return out
 }
 
-// axisSteps are the axis maxima, as multiples of a power of ten, with their
-// tick steps: three to six ticks above zero.
-var axisSteps = []struct{ top, step float64 }{
-	{1, 0.2}, {1.5, 0.5}, {2, 0.5}, {2.5, 0.5}, {3, 0.5}, {4, 1}, {5, 1}, {6, 1}, {8, 2}, {10, 2},
-}
-
-// niceTop returns the smallest round axis maximum at or above hi×1.1 (a
-// margin over the peak), and its tick step.
-func niceTop(hi float64) (float64, float64) {
-	if hi <= 0 || math.IsNaN(hi) || math.IsInf(hi, 0) {
-		return 1, 0.25
-	}
-	target := hi * 1.1
-	mag := math.Pow(10, math.Floor(math.Log10(target)))
-	for _, a := range axisSteps {
-		if a.top*mag >= target*(1-1e-12) {
-			return a.top * mag, a.step * mag
-		}
-	}
-	return 10 * mag, 2 * mag
-}
-
 // coord formats an SVG coordinate to one decimal.
 func coord(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) }
-
-// finite drops NaN and infinite samples (gaps in a curve, not values).
-func finite(pts []chart.Point) []chart.Point {
-	out := make([]chart.Point, 0, len(pts))
-	for _, p := range pts {
-		if !math.IsNaN(p.V) && !math.IsInf(p.V, 0) {
-			out = append(out, p)
-		}
-	}
-	return out
-}
 
 func mean(pts []chart.Point) (float64, bool) {
 	if len(pts) == 0 {

@@ -1,7 +1,9 @@
 // Package chart draws the picture on-call engineers look at before reading:
 // TTFT p95, ITL/TPOT p95, KV-cache usage and queue depth, the incident window
 // drawn over the baseline window, as one PNG. Build fetches the curves with
-// range queries from any triage.Metrics; Render draws them (render.go) with
+// range queries from any triage.Metrics; the chart model (model.go) holds
+// every rule about the curves' gaps, the axes, their ticks and labels, for
+// this PNG and internal/web's SVG alike; Render draws it (render.go) with
 // the standard library's image packages, golang.org/x/image/vector's
 // antialiasing rasterizer and basicfont's 7×13 bitmap font: no TrueType
 // fonts and no plotting library in the binary.
@@ -15,7 +17,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"sort"
 	"strings"
 	"time"
@@ -62,27 +63,6 @@ type Data struct {
 	Baseline triage.Window
 	// Panels are drawn in a 2×2 grid, row by row.
 	Panels []Panel
-}
-
-// Segments splits points at NaN/Inf values: the runs a line can be drawn
-// through (a gap has no place on the axes; an SVG path would break on it).
-func Segments(pts []Point) [][]Point {
-	var out [][]Point
-	var cur []Point
-	for _, p := range pts {
-		if math.IsNaN(p.V) || math.IsInf(p.V, 0) {
-			if len(cur) > 0 {
-				out = append(out, cur)
-			}
-			cur = nil
-			continue
-		}
-		cur = append(cur, p)
-	}
-	if len(cur) > 0 {
-		out = append(out, cur)
-	}
-	return out
 }
 
 // Options tune Build. Zero values get defaults.

@@ -257,16 +257,7 @@ func single(p Panel) Data {
 // frameOf is the mapping Render uses for a single panel.
 func frameOf(t *testing.T, d Data) frame {
 	t.Helper()
-	mult, unit := scale(d.Panels[0])
-	hi := 0.0
-	for _, s := range [][]Point{d.Panels[0].Incident, d.Panels[0].Baseline} {
-		for _, p := range s {
-			if finite(p.V) {
-				hi = math.Max(hi, p.V*mult)
-			}
-		}
-	}
-	return frame{plot: layout(1)[0].plot, x: timeAxis(10), y: valueAxis(0, hi, unit)}
+	return frame{plot: layout(1)[0].plot, x: TimeAxis(10), y: ValueAxis(d.Panels[0])}
 }
 
 func TestRenderGap(t *testing.T) {
@@ -317,11 +308,11 @@ func TestRenderValues(t *testing.T) {
 	}
 	d := single(Panel{Title: "flat", Unit: UnitSeconds, Incident: pts, Baseline: bpts})
 	f := frameOf(t, d)
-	if f.y.ticks[len(f.y.ticks)-1] != 500 || f.y.hi < 550 {
+	if f.y.Ticks[len(f.y.Ticks)-1].V != 500 || f.y.Hi < 550 {
 		t.Fatalf("value axis %+v: want ticks up to 500 (ms), the top at 550", f.y)
 	}
 	img := renderImage(t, d)
-	row := func(ms float64) float64 { return float64(f.plot.Max.Y) - ms/f.y.hi*float64(f.plot.Dy()) }
+	row := func(ms float64) float64 { return float64(f.plot.Max.Y) - ms/f.y.Hi*float64(f.plot.Dy()) }
 	for _, c := range []struct {
 		name string
 		is   func(image.Image, int, int) bool
@@ -348,8 +339,8 @@ func TestRenderClips(t *testing.T) {
 		pts = append(pts, Point{inc.Start.Add(time.Duration(s) * time.Second), 0.5 + float64(s)/600})
 	}
 	d := single(Panel{Title: "over", Unit: UnitFraction, Incident: pts})
-	if f := frameOf(t, d); f.y.hi != 100 {
-		t.Errorf("fraction axis up to %g%%, want 100%%", f.y.hi)
+	if f := frameOf(t, d); f.y.Hi != 100 {
+		t.Errorf("fraction axis up to %g%%, want 100%%", f.y.Hi)
 	}
 	img := renderImage(t, d)
 	plot := layout(1)[0].plot
@@ -405,66 +396,6 @@ func TestRenderGapsAndEmpty(t *testing.T) {
 	}
 }
 
-func TestAxes(t *testing.T) {
-	for _, c := range []struct {
-		hi     float64
-		unit   string
-		ticks  []float64
-		top    float64
-		labels []string
-	}{
-		{156, "s", []float64{0, 50, 100, 150}, 171.6, []string{"0 s", "50 s", "100 s", "150 s"}},
-		{85, "ms", []float64{0, 20, 40, 60, 80}, 93.5, []string{"0 ms", "20 ms", "40 ms", "60 ms", "80 ms"}},
-		{99.9, "%", []float64{0, 20, 40, 60, 80, 100}, 100, []string{"0%", "20%", "40%", "60%", "80%", "100%"}},
-		{11.4, "requests", []float64{0, 5, 10, 15}, 15, []string{"0", "5", "10", "15"}},
-		{2.3, "s", []float64{0, 0.5, 1, 1.5, 2, 2.5}, 2.53, []string{"0 s", "0.5 s", "1 s", "1.5 s", "2 s", "2.5 s"}},
-		{0, "ms", []float64{0, 0.2, 0.4, 0.6, 0.8, 1}, 1, nil},
-	} {
-		a := valueAxis(0, c.hi, c.unit)
-		if len(a.ticks) != len(c.ticks) || math.Abs(a.hi-c.top) > 1e-9 {
-			t.Errorf("valueAxis(0, %g, %s) = %v up to %g, want %v up to %g", c.hi, c.unit, a.ticks, a.hi, c.ticks, c.top)
-			continue
-		}
-		for i, v := range c.ticks {
-			if math.Abs(a.ticks[i]-v) > 1e-9 {
-				t.Errorf("valueAxis(0, %g, %s) tick %d = %g, want %g", c.hi, c.unit, i, a.ticks[i], v)
-			}
-			if c.labels != nil {
-				if got := tickLabel(a.ticks[i], a.decimals, c.unit); got != c.labels[i] {
-					t.Errorf("valueAxis(0, %g, %s) label %d = %q, want %q", c.hi, c.unit, i, got, c.labels[i])
-				}
-			}
-		}
-	}
-	// Any range: 4 to 6 ticks of 1, 2 or 5 × 10^k from 0, the last within
-	// the axis, the axis above the data.
-	for _, hi := range []float64{0.003, 0.07, 0.9, 1, 3.3, 7, 12.5, 42, 99, 480, 1e4, 3.7e6} {
-		a := valueAxis(0, hi, "")
-		if len(a.ticks) < minYTicks || len(a.ticks) > maxYTicks || a.ticks[0] != 0 || a.ticks[len(a.ticks)-1] > a.hi || a.hi < hi {
-			t.Errorf("valueAxis(0, %g) = %v up to %g", hi, a.ticks, a.hi)
-			continue
-		}
-		step := a.ticks[1]
-		m := step / math.Pow(10, math.Floor(math.Log10(step)+1e-9))
-		if math.Abs(m-1) > 1e-6 && math.Abs(m-2) > 1e-6 && math.Abs(m-5) > 1e-6 {
-			t.Errorf("valueAxis(0, %g): step %g is not 1, 2 or 5 × 10^k", hi, step)
-		}
-	}
-	for _, c := range []struct {
-		span   float64
-		labels string
-	}{{5, "0 1 2 3 4 5"}, {10, "0 2 4 6 8 10"}, {1.5, "0 0.5 1 1.5"}, {60, "0 10 20 30 40 50 60"}} {
-		a := timeAxis(c.span)
-		var got []string
-		for _, v := range a.ticks {
-			got = append(got, number(v, a.decimals))
-		}
-		if strings.Join(got, " ") != c.labels {
-			t.Errorf("timeAxis(%g) ticks = %v, want %s", c.span, got, c.labels)
-		}
-	}
-}
-
 func TestText(t *testing.T) {
 	if got := ascii("a — b – c × d"); got != "a - b - c x d" {
 		t.Errorf("ascii = %q", got)
@@ -500,14 +431,6 @@ func TestDashes(t *testing.T) {
 	}
 	if len(got[1]) != 3 || got[1][1] != (vec{10, 0}) {
 		t.Errorf("the second dash turns the corner: %v", got[1])
-	}
-}
-
-func TestSegments(t *testing.T) {
-	nan := math.NaN()
-	pts := []Point{{t0, 1}, {t0, nan}, {t0, 2}, {t0, 3}, {t0, math.Inf(-1)}}
-	if got := Segments(pts); len(got) != 2 || len(got[0]) != 1 || len(got[1]) != 2 {
-		t.Errorf("segments = %v", got)
 	}
 }
 

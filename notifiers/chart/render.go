@@ -19,7 +19,6 @@ import (
 	"image/png"
 	"io"
 	"math"
-	"strconv"
 	"strings"
 	"time"
 
@@ -60,9 +59,6 @@ const (
 	incidentHalfWidth = 1.0
 	baselineHalfWidth = 1.0
 	dashOn, dashOff   = 7, 5
-	// maxYTicks and minYTicks bound the value axis' ticks; maxXTicks the
-	// time axis'.
-	minYTicks, maxYTicks, maxXTicks = 4, 6, 7
 )
 
 // face is the only font: 7 pixels wide, 13 high, ASCII.
@@ -132,136 +128,18 @@ func rasterize(d Data) (*image.RGBA, error) {
 	return img, nil
 }
 
-// scale picks the display unit of a panel: ms for sub-second latencies, %
-// for fractions.
-func scale(p Panel) (float64, string) {
-	switch p.Unit {
-	case UnitSeconds:
-		hi := 0.0
-		for _, s := range [][]Point{p.Incident, p.Baseline} {
-			for _, pt := range s {
-				if finite(pt.V) {
-					hi = math.Max(hi, pt.V)
-				}
-			}
-		}
-		if hi < 1 {
-			return 1000, "ms"
-		}
-		return 1, "s"
-	case UnitFraction:
-		return 100, "%"
-	}
-	return 1, p.Unit
-}
-
-func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
-
-// niceStep is the smallest step of 1, 2 or 5 × 10^k that puts at most n
-// ticks on a span: span/step < n.
-func niceStep(span float64, n int) float64 {
-	if !(span > 0) || math.IsInf(span, 0) {
-		return 1
-	}
-	least := span / float64(n) * (1 + 1e-9)
-	p := math.Pow(10, math.Floor(math.Log10(least)))
-	for {
-		for _, m := range []float64{1, 2, 5} {
-			if m*p > least {
-				return m * p
-			}
-		}
-		p *= 10
-	}
-}
-
-// ticks are the multiples of step in lo..hi, with the decimals their labels
-// need.
-func ticks(lo, hi, step float64) ([]float64, int) {
-	const eps = 1e-9
-	var out []float64
-	for k := math.Ceil(lo/step - eps); k <= math.Floor(hi/step+eps); k++ {
-		v := k * step
-		if v == 0 {
-			v = 0 // not -0
-		}
-		out = append(out, v)
-	}
-	return out, max(0, -int(math.Floor(math.Log10(step)+eps)))
-}
-
-// axisRange is one axis: its limits, its ticks and their decimals.
-type axisRange struct {
-	lo, hi   float64
-	ticks    []float64
-	decimals int
-}
-
-// valueAxis spans 0 (or below, for negative values) to 10% above the
-// highest value, at most 100%, with 4 to 6 ticks: when the nice step
-// leaves fewer, the axis grows to the next tick.
-func valueAxis(lo, hi float64, unit string) axisRange {
-	lo = math.Min(lo, 0)
-	hi *= 1.1
-	if unit == "%" && hi > 100 {
-		hi = 100
-	}
-	if !(hi > lo) {
-		hi = lo + 1
-	}
-	step := niceStep(hi-lo, maxYTicks)
-	ts, dec := ticks(lo, hi, step)
-	if len(ts) < minYTicks {
-		hi = (math.Floor(hi/step+1e-9) + float64(minYTicks-len(ts))) * step
-		ts, dec = ticks(lo, hi, step)
-	}
-	return axisRange{lo: lo, hi: hi, ticks: ts, decimals: dec}
-}
-
-// timeAxis spans 0..span minutes exactly, ticked at nice minutes.
-func timeAxis(span float64) axisRange {
-	if !(span > 0) {
-		span = 1
-	}
-	ts, dec := ticks(0, span, niceStep(span, maxXTicks))
-	return axisRange{lo: 0, hi: span, ticks: ts, decimals: dec}
-}
-
-// number formats a tick rounded to its decimals, without trailing zeros
-// ("2.5", "3", not "2.50", "3.00").
-func number(v float64, decimals int) string {
-	p := math.Pow(10, float64(decimals))
-	v = math.Round(v*p) / p
-	if v == 0 {
-		v = 0 // not -0
-	}
-	return strconv.FormatFloat(v, 'f', -1, 64)
-}
-
-// tickLabel formats a value-axis tick in the display unit.
-func tickLabel(v float64, decimals int, unit string) string {
-	s := number(v, decimals)
-	switch unit {
-	case "ms", "s":
-		return s + " " + unit
-	case "%":
-		return s + "%"
-	}
-	return s
-}
-
 // frame maps data coordinates onto a plot area.
 type frame struct {
 	plot image.Rectangle
-	x, y axisRange
+	x, y Axis
 }
 
 func (f frame) px(x float64) float32 {
-	return float32(f.plot.Min.X) + float32((x-f.x.lo)/(f.x.hi-f.x.lo)*float64(f.plot.Dx()))
+	return float32(f.plot.Min.X) + float32(f.x.Frac(x)*float64(f.plot.Dx()))
 }
 
 func (f frame) py(y float64) float32 {
-	return float32(f.plot.Max.Y) - float32((y-f.y.lo)/(f.y.hi-f.y.lo)*float64(f.plot.Dy()))
+	return float32(f.plot.Max.Y) - float32(f.y.Frac(y)*float64(f.plot.Dy()))
 }
 
 // curve is one window's samples of a panel.
@@ -275,7 +153,6 @@ type curve struct {
 }
 
 func drawPanel(img *image.RGBA, z *vector.Rasterizer, d Data, p Panel, box panelBox, legend bool) {
-	mult, unit := scale(p)
 	curves := []curve{
 		{"baseline", p.Baseline, d.Baseline.Start, baselineColor, baselineHalfWidth, true},
 		{"incident", p.Incident, d.Incident.Start, incidentColor, incidentHalfWidth, false},
@@ -283,47 +160,38 @@ func drawPanel(img *image.RGBA, z *vector.Rasterizer, d Data, p Panel, box panel
 	// x is minutes since the window's start (the first sample's without
 	// a window), up to the longer window (the last sample without).
 	span := max(d.Incident.End.Sub(d.Incident.Start), d.Baseline.End.Sub(d.Baseline.Start)).Minutes()
-	lo, hi, dataSpan, have := 0.0, 0.0, 0.0, false
+	dataSpan, have := 0.0, false
 	for i, c := range curves {
 		if c.start.IsZero() && len(c.pts) > 0 {
 			curves[i].start = c.pts[0].T
 		}
-		for _, pt := range c.pts {
-			if !finite(pt.V) {
-				continue
-			}
+		for _, pt := range Finite(c.pts) {
 			have = true
-			lo, hi = math.Min(lo, pt.V*mult), math.Max(hi, pt.V*mult)
 			dataSpan = math.Max(dataSpan, pt.T.Sub(curves[i].start).Minutes())
 		}
 	}
 	if !(span > 0) {
 		span = dataSpan
 	}
-	if hi == 0 && lo == 0 {
-		hi = 1
-	}
-	f := frame{plot: box.plot, x: timeAxis(span), y: valueAxis(lo, hi, unit)}
+	f := frame{plot: box.plot, x: TimeAxis(span), y: ValueAxis(p)}
 	pl := box.plot
 
 	// Gridlines, then the axes and their tick marks over them.
-	for _, v := range f.y.ticks {
-		y := int(math.Round(float64(f.py(v))))
+	for _, t := range f.y.Ticks {
+		y := int(math.Round(float64(f.py(t.V))))
 		fill(img, image.Rect(pl.Min.X, y, pl.Max.X, y+1), gridColor)
 		fill(img, image.Rect(pl.Min.X-5, y, pl.Min.X-1, y+1), axisColor)
-		s := tickLabel(v, f.y.decimals, unit)
-		drawText(img, pl.Min.X-8-textWidth(s), y+4, s, labelColor)
+		drawText(img, pl.Min.X-8-textWidth(t.Label), y+4, t.Label, labelColor)
 	}
-	for _, v := range f.x.ticks {
-		x := int(math.Round(float64(f.px(v))))
+	for _, t := range f.x.Ticks {
+		x := int(math.Round(float64(f.px(t.V))))
 		fill(img, image.Rect(x, pl.Min.Y, x+1, pl.Max.Y), gridColor)
 		fill(img, image.Rect(x, pl.Max.Y+1, x+1, pl.Max.Y+5), axisColor)
-		s := number(v, f.x.decimals)
-		drawText(img, x-textWidth(s)/2, pl.Max.Y+18, s, labelColor)
+		drawText(img, x-textWidth(t.Label)/2, pl.Max.Y+18, t.Label, labelColor)
 	}
 	fill(img, image.Rect(pl.Min.X-1, pl.Min.Y, pl.Min.X, pl.Max.Y+1), axisColor)
 	fill(img, image.Rect(pl.Min.X-1, pl.Max.Y, pl.Max.X, pl.Max.Y+1), axisColor)
-	xl := "minutes into window"
+	xl := f.x.Title
 	drawText(img, pl.Min.X+(pl.Dx()-textWidth(xl))/2, pl.Max.Y+35, xl, labelColor)
 
 	// The curves: baseline under incident.
@@ -334,7 +202,7 @@ func drawPanel(img *image.RGBA, z *vector.Rasterizer, d Data, p Panel, box panel
 		for _, seg := range Segments(c.pts) {
 			line := make([]vec, len(seg))
 			for i, pt := range seg {
-				line[i] = vec{f.px(pt.T.Sub(c.start).Minutes()), f.py(pt.V * mult)}
+				line[i] = vec{f.px(pt.T.Sub(c.start).Minutes()), f.py(pt.V * f.y.Mult)}
 			}
 			if c.dashed {
 				for _, dash := range dashes(line, dashOn, dashOff) {
