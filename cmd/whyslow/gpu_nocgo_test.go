@@ -20,9 +20,16 @@ import (
 // TestNoCgoBinary builds whyslow with CGO_ENABLED=0 and checks that each
 // command runs and reports the GPU collector unavailable instead of failing.
 // Add a row per command that should degrade without NVML (why, serve, ...).
+//
+// The second full build is minutes of CPU on a small machine, so the test
+// runs only with WHYSLOW_NOCGO_TEST=1: `make test` runs it as a step of its
+// own (make test-nocgo), with its own -timeout, not as part of go test ./...
 func TestNoCgoBinary(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary; skipped with -short")
+	}
+	if os.Getenv("WHYSLOW_NOCGO_TEST") != "1" {
+		t.Skip("a second, CGO_ENABLED=0 build; set WHYSLOW_NOCGO_TEST=1 (make test-nocgo runs it)")
 	}
 	goBin, err := exec.LookPath("go")
 	if err != nil {
