@@ -280,7 +280,9 @@ func TestFullDiskIsNotEngineDown(t *testing.T) {
 func TestTriageBounds(t *testing.T) {
 	cfg := testConfig()
 	cfg.API.MaxConcurrentTriages = 1
-	cfg.API.TriageTimeout = 300 * time.Millisecond
+	// Ten times the old 300 ms: on a busy machine the second request still
+	// finds the slot taken; the held triage then runs into it (503).
+	cfg.API.TriageTimeout = 3 * time.Second
 	cfg.API.MaxBodyBytes = 2 << 20
 	h := newHarness(t, cfg)
 	h.ticks(t, 2)
