@@ -2,7 +2,7 @@
 GO ?= go
 GOTESTFLAGS ?= -count=1 -timeout 15m
 
-.PHONY: all build demo test test-short test-deps vet fmt bench fuzz fuzz-smoke loadtest clean
+.PHONY: all build demo test test-main test-accuracy test-nocgo test-short test-deps vet fmt bench fuzz fuzz-smoke loadtest clean
 
 # FUZZTIME is how long `make fuzz` runs each fuzz target; FUZZ_SMOKE_TIME
 # how long the smoke run of `make test` (CI) does: a few seconds over each
@@ -29,10 +29,41 @@ test-deps:
 	@# The packages start services on :9090/:9093 we do not want; tests start their own.
 	@-systemctl stop prometheus prometheus-alertmanager prometheus-node-exporter >/dev/null 2>&1 || true
 
+# `make test` runs every test of the module in steps, each with its own
+# -timeout, so that one heavy run cannot eat another package's budget on a
+# busy 2-core machine:
+#   vet            go vet ./...
+#   test-main      go test ./... less the packages with a step of their own
+#   test-accuracy  the accuracy harness (./internal/accuracy): minutes of CPU
+#   test-nocgo     a second, CGO_ENABLED=0 build of whyslow and what it must
+#                  do without NVML (TestNoCgoBinary, gated by WHYSLOW_NOCGO_TEST)
+#   fuzz-smoke     a few seconds of each fuzz target over its corpus
+# The timeouts only guard against hangs; no test asserts wall-clock speed.
+ACCURACY_PKG = github.com/whyslow/whyslow/internal/accuracy
+ACCURACY_TIMEOUT ?= 60m
+NOCGO_TIMEOUT ?= 30m
+
 test: test-deps
 	$(GO) vet ./...
-	$(GO) test $(GOTESTFLAGS) ./...
+	$(MAKE) test-main
+	$(MAKE) test-accuracy
+	$(MAKE) test-nocgo
 	$(MAKE) fuzz-smoke
+
+# test-main: every package but those run by test-accuracy (the list is
+# computed, so a new package is in it without a Makefile change).
+test-main:
+	@set -e; all=$$($(GO) list ./...); \
+	pkgs=$$(echo "$$all" | grep -vx '$(ACCURACY_PKG)'); \
+	if [ -z "$$pkgs" ] || [ "$$pkgs" = "$$all" ]; then echo "test-main: go list ./... lacks $(ACCURACY_PKG) or found nothing"; exit 1; fi; \
+	echo "$(GO) test $(GOTESTFLAGS) <go list ./... less $(ACCURACY_PKG)>"; \
+	$(GO) test $(GOTESTFLAGS) $$pkgs
+
+test-accuracy:
+	$(GO) test -count=1 -timeout $(ACCURACY_TIMEOUT) ./internal/accuracy
+
+test-nocgo:
+	WHYSLOW_NOCGO_TEST=1 $(GO) test -count=1 -timeout $(NOCGO_TIMEOUT) -run '^TestNoCgoBinary$$' -v ./cmd/whyslow
 
 # test-short is the quick loop while editing: every package's tests with
 # -short (slow integration and accuracy runs skip themselves), no vet, no

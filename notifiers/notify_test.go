@@ -222,18 +222,50 @@ func TestRetrier(t *testing.T) {
 }
 
 func TestRetrierJitter(t *testing.T) {
-	clock := notifytest.NewFakeClock(t0)
-	logger, _ := notifytest.NewLogger()
-	r := NewRetrier(RetryOptions{Clock: clock, Rand: func() float64 { return 0.999 }, Jitter: 0.5, Logger: logger})
-	n := &scripted{results: []error{&Error{Reason: ReasonServerError}, &Error{Reason: ReasonServerError}}}
-	if _, err := r.Deliver(context.Background(), n, testNotification()); err != nil {
-		t.Fatal(err)
-	}
-	for i, d := range clock.Sleeps() {
-		full := r.Backoff(i + 1)
-		if d > full || d < full/2 {
-			t.Errorf("sleep %d = %v, want within [%v, %v]", i, d, full/2, full)
-		}
+	// Two server errors, then success: two waits, after attempts 1 and 2,
+	// whose unjittered backoffs are 1s and 2s (the defaults). Jitter takes
+	// Jitter·Rand() of each off.
+	for _, tc := range []struct {
+		name   string
+		jitter float64
+		rand   float64
+		want   [2]time.Duration
+	}{
+		{"half at the top of Rand", 0.5, 0.999, [2]time.Duration{500500 * time.Microsecond, 1001 * time.Millisecond}},
+		{"half at Rand 0.5", 0.5, 0.5, [2]time.Duration{750 * time.Millisecond, 1500 * time.Millisecond}},
+		{"default 0.2", 0, 0.5, [2]time.Duration{900 * time.Millisecond, 1800 * time.Millisecond}},
+		{"Rand 0 takes nothing off", 0.5, 0, [2]time.Duration{time.Second, 2 * time.Second}},
+		{"disabled", -1, 0.999, [2]time.Duration{time.Second, 2 * time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := notifytest.NewFakeClock(t0)
+			logger, _ := notifytest.NewLogger()
+			draws := 0
+			r := NewRetrier(RetryOptions{Clock: clock, Rand: func() float64 { draws++; return tc.rand }, Jitter: tc.jitter, Logger: logger})
+			n := &scripted{results: []error{&Error{Reason: ReasonServerError}, &Error{Reason: ReasonServerError}}}
+			if _, err := r.Deliver(context.Background(), n, testNotification()); err != nil {
+				t.Fatal(err)
+			}
+			if n.calls != 3 {
+				t.Errorf("%d attempts, want 3", n.calls)
+			}
+			sleeps := clock.Sleeps()
+			if len(sleeps) != len(tc.want) {
+				t.Fatalf("sleeps %v, want %v", sleeps, tc.want)
+			}
+			for i, d := range sleeps {
+				// float rounding may cost a nanosecond
+				if diff := d - tc.want[i]; diff < -time.Nanosecond || diff > time.Nanosecond {
+					t.Errorf("sleep %d = %v, want %v", i, d, tc.want[i])
+				}
+				if full := r.Backoff(i + 1); d > full || d < full/2 {
+					t.Errorf("sleep %d = %v outside [%v, %v]", i, d, full/2, full)
+				}
+			}
+			if tc.jitter >= 0 && draws != 2 {
+				t.Errorf("Rand drawn %d times, want once per wait (2)", draws)
+			}
+		})
 	}
 }
 

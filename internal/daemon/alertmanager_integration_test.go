@@ -62,7 +62,7 @@ receivers:
 	}
 	push(time.Now().Add(time.Hour))
 	var in triage.Incident
-	waitFor(t, 30*time.Second, "incident opened from the alert", func() bool {
+	waitFor(t, 2*time.Minute, "incident opened from the alert", func() bool {
 		incs := h.d.Incidents()
 		if len(incs) == 1 && incs[0].Status == triage.IncidentOpen && incs[0].Verdict != nil {
 			in = incs[0]
@@ -74,7 +74,7 @@ receivers:
 		t.Fatalf("incident = %+v", in)
 	}
 	push(time.Now().Add(-time.Second))
-	waitFor(t, 30*time.Second, "incident resolved by the alert's resolve", func() bool {
+	waitFor(t, 2*time.Minute, "incident resolved by the alert's resolve", func() bool {
 		incs := h.d.Incidents()
 		return len(incs) == 1 && incs[0].Status == triage.IncidentResolved
 	})

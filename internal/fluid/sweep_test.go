@@ -2,9 +2,12 @@ package fluid
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -111,31 +114,67 @@ func TestShow(t *testing.T) {
 }
 
 // TestRecordAll records (with redraws) N seeds of every scenario and pair
-// and reports ErrTruthUnmet (FLUID_ALL=N, FLUID_WIDE=1); off by default.
+// (FLUID_ALL=N, FLUID_WIDE=1); off by default. It fails on any instance
+// Record cannot give: an error, or ErrTruthUnmet (every seed and its redraws
+// failing the truth check), which Record promises does not happen; and on
+// any bundle it returns that is not the instance asked for, does not meet
+// its truth, or does not say how many redraws it took.
 func TestRecordAll(t *testing.T) {
 	if os.Getenv("FLUID_ALL") == "" {
 		t.Skip("set FLUID_ALL=N")
 	}
-	n, _ := strconv.Atoi(os.Getenv("FLUID_ALL"))
+	n, err := strconv.Atoi(os.Getenv("FLUID_ALL"))
+	if err != nil || n < 1 {
+		t.Fatalf("FLUID_ALL=%q: want a number of seeds >= 1", os.Getenv("FLUID_ALL"))
+	}
 	wide := os.Getenv("FLUID_WIDE") != ""
 	names := CompoundPairs()
 	for _, s := range Scenarios() {
 		names = append(names, s.Name)
+	}
+	if len(names) == 0 {
+		t.Fatal("no scenarios")
 	}
 	unmet, redrawn, runs := 0, 0, 0
 	for _, sc := range names {
 		for seed := int64(1); seed <= int64(n); seed++ {
 			runs++
 			b, err := Record(context.Background(), Options{Scenario: sc, Seed: seed, Wide: wide, Trim: true})
-			if err != nil {
+			if errors.Is(err, ErrTruthUnmet) {
 				unmet++
-				fmt.Println("  ", err)
+				t.Errorf("%s seed %d: %v", sc, seed, err)
 				continue
 			}
-			if r := b.Truth.Params["redraws"].(int); r > 0 {
+			if err != nil {
+				t.Errorf("%s seed %d: %v", sc, seed, err)
+				continue
+			}
+			if !sameScenario(b.Truth.Scenario, sc) || b.Truth.Seed != seed {
+				t.Errorf("%s seed %d: recorded %s seed %d", sc, seed, b.Truth.Scenario, b.Truth.Seed)
+			}
+			if err := verify(b); err != nil {
+				t.Errorf("%s seed %d: Record returned a bundle that fails its truth: %v", sc, seed, err)
+			}
+			r, ok := b.Truth.Params["redraws"].(int)
+			if !ok || r < 0 || r > maxRetries {
+				t.Errorf("%s seed %d: redraws = %v, want 0..%d", sc, seed, b.Truth.Params["redraws"], maxRetries)
+			}
+			if r > 0 {
 				redrawn++
 			}
 		}
 	}
-	fmt.Printf("%d runs: %d redrawn, %d unmet\n", runs, redrawn, unmet)
+	if want := len(names) * n; runs != want {
+		t.Errorf("%d runs, want %d", runs, want)
+	}
+	t.Logf("%d runs: %d redrawn, %d unmet", runs, redrawn, unmet)
+}
+
+// sameScenario: a and b name the same scenario or pair (a pair's truth
+// names the larger symptom first, whatever order it was asked in).
+func sameScenario(a, b string) bool {
+	pa, pb := strings.Split(a, "+"), strings.Split(b, "+")
+	slices.Sort(pa)
+	slices.Sort(pb)
+	return slices.Equal(pa, pb)
 }
