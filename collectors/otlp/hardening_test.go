@@ -43,7 +43,7 @@ func export(t *testing.T, addr string, body []byte, hdr map[string]string) int {
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
-	c := &http.Client{Timeout: 5 * time.Second}
+	c := &http.Client{Timeout: 2 * time.Minute} // hang guard
 	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatalf("export: %v", err)
@@ -61,7 +61,15 @@ func TestStalledUploadsDoNotBlockExports(t *testing.T) {
 	for i := 0; i < 8; i++ {
 		stall(t, r.HTTPAddr())
 	}
-	time.Sleep(200 * time.Millisecond) // let the server take them in
+	// Let the server take them in: each holds a chunk of the body budget once
+	// its first bytes are read (or, were they to hold decoding slots, some
+	// are refused as overloaded). The deadline only guards against a hang.
+	taken := func() bool {
+		return r.budget.Used() >= 8*32<<10 || testutil.ToFloat64(r.failed.WithLabelValues("http", "overloaded")) > 0
+	}
+	for deadline := time.Now().Add(2 * time.Minute); !taken() && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	body, _ := proto.Marshal(testRequest(1, 3))
 	for i := 0; i < 5; i++ {
 		if code := export(t, r.HTTPAddr(), body, nil); code != http.StatusOK {
@@ -74,20 +82,25 @@ func TestStalledUploadsDoNotBlockExports(t *testing.T) {
 }
 
 // TestStalledUploadTimesOut: the body must arrive within the read timeout;
-// a stalled upload loses its connection and its budget.
+// a stalled upload loses its connection and its budget. What is checked is
+// that the server itself gave up on the upload (a 408, the close, and the
+// "timeout" refusal counted), not how quickly: the client's read deadline
+// only guards against a hang.
 func TestStalledUploadTimesOut(t *testing.T) {
 	r, _ := startReceiver(t, Options{HTTP: httplimit.Limits{ReadTimeout: 300 * time.Millisecond}})
 	c := stall(t, r.HTTPAddr())
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	start := time.Now()
-	b, _ := io.ReadAll(c) // the server answers 408 and closes
-	if time.Since(start) > 3*time.Second {
-		t.Fatalf("stalled upload kept for %s", time.Since(start))
+	c.SetReadDeadline(time.Now().Add(2 * time.Minute)) // hang guard
+	b, err := io.ReadAll(c)                            // the server answers 408 and closes
+	if err != nil {
+		t.Fatalf("the server did not close the stalled upload: %v (read %q)", err, b)
 	}
 	if !strings.Contains(string(b), "408") {
 		t.Errorf("response %q, want 408", b)
 	}
-	deadline := time.Now().Add(2 * time.Second)
+	if got := testutil.ToFloat64(r.failed.WithLabelValues("http", "timeout")); got != 1 {
+		t.Errorf("requests refused for timeout = %v, want 1", got)
+	}
+	deadline := time.Now().Add(2 * time.Minute) // hang guard
 	for r.budget.Used() != 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -118,7 +131,7 @@ func TestConnectionsBounded(t *testing.T) {
 	for i := 0; i < 10; i++ {
 		conns = append(conns, stall(t, r.HTTPAddr()))
 	}
-	deadline := time.Now().Add(3 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute) // hang guard
 	for testutil.ToFloat64(r.connsLost.WithLabelValues("http")) < 6 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -171,7 +184,7 @@ func TestBearerToken(t *testing.T) {
 	}
 	defer conn.Close()
 	cl := coltracepb.NewTraceServiceClient(conn)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // hang guard
 	defer cancel()
 	if _, err := cl.Export(ctx, testRequest(1, 1)); status.Code(err) != codes.Unauthenticated {
 		t.Errorf("grpc without token: %v", err)

@@ -114,7 +114,7 @@ func Play(ctx context.Context, w io.Writer, o Options) (Outcome, error) {
 			out = Outcome{Opened: true, TopCause: in.TopCause}
 			fmt.Fprintf(w, "%s  incident %s opened (%d intervals after onset), top cause %s:\n\n",
 				rel(env.Now()), in.Key, int(env.Now().Sub(env.Onset())/env.Step), orNone(in.TopCause))
-			waitDelivered(env)
+			waitDelivered(ctx, env)
 		}
 		if !fixed && !env.Now().Before(fixAt) {
 			fixed = true
@@ -125,7 +125,7 @@ func Play(ctx context.Context, w io.Writer, o Options) (Outcome, error) {
 		}
 		if fixed && opened && len(incs) > 0 && incs[0].Status == triage.IncidentResolved {
 			fmt.Fprintf(w, "%s  incident resolved:\n\n", rel(env.Now()))
-			waitDelivered(env)
+			waitDelivered(ctx, env)
 			if err := held.flushTo(w); err != nil {
 				return out, fmt.Errorf("demo: %w", err)
 			}
@@ -173,11 +173,53 @@ func (h *heldWriter) flushTo(w io.Writer) error {
 	return nil
 }
 
-// waitDelivered waits (bounded, real time) for the outbox to drain so that
-// the notifications a status line introduces are held before it is flushed.
-func waitDelivered(env *Env) {
-	for i := 0; i < 500 && env.Stack.Outbox.Depth() > 0; i++ {
-		time.Sleep(10 * time.Millisecond)
+// Bounds of waitDelivered, in wall time. They only keep a stuck receiver
+// from hanging the demo: on a busy machine delivery may be slow but still
+// moving, and the wait goes on for as long as it moves.
+const (
+	// deliveryStall is how long the wait goes on with no notification
+	// leaving the outbox.
+	deliveryStall = 30 * time.Second
+	// deliveryWaitMax bounds the whole wait.
+	deliveryWaitMax = 2 * time.Minute
+)
+
+// waitDelivered waits for the outbox to drain so that the notifications a
+// status line introduces are held before it is flushed. It returns as soon
+// as the outbox is empty, or when ctx ends, when no notification has left
+// the outbox for deliveryStall, or after deliveryWaitMax in all; what is
+// still queued then is printed later (at the next flush, or at the end).
+func waitDelivered(ctx context.Context, env *Env) {
+	waitDrained(ctx, env.Stack.Outbox.Depth, deliveryStall, deliveryWaitMax)
+}
+
+// waitDrained polls depth until it is 0, ctx ends, depth has not gone down
+// for stall, or total has passed.
+func waitDrained(ctx context.Context, depth func() int, stall, total time.Duration) {
+	n := depth()
+	if n == 0 {
+		return
+	}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	start := time.Now()
+	moved := start
+	for n > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now := time.Now()
+		switch d := depth(); {
+		case d < n:
+			n, moved = d, now
+		case d > n: // more queued meanwhile: not progress, but the new depth
+			n = d
+		}
+		if n > 0 && (now.Sub(moved) > stall || now.Sub(start) > total) {
+			return
+		}
 	}
 }
 
