@@ -57,8 +57,10 @@ type spread struct {
 // of the baseline window ending at baseAt and returns, per signal, the
 // standard deviation of ln(value) across the sub-windows that had at least
 // noiseMinRequests requests (floored at noiseFloor), with the sub-window
-// length. Signals with too few such sub-windows are left out.
-func baselineNoise(ctx context.Context, opts *Options, rs *rules.Ruleset, baseAt time.Time) (map[string]spread, time.Duration) {
+// length. Signals with too few such sub-windows are left out, and so are
+// signals without a value in both windows (noiseZ has nothing to compare:
+// a scope without data costs no sub-window queries).
+func baselineNoise(ctx context.Context, opts *Options, rs *rules.Ruleset, baseAt time.Time, now, base map[string]float64) (map[string]spread, time.Duration) {
 	sub, k := noiseSub(opts.Window)
 	reqSig := rs.Signal("requests")
 	if k == 0 || reqSig == nil {
@@ -67,7 +69,9 @@ func baselineNoise(ctx context.Context, opts *Options, rs *rules.Ruleset, baseAt
 	subStr := model.Duration(sub).String()
 	sigs := []*rules.Signal{reqSig}
 	for _, s := range rs.Signals {
-		if s.Noise {
+		_, inNow := now[s.Name]
+		_, inBase := base[s.Name]
+		if s.Noise && inNow && inBase {
 			sigs = append(sigs, s)
 		}
 	}

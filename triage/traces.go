@@ -50,22 +50,10 @@ type (
 	Span = spandata.Span
 )
 
-// Span kinds (span.SpanKind*).
+// Span kinds the request model reads (span.SpanKind*).
 const (
-	SpanKindUnspecified = spandata.SpanKindUnspecified
-	SpanKindInternal    = spandata.SpanKindInternal
-	SpanKindServer      = spandata.SpanKindServer
-	SpanKindClient      = spandata.SpanKindClient
-	SpanKindProducer    = spandata.SpanKindProducer
-	SpanKindConsumer    = spandata.SpanKindConsumer
-)
-
-// Attribute value kinds (span.Attr{String,Int,Float,Bool}).
-const (
-	AttrString = spandata.AttrString
-	AttrInt    = spandata.AttrInt
-	AttrFloat  = spandata.AttrFloat
-	AttrBool   = spandata.AttrBool
+	SpanKindServer = spandata.SpanKindServer
+	SpanKindClient = spandata.SpanKindClient
 )
 
 // Span and attribute names of the request model (span/names.go).
@@ -92,9 +80,6 @@ const (
 // ParseTraceID is span.ParseTraceID.
 func ParseTraceID(s string) (TraceID, error) { return spandata.ParseTraceID(s) }
 
-// ParseSpanID is span.ParseSpanID.
-func ParseSpanID(s string) (SpanID, error) { return spandata.ParseSpanID(s) }
-
 // StringAttr is span.StringAttr.
 func StringAttr(key, v string) Attr { return spandata.StringAttr(key, v) }
 
@@ -103,9 +88,6 @@ func IntAttr(key string, v int64) Attr { return spandata.IntAttr(key, v) }
 
 // FloatAttr is span.FloatAttr.
 func FloatAttr(key string, v float64) Attr { return spandata.FloatAttr(key, v) }
-
-// BoolAttr is span.BoolAttr.
-func BoolAttr(key string, v bool) Attr { return spandata.BoolAttr(key, v) }
 
 // SortByStart is span.SortByStart.
 func SortByStart(spans []Span) { spandata.SortByStart(spans) }

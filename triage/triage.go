@@ -365,7 +365,7 @@ func Run(ctx context.Context, opts Options) (*Verdict, error) {
 		facts.GPU = rules.GPU{Class: v.GPU.Class, MemoryGiB: GPUMemoryGiB(v.GPU.Class)}
 	}
 	if !opts.BaselineWithoutRates {
-		sigma, sub := baselineNoise(ctx, &opts, rs, baseAt)
+		sigma, sub := baselineNoise(ctx, &opts, rs, baseAt, now, base)
 		facts.Z = noiseZ(sigma, sub, opts.Window, now, base)
 	}
 	breaches, err := checkSLOs(opts.SLOs, rs, now)
