@@ -32,6 +32,11 @@ const (
 	// base.x the same way. A signal without enough baseline requests has no
 	// key: its variability is unknown.
 	varZ = "z"
+	// varPhase is the verdict's phase, {"prefill": bool, "decode": bool}: the
+	// prefill and decode expressions' results. Only the anomaly expression
+	// reads it, so that "which half moved" is written once (it is evaluated
+	// after them).
+	varPhase = "phase"
 )
 
 var signalMaps = map[string]bool{varNow: true, varBase: true, varRatio: true, varDelta: true, varZ: true}
@@ -62,6 +67,11 @@ func newEnvWith(grades cel.EnvOption) (*cel.Env, error) {
 		ext.Math(),
 		ext.Bindings(),
 	)
+}
+
+// withPhase extends env with the phase variable, for the anomaly expression.
+func withPhase(env *cel.Env) (*cel.Env, error) {
+	return env.Extend(cel.Variable(varPhase, cel.MapType(cel.StringType, cel.BoolType)))
 }
 
 // compileBool compiles and type-checks src, requiring a bool result and that

@@ -253,6 +253,12 @@ func evalGrade(prog cel.Program, vars any) (float64, error) {
 	return math.Max(0, math.Min(1, g)), nil
 }
 
+// phaseActivation binds the phase variable (varPhase).
+func phaseActivation(prefill, decode bool) interpreter.Activation {
+	act, _ := interpreter.NewActivation(map[string]any{varPhase: map[string]bool{"prefill": prefill, "decode": decode}})
+	return act
+}
+
 func evalBool(prog cel.Program, vars any) (bool, error) {
 	if prog == nil {
 		return false, nil
@@ -312,10 +318,17 @@ func (r *Ruleset) Walk(f Facts) *Outcome {
 	v := r.Verdict
 	out.Insufficient = verdict("insufficient", v.Insufficient)
 	out.Critical = verdict("critical", v.Critical)
-	out.Anomaly = !out.Insufficient && (verdict("anomaly", v.Anomaly) || out.Critical || f.Breached)
-	out.Critical = out.Critical && !out.Insufficient
 	out.Prefill = verdict("prefill", v.Prefill)
 	out.Decode = verdict("decode", v.Decode)
+	phased := func(name string, e Expr) bool {
+		ok, err := evalBool(e.prog, interpreter.NewHierarchicalActivation(act, phaseActivation(out.Prefill, out.Decode)))
+		if err != nil {
+			out.Errors = append(out.Errors, fmt.Sprintf("verdict %s: %v", name, err))
+		}
+		return ok
+	}
+	out.Anomaly = !out.Insufficient && (phased("anomaly", v.Anomaly) || out.Critical || f.Breached)
+	out.Critical = out.Critical && !out.Insufficient
 
 	sc := newScorer(r)
 	for _, st := range r.Steps {

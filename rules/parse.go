@@ -678,7 +678,14 @@ func (b *builder) compile() {
 		if !ok {
 			continue
 		}
-		prog, msgs := compileBool(env, e.Source, rs.declared)
+		exprEnv := env
+		if f.key == "anomaly" {
+			if exprEnv, err = withPhase(env); err != nil {
+				errs.add(e.Pos, "verdict: "+f.key, "CEL environment: %v", err)
+				continue
+			}
+		}
+		prog, msgs := compileBool(exprEnv, e.Source, rs.declared)
 		for _, m := range msgs {
 			errs.add(e.Pos, "verdict: "+f.key, "%s", m)
 		}

@@ -103,6 +103,7 @@ func TestParseErrors(t *testing.T) {
 		{"yaml syntax", "engine: [vllm\n", []string{"a.yaml:"}},
 		{"old unit name", strings.Replace(goodYAML, "    unit: fraction\n", "    unit: per_second\n", 1), []string{`unit: unknown unit "per_second": use a plain rate unit`}},
 		{"unknown unit", strings.Replace(goodYAML, "    unit: fraction\n", "    unit: furlongs\n", 1), []string{`unit: unknown unit "furlongs" (known: `}},
+		{"phase outside the anomaly", strings.Replace(goodYAML, `prefill: '"ttft" in ratio && ratio.ttft > 1.5'`, `prefill: 'phase.prefill'`, 1), []string{`verdict: prefill: CEL: undeclared reference to 'phase'`}},
 		{"optional not bool", strings.Replace(goodYAML, "    unit: fraction\n", "    unit: fraction\n    optional: maybe\n", 1), []string{"optional"}},
 	}
 	for _, tt := range tests {
@@ -191,6 +192,26 @@ func TestWalk(t *testing.T) {
 	out := rs.Walk(Facts{Now: map[string]float64{"ttft": 2, "kv": 0.95}, Base: map[string]float64{"ttft": 1}})
 	if len(out.Causes) != 1 || out.Causes[0].Findings[0].Text != "KV at 95.0%" {
 		t.Errorf("evidence = %+v", out.Causes)
+	}
+}
+
+// TestAnomalyReadsPhase checks that the anomaly expression sees the
+// results of prefill and decode as phase.prefill and phase.decode.
+func TestAnomalyReadsPhase(t *testing.T) {
+	doc := strings.Replace(goodYAML, `anomaly: '"ttft" in ratio && ratio.ttft > 1.5'`,
+		`anomaly: 'phase.prefill && !phase.decode && now.?kv.orValue(0.0) < 0.99'`, 1)
+	rs, err := parse(t, doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		ttft, kv float64
+		want     bool
+	}{{2, 0.5, true}, {1, 0.5, false}, {2, 0.995, false}} {
+		out := rs.Walk(Facts{Now: map[string]float64{"ttft": tt.ttft, "kv": tt.kv}, Base: map[string]float64{"ttft": 1}})
+		if out.Anomaly != tt.want || out.Prefill != (tt.ttft > 1.5) || len(out.Errors) > 0 {
+			t.Errorf("ttft ×%g kv %g: anomaly %v prefill %v errors %v, want anomaly %v", tt.ttft, tt.kv, out.Anomaly, out.Prefill, out.Errors, tt.want)
+		}
 	}
 }
 

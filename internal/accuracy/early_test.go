@@ -41,7 +41,7 @@ func earlyCases(t *testing.T, per int) []Case {
 	for _, s := range sim.Scenarios() {
 		for i := 0; i < per; i++ {
 			c := Case{Scenario: s.Name, Seed: r.Int64N(1 << 40), Names: []string{"v1", "v0"}[(i+r.IntN(2))%2], GPUSeries: gpus[r.IntN(4)]}
-			if *onlyFlag != "" && !strings.Contains(s.Name, *onlyFlag) {
+			if !onlyMatches(*onlyFlag, s.Name) {
 				continue
 			}
 			cs = append(cs, c)

@@ -10,7 +10,7 @@ var (
 	seedFlag    = flag.Int64("accuracy.seed", 11, "seed for drawing instance seeds (0: time-based, a fresh draw)")
 	verboseCase = flag.Bool("accuracy.explain", false, "print every verdict's signals for misses")
 	allFlag     = flag.Bool("accuracy.all", false, "print every instance's verdict, not only misses")
-	onlyFlag    = flag.String("accuracy.only", "", "draw only the scenarios whose name contains this string")
+	onlyFlag    = flag.String("accuracy.only", "", "draw only the scenarios whose name contains one of these comma-separated strings")
 	parallel    = flag.Int("accuracy.parallel", 2, "instances recorded and triaged at once")
 )
 

@@ -3,7 +3,9 @@ package accuracy
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -300,7 +302,7 @@ func (p drawPlan) draws(models []engineModel, stream uint64) []Draw {
 	add := func(m engineModel, sc string, i int) {
 		d := Draw{Model: m.Name(), Scenario: sc, Seed: r.Int64N(1 << 40), Names: names[(i+r.IntN(2))%2],
 			GPUSeries: gpus[r.IntN(4)], Wide: p.wide}
-		if p.only == "" || strings.Contains(sc, p.only) {
+		if onlyMatches(p.only, sc) {
 			ds = append(ds, d)
 		}
 	}
@@ -359,11 +361,11 @@ type Report struct {
 	// Reliability bins the top cause's confidence: per bin, how many top
 	// causes got a confidence in it and how many of them were right.
 	// AllReliability does the same over every ranked cause.
-	Reliability, AllReliability [10]struct{ N, Right int }
+	Reliability, AllReliability Bins
 	// ModelReliability is Reliability per engine model; ModelHealthy and
 	// ModelCalledHealthy count false alarms and faults called healthy per
 	// model.
-	ModelReliability                map[string]*[10]struct{ N, Right int }
+	ModelReliability                map[string]*Bins
 	ModelFalseAlarms, ModelCalledHy map[string]int
 	Misses                          []*Outcome
 }
@@ -372,7 +374,7 @@ type Report struct {
 func scoreOutcomes(outs []*Outcome) *Report {
 	r := &Report{ByModel: map[string]*tally{}, ByCause: map[string]*tally{}, ByBand: map[string]*tally{},
 		ByModelBand: map[string]*tally{}, ByEngine: map[string]*tally{}, ByModelCause: map[string]*tally{},
-		Confusion: map[string]map[string]int{}, ModelReliability: map[string]*[10]struct{ N, Right int }{},
+		Confusion: map[string]map[string]int{}, ModelReliability: map[string]*Bins{},
 		ModelFalseAlarms: map[string]int{}, ModelCalledHy: map[string]int{}}
 	get := func(m map[string]*tally, k string) *tally {
 		if m[k] == nil {
@@ -440,28 +442,16 @@ func scoreOutcomes(outs []*Outcome) *Report {
 			get(r.ByModelCause, o.Draw.Model+"/"+o.Truth.Causes[0]).add(o)
 		}
 		if len(v.Causes) > 0 {
-			b := min(9, int(v.Causes[0].Confidence*10))
 			mr := r.ModelReliability[o.Draw.Model]
 			if mr == nil {
-				mr = &[10]struct{ N, Right int }{}
+				mr = &Bins{}
 				r.ModelReliability[o.Draw.Model] = mr
 			}
-			r.Reliability[b].N++
-			mr[b].N++
-			if o.InTop(1) {
-				r.Reliability[b].Right++
-				mr[b].Right++
-			}
+			r.Reliability.Add(v.Causes[0].Confidence, o.InTop(1))
+			mr.Add(v.Causes[0].Confidence, o.InTop(1))
 		}
 		for _, c := range v.Causes {
-			b := min(9, int(c.Confidence*10))
-			r.AllReliability[b].N++
-			for _, tc := range o.Truth.Causes {
-				if tc == c.ID {
-					r.AllReliability[b].Right++
-					break
-				}
-			}
+			r.AllReliability.Add(c.Confidence, slices.Contains(o.Truth.Causes, c.ID))
 		}
 		if !o.Right() {
 			r.Misses = append(r.Misses, o)
@@ -470,27 +460,51 @@ func scoreOutcomes(outs []*Outcome) *Report {
 	return r
 }
 
-// ECE is the expected calibration error of the bins: the mean gap between
-// confidence and accuracy, weighted by count.
-func ECE(bins [10]struct{ N, Right int }) float64 {
+// Bins is a reliability table: stated confidences in ten bins of 0.1,
+// with per bin how many were stated, their sum, and how many were right.
+type Bins [10]struct {
+	N, Right int
+	Stated   float64
+}
+
+// Add counts one stated confidence and whether it was right.
+func (bs *Bins) Add(confidence float64, right bool) {
+	b := &bs[min(9, max(0, int(confidence*10)))]
+	b.N++
+	b.Stated += confidence
+	if right {
+		b.Right++
+	}
+}
+
+// ECE is the expected calibration error: the gap between each bin's mean
+// stated confidence and its accuracy, weighted by the bin's count.
+func ECE(bins Bins) float64 {
 	total, sum := 0, 0.0
-	for i, b := range bins {
+	for _, b := range bins {
 		if b.N == 0 {
 			continue
 		}
-		mid := (float64(i) + 0.5) / 10
-		acc := float64(b.Right) / float64(b.N)
-		d := mid - acc
-		if d < 0 {
-			d = -d
-		}
-		sum += d * float64(b.N)
+		sum += math.Abs(b.Stated - float64(b.Right)) // N·|mean stated − accuracy|
 		total += b.N
 	}
 	if total == 0 {
 		return 0
 	}
 	return sum / float64(total)
+}
+
+// binsString renders a reliability table: per bin, right / n and the mean
+// stated confidence.
+func binsString(bins Bins) string {
+	var b strings.Builder
+	for i, bin := range bins {
+		if bin.N > 0 {
+			fmt.Fprintf(&b, " [%.1f-%.1f) %d/%d=%.0f%% (stated %.0f%%)", float64(i)/10, float64(i+1)/10, bin.Right, bin.N,
+				pct(bin.Right, bin.N), 100*bin.Stated/float64(bin.N))
+		}
+	}
+	return b.String()
 }
 
 // String renders the report.
@@ -516,15 +530,9 @@ func (r *Report) String() string {
 	}
 	for _, rel := range []struct {
 		name string
-		bins [10]struct{ N, Right int }
+		bins Bins
 	}{{"the top cause's", r.Reliability}, {"every ranked cause's", r.AllReliability}} {
-		fmt.Fprintf(&b, "reliability of %s confidence (bin: right / n):", rel.name)
-		for i, bin := range rel.bins {
-			if bin.N > 0 {
-				fmt.Fprintf(&b, " [%.1f-%.1f) %d/%d=%.0f%%", float64(i)/10, float64(i+1)/10, bin.Right, bin.N, pct(bin.Right, bin.N))
-			}
-		}
-		fmt.Fprintf(&b, "; ECE %.3f\n", ECE(rel.bins))
+		fmt.Fprintf(&b, "reliability of %s confidence (bin: right / n):%s; ECE %.3f\n", rel.name, binsString(rel.bins), ECE(rel.bins))
 	}
 	models := make([]string, 0, len(r.ByModel))
 	for m := range r.ByModel {
@@ -535,11 +543,7 @@ func (r *Report) String() string {
 		fmt.Fprintf(&b, "model %s: %s; called healthy %d of %d; false alarms %d; top cause ECE %.3f:", m, r.ByModel[m],
 			r.ModelCalledHy[m], r.ByModel[m].n, r.ModelFalseAlarms[m], r.modelECE(m))
 		if mr := r.ModelReliability[m]; mr != nil {
-			for i, bin := range mr {
-				if bin.N > 0 {
-					fmt.Fprintf(&b, " [%.1f-%.1f) %d/%d=%.0f%%", float64(i)/10, float64(i+1)/10, bin.Right, bin.N, pct(bin.Right, bin.N))
-				}
-			}
+			b.WriteString(binsString(*mr))
 		}
 		b.WriteString("\n")
 	}
@@ -652,4 +656,17 @@ func table(conf map[string]map[string]int) string {
 	b.WriteString("columns: ")
 	b.WriteString(strings.Join(cols, ", "))
 	return b.String()
+}
+
+// onlyMatches reports whether a scenario is drawn under -accuracy.only.
+func onlyMatches(only, scenario string) bool {
+	if only == "" {
+		return true
+	}
+	for _, s := range strings.Split(only, ",") {
+		if s != "" && strings.Contains(scenario, s) {
+			return true
+		}
+	}
+	return false
 }
