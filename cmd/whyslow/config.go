@@ -16,7 +16,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/whyslow/whyslow/internal/daemon"
+	"github.com/whyslow/whyslow/daemon"
 )
 
 // configError is one problem in a config file, at file:line:col.
