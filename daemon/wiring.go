@@ -140,159 +140,50 @@ func NewStack(o StackOptions) (*Stack, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s := &Stack{Registry: reg}
-	fail := func(err error) (*Stack, error) {
+	if err := s.build(cfg, o); err != nil {
 		s.Close(context.Background())
 		return nil, err
 	}
-	obDir := ""
-	if cfg.DataDir != "" {
-		obDir = filepath.Join(cfg.DataDir, "outbox")
-	}
-	// A fleet daemon reads its Prometheus; a sidecar its own store.
-	var source triage.Metrics
-	if cfg.Fleet() {
-		rc, err := RemoteClient(cfg.Source.Prometheus)
-		if err != nil {
-			return fail(err)
-		}
-		source = rc
-	} else {
-		// Without a data dir the store is a live in-memory one: bounded by the
-		// retention like the on-disk mode, without a WAL.
-		stOpts := store.Options{Retention: cfg.Retention, Live: true, Logger: o.Logger.With("component", "store")}
-		if cfg.DataDir != "" {
-			stOpts.Dir = filepath.Join(cfg.DataDir, "tsdb")
-		}
-		st, err := store.Open(stOpts)
-		if err != nil {
-			return fail(err)
-		}
-		s.Store, source = st, st
+	s.start()
+	return s, nil
+}
+
+// build wires the parts in dependency order; on error the caller closes
+// what was built so far.
+func (s *Stack) build(cfg Config, o StackOptions) error {
+	source, err := s.openSource(cfg, o)
+	if err != nil {
+		return err
 	}
 	metrics := CountQueries(source)
-	var err error
-	if obDir == "" {
-		dir, err := mkTemp()
-		if err != nil {
-			return fail(err)
-		}
-		obDir, s.tmpOutbox = dir, dir
-	}
-	s.Outbox, err = outbox.Open(obDir, outbox.Options{Clock: o.Clock, Logger: o.Logger, Registerer: reg})
+	names, err := s.openDelivery(cfg, o, metrics)
 	if err != nil {
-		return fail(err)
+		return err
 	}
-	receivers, names, err := BuildReceivers(cfg.Receivers, o, metrics)
+	traces, err := s.openOTLP(cfg, o)
 	if err != nil {
-		return fail(err)
-	}
-	m, err := notifiers.NewMetrics(reg)
-	if err != nil {
-		return fail(err)
-	}
-	ro := o.Retry
-	ro.Clock, ro.Metrics, ro.Logger = o.Clock, m, o.Logger
-	s.Dispatcher, err = outbox.NewDispatcher(s.Outbox, outbox.DispatcherOptions{
-		Receivers: receivers, Retrier: notifiers.NewRetrier(ro), Logger: o.Logger,
-	})
-	if err != nil {
-		return fail(err)
-	}
-
-	var traces triage.Traces
-	if cfg.OTLP.Enabled() {
-		s.Spans, err = spanstore.New(spanstore.Options{MaxSpans: cfg.OTLP.MaxSpans, MaxBytes: cfg.OTLP.MaxBytes,
-			MaxSpanBytes: cfg.OTLP.MaxSpanBytes, MaxQuerySpans: cfg.OTLP.MaxTriageSpans, Registerer: reg})
-		if err != nil {
-			return fail(fmt.Errorf("span store: %w", err))
-		}
-		traces = s.Spans
-		oo := otlp.Options{HTTPAddr: *cfg.OTLP.HTTP, GRPCAddr: *cfg.OTLP.GRPC, Sink: s.Spans, Registerer: reg, Logger: o.Logger}
-		if cfg.OTLP.RequireToken {
-			// The token of the running configuration (a reload may change it).
-			oo.Token = func() string { return s.Daemon.Config().API.Token }
-		}
-		s.OTLP, err = otlp.New(oo)
-		if err != nil {
-			return fail(err)
-		}
-		if err := s.OTLP.Listen(); err != nil {
-			s.OTLP = nil
-			return fail(fmt.Errorf("%w (set otlp.http / otlp.grpc, or --otlp-http= --otlp-grpc=, to another address or empty to disable)", err))
-		}
+		return err
 	}
 	tri, err := TriageWith(metrics, traces, cfg.Engine)
 	if err != nil {
-		return fail(err)
+		return err
 	}
-
-	scraper := o.Scraper
-	switch {
-	case scraper != nil:
-	case cfg.Fleet():
-		scraper = &PrometheusProbe{Metrics: metrics, Name: redact.URL(cfg.Source.Prometheus.URL)}
-	default:
-		s.scrapeReg = &swapRegisterer{reg: reg}
-		s.scraper, err = NewEngineScraper(s.Store, ScraperOptions{Targets: cfg.EngineURLs, Timeout: cfg.ScrapeTimeout, Client: o.HTTPClient, Registerer: s.scrapeReg})
-		if err != nil {
-			return fail(err)
-		}
-		scraper = s.scraper
+	scraper, err := s.pickScraper(cfg, o, metrics)
+	if err != nil {
+		return err
 	}
-
-	var sources []Source
-	var gatherers []prometheus.Gatherer
-	if cfg.GPU.On() {
-		s.GPU, err = gpu.New(gpu.Options{Lib: o.GPULib, Visible: cfg.GPU.VisibleDevices, Logger: o.Logger})
-		if err != nil {
-			return fail(fmt.Errorf("gpu: %w", err))
-		}
-		creg := wcollectors.NewRegistry(wcollectors.RegistryOptions{Timeout: cfg.ScrapeTimeout, Logger: o.Logger})
-		if err := creg.Register("gpu", s.GPU); err != nil {
-			return fail(err)
-		}
-		src := NewCollectorSource(creg, s.Store, SourceOptions{Labels: cfg.GPU.Labels, Logger: o.Logger})
-		sources = append(sources, src)
-		gatherers = append(gatherers, src)
+	sources, gatherers, err := s.openGPU(cfg, o)
+	if err != nil {
+		return err
 	}
-
-	apiRoutes := map[string]http.Handler{}
-	if s.Spans != nil {
-		// `whyslow why --traces whyslow:URL` reads spans back through these.
-		h := s.Spans.QueryHandler(o.Clock.Now)
-		apiRoutes["GET /api/traces/{id}"] = h
-		apiRoutes["GET /api/search"] = h
+	routes, apiRoutes, err := s.routes(cfg, o)
+	if err != nil {
+		return err
 	}
-	routes := map[string]http.Handler{}
-	if cfg.SlackCommand != nil {
-		s.command, err = slack.NewCommandHandler(*cfg.SlackCommand, slack.CommandOptions{
-			Triager: slack.TriagerFunc(func(ctx context.Context, scope string, window time.Duration) (*triage.Verdict, error) {
-				return s.Daemon.TriageNow(ctx, "slack", scope, window)
-			}),
-			Logger: o.Logger, HTTPClient: o.HTTPClient, Now: o.Clock.Now, AllowResponseURL: o.SlackResponseURL,
-			VerdictURL: func(v *triage.Verdict) string {
-				return verdictURL(s.Daemon.Config().API.ExternalURL, v.Scope.Selector)
-			},
-		})
-		if err != nil {
-			return fail(err)
-		}
-		routes["POST "+SlackCommandPath] = s.command
+	senders, err := s.openAlertSenders(cfg, o)
+	if err != nil {
+		return err
 	}
-
-	var senders []AlertSender
-	for _, rc := range cfg.Receivers {
-		if rc.Alertmanager == nil {
-			continue
-		}
-		as, err := alertmanager.NewSender(rc.Name, *rc.Alertmanager, o.HTTPClient, reg, o.Logger)
-		if err != nil {
-			return fail(fmt.Errorf("receiver %s: %w", rc.Name, err))
-		}
-		s.alertSenders = append(s.alertSenders, as)
-		senders = append(senders, as)
-	}
-
 	var spansSeen func() uint64
 	if s.Spans != nil {
 		// Every span taken in is held or counted as evicted.
@@ -302,12 +193,183 @@ func NewStack(o StackOptions) (*Stack, error) {
 		AlertSenders: senders,
 		Config:       cfg, Metrics: metrics, Scraper: scraper, Triage: tri, OwnHistory: cfg.Fleet(), Outbox: s.Outbox, Receivers: names,
 		Sources: sources, Gatherers: gatherers, Routes: routes, APIRoutes: apiRoutes,
-		Flush: s.Dispatcher.Shutdown, Registry: reg, Now: o.Clock.Now, Secrets: o.Secrets, Logger: o.Logger,
+		Flush: s.Dispatcher.Shutdown, Registry: s.Registry, Now: o.Clock.Now, Secrets: o.Secrets, Logger: o.Logger,
 		SpansSeen: spansSeen,
 	})
-	if err != nil {
-		return fail(err)
+	return err
+}
+
+// openSource opens what triage reads: a fleet daemon its Prometheus, a
+// sidecar its own store.
+func (s *Stack) openSource(cfg Config, o StackOptions) (triage.Metrics, error) {
+	if cfg.Fleet() {
+		return RemoteClient(cfg.Source.Prometheus)
 	}
+	// Without a data dir the store is a live in-memory one: bounded by the
+	// retention like the on-disk mode, without a WAL.
+	stOpts := store.Options{Retention: cfg.Retention, Live: true, Logger: o.Logger.With("component", "store")}
+	if cfg.DataDir != "" {
+		stOpts.Dir = filepath.Join(cfg.DataDir, "tsdb")
+	}
+	st, err := store.Open(stOpts)
+	if err != nil {
+		return nil, err
+	}
+	s.Store = st
+	return st, nil
+}
+
+// openDelivery opens the outbox, the receivers and the dispatcher between
+// them, and returns the receivers' names in config order.
+func (s *Stack) openDelivery(cfg Config, o StackOptions, metrics triage.Metrics) ([]string, error) {
+	obDir := ""
+	if cfg.DataDir != "" {
+		obDir = filepath.Join(cfg.DataDir, "outbox")
+	} else {
+		dir, err := mkTemp()
+		if err != nil {
+			return nil, err
+		}
+		obDir, s.tmpOutbox = dir, dir
+	}
+	var err error
+	s.Outbox, err = outbox.Open(obDir, outbox.Options{Clock: o.Clock, Logger: o.Logger, Registerer: s.Registry})
+	if err != nil {
+		return nil, err
+	}
+	receivers, names, err := BuildReceivers(cfg.Receivers, o, metrics)
+	if err != nil {
+		return nil, err
+	}
+	m, err := notifiers.NewMetrics(s.Registry)
+	if err != nil {
+		return nil, err
+	}
+	ro := o.Retry
+	ro.Clock, ro.Metrics, ro.Logger = o.Clock, m, o.Logger
+	s.Dispatcher, err = outbox.NewDispatcher(s.Outbox, outbox.DispatcherOptions{
+		Receivers: receivers, Retrier: notifiers.NewRetrier(ro), Logger: o.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return names, nil
+}
+
+// openOTLP opens the span store and binds the OTLP receivers when either
+// address is set; the traces are nil otherwise.
+func (s *Stack) openOTLP(cfg Config, o StackOptions) (triage.Traces, error) {
+	if !cfg.OTLP.Enabled() {
+		return nil, nil
+	}
+	var err error
+	s.Spans, err = spanstore.New(spanstore.Options{MaxSpans: cfg.OTLP.MaxSpans, MaxBytes: cfg.OTLP.MaxBytes,
+		MaxSpanBytes: cfg.OTLP.MaxSpanBytes, MaxQuerySpans: cfg.OTLP.MaxTriageSpans, Registerer: s.Registry})
+	if err != nil {
+		return nil, fmt.Errorf("span store: %w", err)
+	}
+	oo := otlp.Options{HTTPAddr: *cfg.OTLP.HTTP, GRPCAddr: *cfg.OTLP.GRPC, Sink: s.Spans, Registerer: s.Registry, Logger: o.Logger}
+	if cfg.OTLP.RequireToken {
+		// The token of the running configuration (a reload may change it).
+		oo.Token = func() string { return s.Daemon.Config().API.Token }
+	}
+	s.OTLP, err = otlp.New(oo)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.OTLP.Listen(); err != nil {
+		s.OTLP = nil
+		return nil, fmt.Errorf("%w (set otlp.http / otlp.grpc, or --otlp-http= --otlp-grpc=, to another address or empty to disable)", err)
+	}
+	return s.Spans, nil
+}
+
+// pickScraper returns the test's scraper, a probe of the fleet's
+// Prometheus, or the engine scraper into the store.
+func (s *Stack) pickScraper(cfg Config, o StackOptions, metrics triage.Metrics) (Scraper, error) {
+	switch {
+	case o.Scraper != nil:
+		return o.Scraper, nil
+	case cfg.Fleet():
+		return &PrometheusProbe{Metrics: metrics, Name: redact.URL(cfg.Source.Prometheus.URL)}, nil
+	}
+	s.scrapeReg = &swapRegisterer{reg: s.Registry}
+	var err error
+	s.scraper, err = NewEngineScraper(s.Store, ScraperOptions{Targets: cfg.EngineURLs, Timeout: cfg.ScrapeTimeout, Client: o.HTTPClient, Registerer: s.scrapeReg})
+	if err != nil {
+		return nil, err
+	}
+	return s.scraper, nil
+}
+
+// openGPU opens the NVML collector as a source of the tick when enabled.
+func (s *Stack) openGPU(cfg Config, o StackOptions) ([]Source, []prometheus.Gatherer, error) {
+	if !cfg.GPU.On() {
+		return nil, nil, nil
+	}
+	var err error
+	s.GPU, err = gpu.New(gpu.Options{Lib: o.GPULib, Visible: cfg.GPU.VisibleDevices, Logger: o.Logger})
+	if err != nil {
+		return nil, nil, fmt.Errorf("gpu: %w", err)
+	}
+	creg := wcollectors.NewRegistry(wcollectors.RegistryOptions{Timeout: cfg.ScrapeTimeout, Logger: o.Logger})
+	if err := creg.Register("gpu", s.GPU); err != nil {
+		return nil, nil, err
+	}
+	src := NewCollectorSource(creg, s.Store, SourceOptions{Labels: cfg.GPU.Labels, Logger: o.Logger})
+	return []Source{src}, []prometheus.Gatherer{src}, nil
+}
+
+// routes returns the extra HTTP handlers: the span queries inside /api/ and
+// the Slack slash command outside it.
+func (s *Stack) routes(cfg Config, o StackOptions) (routes, apiRoutes map[string]http.Handler, err error) {
+	apiRoutes = map[string]http.Handler{}
+	if s.Spans != nil {
+		// `whyslow why --traces whyslow:URL` reads spans back through these.
+		h := s.Spans.QueryHandler(o.Clock.Now)
+		apiRoutes["GET /api/traces/{id}"] = h
+		apiRoutes["GET /api/search"] = h
+	}
+	routes = map[string]http.Handler{}
+	if cfg.SlackCommand == nil {
+		return routes, apiRoutes, nil
+	}
+	s.command, err = slack.NewCommandHandler(*cfg.SlackCommand, slack.CommandOptions{
+		Triager: slack.TriagerFunc(func(ctx context.Context, scope string, window time.Duration) (*triage.Verdict, error) {
+			return s.Daemon.TriageNow(ctx, "slack", scope, window)
+		}),
+		Logger: o.Logger, HTTPClient: o.HTTPClient, Now: o.Clock.Now, AllowResponseURL: o.SlackResponseURL,
+		VerdictURL: func(v *triage.Verdict) string {
+			return verdictURL(s.Daemon.Config().API.ExternalURL, v.Scope.Selector)
+		},
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	routes["POST "+SlackCommandPath] = s.command
+	return routes, apiRoutes, nil
+}
+
+// openAlertSenders builds one sender per Alertmanager receiver, in config
+// order.
+func (s *Stack) openAlertSenders(cfg Config, o StackOptions) ([]AlertSender, error) {
+	var senders []AlertSender
+	for _, rc := range cfg.Receivers {
+		if rc.Alertmanager == nil {
+			continue
+		}
+		as, err := alertmanager.NewSender(rc.Name, *rc.Alertmanager, o.HTTPClient, s.Registry, o.Logger)
+		if err != nil {
+			return nil, fmt.Errorf("receiver %s: %w", rc.Name, err)
+		}
+		s.alertSenders = append(s.alertSenders, as)
+		senders = append(senders, as)
+	}
+	return senders, nil
+}
+
+// start runs the OTLP receivers, the dispatcher and the alert senders.
+func (s *Stack) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	if s.OTLP != nil {
@@ -318,7 +380,6 @@ func NewStack(o StackOptions) (*Stack, error) {
 	for _, as := range s.alertSenders {
 		go as.Run(ctx)
 	}
-	return s, nil
 }
 
 // SlackCommandPath is where the Slack slash command is served.
