@@ -403,166 +403,208 @@ func (c Config) WithDefaults() Config {
 // the key it is about.
 func (c Config) Validate() error {
 	c = c.WithDefaults()
-	var errs []error
-	add := func(key, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
-	}
-	wrap := func(key string, err error) {
-		errs = append(errs, fmt.Errorf("%s: %w", key, err))
-	}
-	switch c.Engine {
-	case "auto", "vllm", "sglang", "trtllm":
-	default:
-		add("engine", "unknown engine %q (want auto, vllm, sglang or trtllm)", c.Engine)
-	}
-	if p := c.Source.Prometheus; p != nil {
-		if u, err := url.Parse(p.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			add("source.prometheus.url", "%q is not an http(s) URL", redact.URL(p.URL))
-		}
-		if p.BearerToken != "" && p.BasicAuth != nil {
-			add("source.prometheus", "bearer_token and basic_auth are exclusive")
-		}
-		if p.BasicAuth != nil && p.BasicAuth.Username == "" {
-			add("source.prometheus.basic_auth.username", "missing")
-		}
-		for name := range p.Headers {
-			if name == "" || strings.ContainsAny(name, " :\r\n") {
-				add("source.prometheus.headers", "invalid header name %q", name)
-			}
-		}
-		if p.Timeout < 0 {
-			add("source.prometheus.timeout", "must not be negative")
-		}
-		if len(c.EngineURLs) > 0 {
-			add("engine_urls", "not used with source.prometheus (a fleet daemon reads the engines from Prometheus)")
-		}
-		if c.GPU.On() {
-			add("gpu.enabled", "not available with source.prometheus (the GPU counters come from Prometheus: dcgm-exporter)")
-		}
-	}
-	if c.Triage.Concurrency < 0 || c.Triage.CycleBudget < 0 {
-		add("triage", "concurrency and cycle_budget must not be negative")
-	}
-	for i, u := range c.EngineURLs {
-		p, err := url.Parse(u)
-		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
-			add(fmt.Sprintf("engine_urls[%d]", i), "%q is not an http(s) URL", u)
-		}
-	}
-	if c.ScrapeInterval < time.Second {
-		add("scrape_interval", "%s is below 1s", c.ScrapeInterval)
-	}
-	if c.ScrapeTimeout <= 0 || c.ScrapeTimeout > c.ScrapeInterval {
-		add("scrape_timeout", "%s must be positive and at most scrape_interval %s", c.ScrapeTimeout, c.ScrapeInterval)
-	}
-	if c.Retention < time.Hour {
-		add("retention", "%s is below 1h (the baseline needs history)", c.Retention)
-	}
-	if c.API.MaxBodyBytes < 0 {
-		add("api.max_body_bytes", "must not be negative")
-	}
-	if c.API.TriageTimeout < 0 || c.API.MaxConcurrentTriages < 0 {
-		add("api", "triage_timeout and max_concurrent_triages must not be negative")
-	}
-	if c.Alerts.MaxAlerts < 0 || c.Alerts.MaxLabelBytes < 0 || c.Alerts.MaxOpenIncidents < 0 {
-		add("alerts", "max_alerts, max_label_bytes and max_open_incidents must not be negative")
-	}
-	if c.OTLP.RequireToken && c.API.Token == "" {
-		add("otlp.require_token", "needs api.token (the receivers require the same token)")
-	}
-	if c.API.ExternalURL != "" {
-		if p, err := url.Parse(c.API.ExternalURL); err != nil || p.Host == "" {
-			add("api.external_url", "%q is not a URL", c.API.ExternalURL)
-		}
-	}
-	for i, s := range c.Triage.SLO {
-		if _, err := triage.ParseSLO(s); err != nil {
-			add(fmt.Sprintf("triage.slo[%d]", i), "%v", err)
-		}
-	}
-	if c.Triage.Window < 0 || c.Triage.Baseline < 0 {
-		add("triage", "window and baseline must not be negative")
-	}
-	if c.Triage.Baseline > 0 && c.Triage.Baseline < c.Triage.Window {
-		add("triage.baseline", "%s is shorter than the window %s", c.Triage.Baseline, c.Triage.Window)
-	}
-	if c.ShutdownFlush < 0 {
-		add("shutdown_flush", "must not be negative")
-	}
-	if err := c.Detect.Validate(); err != nil {
-		wrap("detect", err)
-	}
-	if err := c.Incidents.Validate(); err != nil {
-		wrap("incidents", err)
-	}
-	for from, to := range c.Alerts.ScopeLabels {
-		if !model.LabelName(from).IsValidLegacy() || !model.LabelName(to).IsValidLegacy() || to == model.MetricNameLabel {
-			add("alerts.scope_labels", "invalid label name in %q: %q", from, to)
-		}
-	}
+	var p problems
+	c.validateSource(&p)
+	c.validateCollection(&p)
+	c.validateIntake(&p)
+	c.validateTriage(&p)
 	if c.SlackCommand != nil {
 		if err := c.SlackCommand.Validate(); err != nil {
-			errs = append(errs, err) // its messages start with "slack_command: "
+			p = append(p, err) // its messages start with "slack_command: "
 		}
 	}
-	if c.Scheduler.MaxNumBatchedTokens < 0 {
-		add("scheduler.max_num_batched_tokens", "must not be negative")
-	}
-	if c.Scheduler.MaxNumSeqs < 0 {
-		add("scheduler.max_num_seqs", "must not be negative")
-	}
-	if c.GPU.Class != "" && triage.GPUMemoryGiB(c.GPU.Class) == 0 {
-		add("gpu.class", "unknown GPU class %q (want e.g. H100, H200, A100, A100-40GB, L40S)", c.GPU.Class)
-	}
-	for name := range c.GPU.Labels {
-		if !model.LabelName(name).IsValidLegacy() || name == "__name__" {
-			add("gpu.labels", "invalid label name %q", name)
-		}
-	}
+	c.validateModel(&p)
 	if c.OTLP.MaxSpans < 0 || c.OTLP.MaxBytes < 0 || c.OTLP.MaxSpanBytes < 0 || c.OTLP.MaxTriageSpans < 0 {
-		add("otlp", "max_spans, max_bytes, max_span_bytes and max_triage_spans must not be negative")
+		p.add("otlp", "max_spans, max_bytes, max_span_bytes and max_triage_spans must not be negative")
 	}
 	names := map[string]bool{}
 	for i, r := range c.Receivers {
-		key := fmt.Sprintf("receivers[%d]", i)
-		if r.Name == "" {
-			add(key+".name", "missing")
-		} else if names[r.Name] {
-			add(key+".name", "duplicate receiver %q", r.Name)
-		}
-		names[r.Name] = true
-		kinds := 0
-		for _, set := range []bool{r.Webhook != nil, r.Slack != nil, r.Log != nil, r.Alertmanager != nil} {
-			if set {
-				kinds++
-			}
-		}
-		switch {
-		case kinds == 0:
-			add(key, "set one of webhook, slack, log or alertmanager")
-		case kinds > 1:
-			add(key, "webhook, slack, log and alertmanager are exclusive")
-		case r.Alertmanager != nil:
-			if err := r.Alertmanager.WithDefaults().Validate(); err != nil {
-				wrap(key, err) // its messages start with "alertmanager: "
-			}
-		case r.Slack != nil:
-			if err := r.Slack.Validate(); err != nil {
-				wrap(key+".slack", err)
-			}
-		case r.Webhook != nil:
-			if err := r.Webhook.WithDefaults().Validate(); err != nil {
-				wrap(key+".webhook", err)
-			}
-		case r.Log != nil:
-			lc := *r.Log
-			if lc.Format == "" {
-				lc.Format = logsink.DefaultConfig().Format
-			}
-			if err := lc.Validate(); err != nil {
-				wrap(key+".log", err)
-			}
+		validateReceiver(&p, fmt.Sprintf("receivers[%d]", i), r, names)
+	}
+	return errors.Join(p...)
+}
+
+// problems collects Validate's errors in the order the checks run.
+type problems []error
+
+func (p *problems) add(key, format string, args ...any) {
+	*p = append(*p, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+}
+
+func (p *problems) wrap(key string, err error) {
+	*p = append(*p, fmt.Errorf("%s: %w", key, err))
+}
+
+// validateSource checks the engine and, for a fleet daemon, its Prometheus
+// and the keys a fleet daemon has no use for.
+func (c Config) validateSource(p *problems) {
+	switch c.Engine {
+	case "auto", "vllm", "sglang", "trtllm":
+	default:
+		p.add("engine", "unknown engine %q (want auto, vllm, sglang or trtllm)", c.Engine)
+	}
+	prom := c.Source.Prometheus
+	if prom == nil {
+		return
+	}
+	if u, err := url.Parse(prom.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		p.add("source.prometheus.url", "%q is not an http(s) URL", redact.URL(prom.URL))
+	}
+	if prom.BearerToken != "" && prom.BasicAuth != nil {
+		p.add("source.prometheus", "bearer_token and basic_auth are exclusive")
+	}
+	if prom.BasicAuth != nil && prom.BasicAuth.Username == "" {
+		p.add("source.prometheus.basic_auth.username", "missing")
+	}
+	for name := range prom.Headers {
+		if name == "" || strings.ContainsAny(name, " :\r\n") {
+			p.add("source.prometheus.headers", "invalid header name %q", name)
 		}
 	}
-	return errors.Join(errs...)
+	if prom.Timeout < 0 {
+		p.add("source.prometheus.timeout", "must not be negative")
+	}
+	if len(c.EngineURLs) > 0 {
+		p.add("engine_urls", "not used with source.prometheus (a fleet daemon reads the engines from Prometheus)")
+	}
+	if c.GPU.On() {
+		p.add("gpu.enabled", "not available with source.prometheus (the GPU counters come from Prometheus: dcgm-exporter)")
+	}
+}
+
+// validateCollection checks the cycle's limits, the scrape targets and
+// timing, and the retention.
+func (c Config) validateCollection(p *problems) {
+	if c.Triage.Concurrency < 0 || c.Triage.CycleBudget < 0 {
+		p.add("triage", "concurrency and cycle_budget must not be negative")
+	}
+	for i, u := range c.EngineURLs {
+		pu, err := url.Parse(u)
+		if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			p.add(fmt.Sprintf("engine_urls[%d]", i), "%q is not an http(s) URL", u)
+		}
+	}
+	if c.ScrapeInterval < time.Second {
+		p.add("scrape_interval", "%s is below 1s", c.ScrapeInterval)
+	}
+	if c.ScrapeTimeout <= 0 || c.ScrapeTimeout > c.ScrapeInterval {
+		p.add("scrape_timeout", "%s must be positive and at most scrape_interval %s", c.ScrapeTimeout, c.ScrapeInterval)
+	}
+	if c.Retention < time.Hour {
+		p.add("retention", "%s is below 1h (the baseline needs history)", c.Retention)
+	}
+}
+
+// validateIntake checks what the HTTP side takes in: the API, the
+// Alertmanager webhook and the OTLP receivers' token.
+func (c Config) validateIntake(p *problems) {
+	if c.API.MaxBodyBytes < 0 {
+		p.add("api.max_body_bytes", "must not be negative")
+	}
+	if c.API.TriageTimeout < 0 || c.API.MaxConcurrentTriages < 0 {
+		p.add("api", "triage_timeout and max_concurrent_triages must not be negative")
+	}
+	if c.Alerts.MaxAlerts < 0 || c.Alerts.MaxLabelBytes < 0 || c.Alerts.MaxOpenIncidents < 0 {
+		p.add("alerts", "max_alerts, max_label_bytes and max_open_incidents must not be negative")
+	}
+	if c.OTLP.RequireToken && c.API.Token == "" {
+		p.add("otlp.require_token", "needs api.token (the receivers require the same token)")
+	}
+	if c.API.ExternalURL != "" {
+		if pu, err := url.Parse(c.API.ExternalURL); err != nil || pu.Host == "" {
+			p.add("api.external_url", "%q is not a URL", c.API.ExternalURL)
+		}
+	}
+}
+
+// validateTriage checks the triage windows and SLO bounds, the shutdown
+// flush, detection, incident tracking and the alerts' scope labels.
+func (c Config) validateTriage(p *problems) {
+	for i, s := range c.Triage.SLO {
+		if _, err := triage.ParseSLO(s); err != nil {
+			p.add(fmt.Sprintf("triage.slo[%d]", i), "%v", err)
+		}
+	}
+	if c.Triage.Window < 0 || c.Triage.Baseline < 0 {
+		p.add("triage", "window and baseline must not be negative")
+	}
+	if c.Triage.Baseline > 0 && c.Triage.Baseline < c.Triage.Window {
+		p.add("triage.baseline", "%s is shorter than the window %s", c.Triage.Baseline, c.Triage.Window)
+	}
+	if c.ShutdownFlush < 0 {
+		p.add("shutdown_flush", "must not be negative")
+	}
+	if err := c.Detect.Validate(); err != nil {
+		p.wrap("detect", err)
+	}
+	if err := c.Incidents.Validate(); err != nil {
+		p.wrap("incidents", err)
+	}
+	for from, to := range c.Alerts.ScopeLabels {
+		if !model.LabelName(from).IsValidLegacy() || !model.LabelName(to).IsValidLegacy() || to == model.MetricNameLabel {
+			p.add("alerts.scope_labels", "invalid label name in %q: %q", from, to)
+		}
+	}
+}
+
+// validateModel checks what describes the deployment: the scheduler's
+// limits and the GPU class and labels.
+func (c Config) validateModel(p *problems) {
+	if c.Scheduler.MaxNumBatchedTokens < 0 {
+		p.add("scheduler.max_num_batched_tokens", "must not be negative")
+	}
+	if c.Scheduler.MaxNumSeqs < 0 {
+		p.add("scheduler.max_num_seqs", "must not be negative")
+	}
+	if c.GPU.Class != "" && triage.GPUMemoryGiB(c.GPU.Class) == 0 {
+		p.add("gpu.class", "unknown GPU class %q (want e.g. H100, H200, A100, A100-40GB, L40S)", c.GPU.Class)
+	}
+	for name := range c.GPU.Labels {
+		if !model.LabelName(name).IsValidLegacy() || name == "__name__" {
+			p.add("gpu.labels", "invalid label name %q", name)
+		}
+	}
+}
+
+// validateReceiver checks one receiver under key; names holds the names
+// seen so far.
+func validateReceiver(p *problems, key string, r ReceiverConfig, names map[string]bool) {
+	if r.Name == "" {
+		p.add(key+".name", "missing")
+	} else if names[r.Name] {
+		p.add(key+".name", "duplicate receiver %q", r.Name)
+	}
+	names[r.Name] = true
+	kinds := 0
+	for _, set := range []bool{r.Webhook != nil, r.Slack != nil, r.Log != nil, r.Alertmanager != nil} {
+		if set {
+			kinds++
+		}
+	}
+	switch {
+	case kinds == 0:
+		p.add(key, "set one of webhook, slack, log or alertmanager")
+	case kinds > 1:
+		p.add(key, "webhook, slack, log and alertmanager are exclusive")
+	case r.Alertmanager != nil:
+		if err := r.Alertmanager.WithDefaults().Validate(); err != nil {
+			p.wrap(key, err) // its messages start with "alertmanager: "
+		}
+	case r.Slack != nil:
+		if err := r.Slack.Validate(); err != nil {
+			p.wrap(key+".slack", err)
+		}
+	case r.Webhook != nil:
+		if err := r.Webhook.WithDefaults().Validate(); err != nil {
+			p.wrap(key+".webhook", err)
+		}
+	case r.Log != nil:
+		lc := *r.Log
+		if lc.Format == "" {
+			lc.Format = logsink.DefaultConfig().Format
+		}
+		if err := lc.Validate(); err != nil {
+			p.wrap(key+".log", err)
+		}
+	}
 }
