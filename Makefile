@@ -38,12 +38,12 @@ test-deps:
 # busy 2-core machine:
 #   vet            go vet ./...
 #   test-main      go test ./... less the packages with a step of their own
-#   test-accuracy  the accuracy harness (./internal/accuracy): minutes of CPU
+#   test-accuracy  the accuracy harness (./testbed/accuracy): minutes of CPU
 #   test-nocgo     a second, CGO_ENABLED=0 build of whyslow and what it must
 #                  do without NVML (TestNoCgoBinary, gated by WHYSLOW_NOCGO_TEST)
 #   fuzz-smoke     a few seconds of each fuzz target over its corpus
 # The timeouts only guard against hangs; no test asserts wall-clock speed.
-ACCURACY_PKG = github.com/whyslow/whyslow/internal/accuracy
+ACCURACY_PKG = github.com/whyslow/whyslow/testbed/accuracy
 ACCURACY_TIMEOUT ?= 60m
 NOCGO_TIMEOUT ?= 30m
 
@@ -64,7 +64,7 @@ test-main:
 	$(GO) test $(GOTESTFLAGS) $$pkgs
 
 test-accuracy:
-	$(GO) test -count=1 -timeout $(ACCURACY_TIMEOUT) ./internal/accuracy
+	$(GO) test -count=1 -timeout $(ACCURACY_TIMEOUT) ./testbed/accuracy
 
 test-nocgo:
 	WHYSLOW_NOCGO_TEST=1 $(GO) test -count=1 -timeout $(NOCGO_TIMEOUT) -run '^TestNoCgoBinary$$' -v ./cmd/whyslow
@@ -92,7 +92,7 @@ fuzz-smoke:
 # loadtest runs the daemon's bounded load test (about 90 s): stalled OTLP
 # uploads, exports and oversized Alertmanager webhooks against `whyslow serve`.
 loadtest:
-	WHYSLOW_LOADTEST=1 $(GO) test -count=1 -run TestLoad -v -timeout 10m ./internal/daemon/
+	WHYSLOW_LOADTEST=1 $(GO) test -count=1 -run TestLoad -v -timeout 10m ./daemon/
 
 vet:
 	$(GO) vet ./...

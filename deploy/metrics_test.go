@@ -57,7 +57,7 @@ var (
 )
 
 // exported returns the series names whyslow and the engines export: the
-// metrics declared in whyslow's Go sources (internal/daemon/metrics.go
+// metrics declared in whyslow's Go sources (daemon/metrics.go
 // among them), the fleet metrics above, and every metric the shipped
 // rulesets read for vLLM, SGLang and TensorRT-LLM (all their shapes).
 func exported(t *testing.T) known {
@@ -106,7 +106,7 @@ func loadKnown() (known, []string) {
 		}
 		for _, m := range optsName.FindAllStringSubmatch(string(b), -1) {
 			add(m[2], "whyslow ("+path+")", m[1] == "Histogram" || m[1] == "Summary")
-			if filepath.ToSlash(path) == "../internal/daemon/metrics.go" {
+			if filepath.ToSlash(path) == "../daemon/metrics.go" {
 				fromDaemon++
 			}
 		}
@@ -119,7 +119,7 @@ func loadKnown() (known, []string) {
 		errs = append(errs, "scan whyslow's sources: "+err.Error())
 	}
 	if fromDaemon == 0 {
-		errs = append(errs, "no metric Name: found in internal/daemon/metrics.go: the scan is broken")
+		errs = append(errs, "no metric Name: found in daemon/metrics.go: the scan is broken")
 	}
 
 	rss, err := rulesets.All()

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/whyslow/whyslow/internal/yamlpos"
 )
 
 // decoder walks yaml.v3 nodes, keeping positions and collecting every problem.
@@ -16,7 +18,7 @@ type decoder struct {
 }
 
 func (d *decoder) pos(n *yaml.Node) Pos {
-	return Pos{File: d.file, Line: n.Line, Col: n.Column}
+	return yamlpos.At(d.file, n)
 }
 
 func (d *decoder) errorf(n *yaml.Node, ctx, format string, args ...any) {
@@ -131,8 +133,6 @@ func (d *decoder) seq(n *yaml.Node, ctx, key string) []*yaml.Node {
 	return n.Content
 }
 
-var yamlLine = regexp.MustCompile(`line (\d+)`)
-
 // yamlError turns a yaml.v3 syntax error into positioned errors.
 func yamlError(file string, err error, errs *Errors) {
 	msg := err.Error()
@@ -142,8 +142,8 @@ func yamlError(file string, err error, errs *Errors) {
 			continue
 		}
 		p := Pos{File: file, Line: 1, Col: 1}
-		if m := yamlLine.FindStringSubmatch(line); m != nil {
-			p.Line, _ = strconv.Atoi(m[1])
+		if n, _, ok := yamlpos.ErrorLine(line); ok {
+			p.Line = n
 		}
 		errs.add(p, "", "YAML: %s", strings.TrimSpace(line))
 	}

@@ -4,22 +4,13 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/whyslow/whyslow/internal/yamlpos"
 )
 
-// Pos is a position in a ruleset file.
-type Pos struct {
-	File string
-	Line int // 1-based
-	Col  int // 1-based
-}
-
-// String formats the position as file:line:col.
-func (p Pos) String() string {
-	if p.Line == 0 {
-		return p.File
-	}
-	return fmt.Sprintf("%s:%d:%d", p.File, p.Line, p.Col)
-}
+// Pos is a position in a ruleset file (1-based line and column; the
+// daemon's config decoder writes its positions the same way).
+type Pos = yamlpos.Pos
 
 // Error is one validation problem, anchored at a place in a file.
 type Error struct {

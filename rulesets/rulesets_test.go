@@ -7,8 +7,8 @@ import (
 
 	"github.com/whyslow/whyslow/collectors/bundle"
 	"github.com/whyslow/whyslow/collectors/store"
-	"github.com/whyslow/whyslow/internal/sim"
 	"github.com/whyslow/whyslow/rules"
+	"github.com/whyslow/whyslow/testbed/sim"
 	"github.com/whyslow/whyslow/triage"
 )
 

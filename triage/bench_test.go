@@ -8,8 +8,8 @@ import (
 
 	"github.com/prometheus/common/model"
 
-	"github.com/whyslow/whyslow/internal/accuracy"
 	"github.com/whyslow/whyslow/rulesets"
+	"github.com/whyslow/whyslow/testbed/accuracy"
 	"github.com/whyslow/whyslow/triage"
 )
 

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/collectors/bundle"
-	"github.com/whyslow/whyslow/internal/sim"
+	"github.com/whyslow/whyslow/testbed/sim"
 	"github.com/whyslow/whyslow/triage"
 )
 

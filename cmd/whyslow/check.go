@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/whyslow/whyslow/internal/daemon"
+	"github.com/whyslow/whyslow/daemon"
 )
 
 func init() {

@@ -16,25 +16,17 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/whyslow/whyslow/internal/daemon"
+	"github.com/whyslow/whyslow/daemon"
+	"github.com/whyslow/whyslow/internal/yamlpos"
 )
 
 // configError is one problem in a config file, at file:line:col.
 type configError struct {
-	file      string
-	line, col int
-	msg       string
+	pos yamlpos.Pos
+	msg string
 }
 
-func (e configError) Error() string {
-	switch {
-	case e.line == 0:
-		return fmt.Sprintf("%s: %s", e.file, e.msg)
-	case e.col == 0:
-		return fmt.Sprintf("%s:%d: %s", e.file, e.line, e.msg)
-	}
-	return fmt.Sprintf("%s:%d:%d: %s", e.file, e.line, e.col, e.msg)
-}
+func (e configError) Error() string { return e.pos.String() + ": " + e.msg }
 
 // loadConfigFile reads and parses a daemon config file (see parseConfig) for
 // serve: its warnings (receivers skipped for an unset ${ENV}) are logged.
@@ -108,14 +100,14 @@ func parseConfigWarnings(file string, data []byte, lookup func(string) (string, 
 			if len(vars) > 1 {
 				noun, them = "variables "+strings.Join(vars, ", ")+" are", "them"
 			}
-			warnings = append(warnings, configError{file: file, line: unset[0].line, col: unset[0].col,
+			warnings = append(warnings, configError{pos: yamlpos.Pos{File: file, Line: unset[0].line, Col: unset[0].col},
 				msg: fmt.Sprintf("warning: %s skipped: environment %s not set (set %s to enable the receiver)", name, noun, them)})
 		}
 	}
 	var envErrs []configError
 	expandEnv(file, doc, lookup, &envErrs)
 	for _, e := range envErrs {
-		if !unsetAt[[2]int{e.line, e.col}] {
+		if !unsetAt[[2]int{e.pos.Line, e.pos.Col}] {
 			errs = append(errs, e)
 		}
 	}
@@ -126,7 +118,7 @@ func parseConfigWarnings(file string, data []byte, lookup func(string) (string, 
 	budget := &walkBudget{left: limit, limit: limit}
 	checkKeys(file, doc, reflect.TypeOf(cfg), "", pos, &errs, budget)
 	if budget.exceeded {
-		return cfg, nil, configError{file: file, msg: fmt.Sprintf("too much alias expansion (more than %d nodes visited): "+
+		return cfg, nil, configError{pos: yamlpos.Pos{File: file}, msg: fmt.Sprintf("too much alias expansion (more than %d nodes visited): "+
 			"expand the aliases or use fewer levels of them", budget.limit)}
 	}
 	// Receivers kept, by their index in the file.
@@ -155,7 +147,7 @@ func parseConfigWarnings(file string, data []byte, lookup func(string) (string, 
 		for _, e := range verrs {
 			msg := fileReceiverIndex(e.Error(), kept)
 			line, col := lookupPos(pos, msg)
-			errs = append(errs, configError{file: file, line: line, col: col, msg: msg})
+			errs = append(errs, configError{pos: yamlpos.Pos{File: file, Line: line, Col: col}, msg: msg})
 		}
 	}
 	if len(errs) > 0 {
@@ -171,10 +163,10 @@ func parseConfigWarnings(file string, data []byte, lookup func(string) (string, 
 
 func sortByPosition(errs []configError) {
 	sort.SliceStable(errs, func(i, j int) bool {
-		if errs[i].line != errs[j].line {
-			return errs[i].line < errs[j].line
+		if errs[i].pos.Line != errs[j].pos.Line {
+			return errs[i].pos.Line < errs[j].pos.Line
 		}
-		return errs[i].col < errs[j].col
+		return errs[i].pos.Col < errs[j].pos.Col
 	})
 }
 
@@ -312,7 +304,7 @@ func expandEnv(file string, n *yaml.Node, lookup func(string) (string, bool), er
 			if m[2] != "" {
 				return m[3]
 			}
-			*errs = append(*errs, configError{file: file, line: n.Line, col: n.Column,
+			*errs = append(*errs, configError{pos: yamlpos.At(file, n),
 				msg: fmt.Sprintf("environment variable %s is not set (use ${%s:-default} for an optional value)", m[1], m[1])})
 			return ""
 		})
@@ -367,7 +359,7 @@ func checkKeys(file string, n *yaml.Node, t reflect.Type, path string, pos map[s
 		}
 		if n.Kind != yaml.MappingNode {
 			if n.Tag != "!!null" {
-				*errs = append(*errs, configError{file: file, line: n.Line, col: n.Column, msg: fmt.Sprintf("%s: want a mapping", orRoot(path))})
+				*errs = append(*errs, configError{pos: yamlpos.At(file, n), msg: fmt.Sprintf("%s: want a mapping", orRoot(path))})
 			}
 			return
 		}
@@ -386,7 +378,7 @@ func checkKeys(file string, n *yaml.Node, t reflect.Type, path string, pos map[s
 			k, v := n.Content[i], n.Content[i+1]
 			ft, ok := fields[k.Value]
 			if !ok {
-				*errs = append(*errs, configError{file: file, line: k.Line, col: k.Column,
+				*errs = append(*errs, configError{pos: yamlpos.At(file, k),
 					msg: fmt.Sprintf("unknown key %q in %s (known: %s)", k.Value, orRoot(path), strings.Join(names, ", "))})
 				continue
 			}
@@ -398,12 +390,12 @@ func checkKeys(file string, n *yaml.Node, t reflect.Type, path string, pos map[s
 		reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		if msg := scalarTypeError(n, t); msg != "" {
-			*errs = append(*errs, configError{file: file, line: n.Line, col: n.Column, msg: orRoot(path) + ": " + msg})
+			*errs = append(*errs, configError{pos: yamlpos.At(file, n), msg: orRoot(path) + ": " + msg})
 		}
 	case reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
 			if n.Tag != "!!null" {
-				*errs = append(*errs, configError{file: file, line: n.Line, col: n.Column, msg: fmt.Sprintf("%s: want a list, not %s", orRoot(path), nodeKind(n))})
+				*errs = append(*errs, configError{pos: yamlpos.At(file, n), msg: fmt.Sprintf("%s: want a list, not %s", orRoot(path), nodeKind(n))})
 			}
 			return
 		}
@@ -415,7 +407,7 @@ func checkKeys(file string, n *yaml.Node, t reflect.Type, path string, pos map[s
 	case reflect.Map:
 		if n.Kind != yaml.MappingNode {
 			if n.Tag != "!!null" {
-				*errs = append(*errs, configError{file: file, line: n.Line, col: n.Column, msg: fmt.Sprintf("%s: want a mapping, not %s", orRoot(path), nodeKind(n))})
+				*errs = append(*errs, configError{pos: yamlpos.At(file, n), msg: fmt.Sprintf("%s: want a mapping, not %s", orRoot(path), nodeKind(n))})
 			}
 			return
 		}
@@ -513,14 +505,11 @@ func lookupPos(pos map[string][2]int, msg string) (int, int) {
 	return 0, 0
 }
 
-var yamlLine = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
-
 func yamlSyntaxError(file string, err error) error {
-	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
-		line, _ := strconv.Atoi(m[1])
-		return configError{file: file, line: line, msg: m[2]}
+	if line, rest, ok := yamlpos.ErrorLine(err.Error()); ok {
+		return configError{pos: yamlpos.Pos{File: file, Line: line}, msg: rest}
 	}
-	return configError{file: file, msg: strings.TrimPrefix(err.Error(), "yaml: ")}
+	return configError{pos: yamlpos.Pos{File: file}, msg: strings.TrimPrefix(err.Error(), "yaml: ")}
 }
 
 // yamlValue is the value a YAML type error quotes ("cannot unmarshal !!str
@@ -530,17 +519,16 @@ var yamlValue = regexp.MustCompile("`[^`]*`")
 func yamlTypeErrors(file string, err error) []configError {
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
-		return []configError{{file: file, msg: yamlValue.ReplaceAllString(err.Error(), "a value")}}
+		return []configError{{pos: yamlpos.Pos{File: file}, msg: yamlValue.ReplaceAllString(err.Error(), "a value")}}
 	}
 	out := make([]configError, 0, len(te.Errors))
 	for _, e := range te.Errors {
 		e = yamlValue.ReplaceAllString(e, "a value")
-		if m := yamlLine.FindStringSubmatch(e); m != nil {
-			line, _ := strconv.Atoi(m[1])
-			out = append(out, configError{file: file, line: line, msg: m[2]})
+		if line, rest, ok := yamlpos.ErrorLine(e); ok {
+			out = append(out, configError{pos: yamlpos.Pos{File: file, Line: line}, msg: rest})
 			continue
 		}
-		out = append(out, configError{file: file, msg: e})
+		out = append(out, configError{pos: yamlpos.Pos{File: file}, msg: e})
 	}
 	return out
 }

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/whyslow/whyslow/internal/secrettest"
+	"github.com/whyslow/whyslow/testbed/secrettest"
 )
 
 // aliasBomb is a config of a few kB whose aliases expand, for the key

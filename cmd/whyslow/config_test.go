@@ -13,7 +13,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/whyslow/whyslow/internal/daemon"
+	"github.com/whyslow/whyslow/daemon"
 )
 
 func envMap(m map[string]string) func(string) (string, bool) {

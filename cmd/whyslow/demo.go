@@ -8,9 +8,9 @@ import (
 	"os"
 	"strings"
 
-	"github.com/whyslow/whyslow/internal/daemon/demo"
-	"github.com/whyslow/whyslow/internal/sim"
+	"github.com/whyslow/whyslow/daemon/demo"
 	"github.com/whyslow/whyslow/notifiers/render"
+	"github.com/whyslow/whyslow/testbed/sim"
 	"github.com/whyslow/whyslow/triage"
 )
 

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/whyslow/whyslow/internal/fleettest"
-	"github.com/whyslow/whyslow/internal/promtest"
-	"github.com/whyslow/whyslow/internal/sim"
+	"github.com/whyslow/whyslow/testbed/fleettest"
+	"github.com/whyslow/whyslow/testbed/promtest"
+	"github.com/whyslow/whyslow/testbed/sim"
 )
 
 // fleetScopes is the fleet of TestFleetReplay: four faulty deployments on

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/whyslow/whyslow/internal/daemon"
+	"github.com/whyslow/whyslow/daemon"
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/notifiers/render"
 	"github.com/whyslow/whyslow/triage"

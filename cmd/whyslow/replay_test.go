@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/whyslow/whyslow/internal/sim"
+	"github.com/whyslow/whyslow/testbed/sim"
 )
 
 // recordBundle writes an engine-model incident's bundle (its whole

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/whyslow/whyslow/internal/sim"
+	"github.com/whyslow/whyslow/testbed/sim"
 )
 
 // TestWhyScrapeReplicasOnOneServer samples two replicas that one server

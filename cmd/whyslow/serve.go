@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/whyslow/whyslow/internal/daemon"
+	"github.com/whyslow/whyslow/daemon"
 	"github.com/whyslow/whyslow/internal/memlimit"
 	"github.com/whyslow/whyslow/internal/redact"
 )

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/whyslow/whyslow/internal/secrettest"
+	"github.com/whyslow/whyslow/testbed/secrettest"
 )
 
 // syncBuffer is a bytes.Buffer safe for the daemon's goroutines.

@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/whyslow/whyslow/internal/sim"
-	"github.com/whyslow/whyslow/internal/simtrace"
+	"github.com/whyslow/whyslow/testbed/sim"
+	"github.com/whyslow/whyslow/testbed/simtrace"
 )
 
 func init() {

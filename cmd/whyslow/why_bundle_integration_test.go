@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/whyslow/whyslow/collectors/bundle"
-	"github.com/whyslow/whyslow/internal/sim"
+	"github.com/whyslow/whyslow/testbed/sim"
 	"github.com/whyslow/whyslow/triage"
 )
 

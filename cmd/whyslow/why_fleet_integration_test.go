@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/whyslow/whyslow/internal/fleettest"
-	"github.com/whyslow/whyslow/internal/promtest"
+	"github.com/whyslow/whyslow/testbed/fleettest"
+	"github.com/whyslow/whyslow/testbed/promtest"
 )
 
 // TestWhyGroupByShortHistory: a Prometheus holding 10 minutes of eight

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/whyslow/whyslow/internal/web"
+	"github.com/whyslow/whyslow/daemon/web"
 	"github.com/whyslow/whyslow/triage"
 )
 

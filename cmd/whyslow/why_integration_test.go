@@ -12,8 +12,8 @@ import (
 
 	"github.com/whyslow/whyslow/collectors/scrape"
 	"github.com/whyslow/whyslow/collectors/store"
-	"github.com/whyslow/whyslow/internal/promtest"
-	"github.com/whyslow/whyslow/internal/sim"
+	"github.com/whyslow/whyslow/testbed/promtest"
+	"github.com/whyslow/whyslow/testbed/sim"
 	"github.com/whyslow/whyslow/triage"
 )
 

@@ -19,14 +19,14 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/whyslow/whyslow/internal/sim"
 	"github.com/whyslow/whyslow/rulesets"
+	"github.com/whyslow/whyslow/testbed/sim"
 	"github.com/whyslow/whyslow/triage"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
-// incidentsDir holds the committed incident bundles (go generate ./internal/sim).
+// incidentsDir holds the committed incident bundles (go generate ./testbed/sim).
 const incidentsDir = "../../testdata/incidents"
 
 // knownWrong lists the committed bundles whose verdict does not match their

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/textparse"
 
-	"github.com/whyslow/whyslow/internal/sim"
+	"github.com/whyslow/whyslow/testbed/sim"
 )
 
 var (

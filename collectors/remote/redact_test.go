@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/whyslow/whyslow/internal/secrettest"
+	"github.com/whyslow/whyslow/testbed/secrettest"
 )
 
 // TestQueryTokenNeverShown is finding 6 of issue 14 (the --prometheus

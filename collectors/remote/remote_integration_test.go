@@ -15,7 +15,7 @@ import (
 
 	"github.com/whyslow/whyslow/collectors/scrape"
 	"github.com/whyslow/whyslow/collectors/store"
-	"github.com/whyslow/whyslow/internal/promtest"
+	"github.com/whyslow/whyslow/testbed/promtest"
 )
 
 // linearEngine serves metrics that are linear in wall-clock time, so two

@@ -13,9 +13,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/whyslow/whyslow/collectors/otlp"
-	"github.com/whyslow/whyslow/internal/sim"
-	"github.com/whyslow/whyslow/internal/simtrace"
 	"github.com/whyslow/whyslow/span"
+	"github.com/whyslow/whyslow/testbed/sim"
+	"github.com/whyslow/whyslow/testbed/simtrace"
 )
 
 // A heapShape builds export request number i (of spans that look like one

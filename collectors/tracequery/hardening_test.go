@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/internal/decompress"
-	"github.com/whyslow/whyslow/internal/secrettest"
 	"github.com/whyslow/whyslow/span"
+	"github.com/whyslow/whyslow/testbed/secrettest"
 )
 
 type bearer struct{ tok string }

@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/whyslow/whyslow/internal/amtest"
+	"github.com/whyslow/whyslow/testbed/amtest"
 	"github.com/whyslow/whyslow/triage"
 )
 

@@ -10,8 +10,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/whyslow/whyslow/internal/redact"
-	"github.com/whyslow/whyslow/internal/secrettest"
 	"github.com/whyslow/whyslow/notifiers"
+	"github.com/whyslow/whyslow/testbed/secrettest"
 )
 
 func TestConfigYAML(t *testing.T) {

@@ -15,8 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/whyslow/whyslow/internal/secrettest"
 	"github.com/whyslow/whyslow/notifiers"
+	"github.com/whyslow/whyslow/testbed/secrettest"
 	"github.com/whyslow/whyslow/triage"
 )
 

@@ -3,7 +3,7 @@
 // drawn over the baseline window, as one PNG. Build fetches the curves with
 // range queries from any triage.Metrics; the chart model (model.go) holds
 // every rule about the curves' gaps, the axes, their ticks and labels, for
-// this PNG and internal/web's SVG alike; Render draws it (render.go) with
+// this PNG and daemon/web's SVG alike; Render draws it (render.go) with
 // the standard library's image packages, golang.org/x/image/vector's
 // antialiasing rasterizer and basicfont's 7×13 bitmap font: no TrueType
 // fonts and no plotting library in the binary.

@@ -2,7 +2,7 @@ package chart
 
 // The chart model: what a panel's picture is, apart from how it is drawn.
 // Both renderers draw from it: this package's PNG (render.go) and
-// internal/web's inline SVG. It holds every rule about the curves and the
+// daemon/web's inline SVG. It holds every rule about the curves and the
 // axes: a curve's runs between gaps (Segments, Finite), the display unit of
 // a panel's values (ms below a second, % for fractions), the value axis'
 // range with its ticks and their labels, and the time axis' ticks and

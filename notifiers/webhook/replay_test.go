@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/whyslow/whyslow/internal/secrettest"
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/notifiers/notifytest"
+	"github.com/whyslow/whyslow/testbed/secrettest"
 )
 
 // TestSignatureCoversTimestamp is finding 12 of issue 14 (its last part):

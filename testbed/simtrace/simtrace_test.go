@@ -1,0 +1,100 @@
+package simtrace
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/whyslow/whyslow/collectors/tracequery"
+	"github.com/whyslow/whyslow/testbed/sim"
+	"github.com/whyslow/whyslow/triage"
+)
+
+var t0 = time.Unix(1700000000, 0)
+
+func record(i int) sim.RequestRecord {
+	a := t0.Add(time.Duration(i) * 100 * time.Millisecond)
+	return sim.RequestRecord{
+		ID: fmt.Sprintf("cmpl-%d", i), Pod: fmt.Sprintf("vllm-%d", i%2), Model: "llama",
+		Arrival: a, Queued: a.Add(5 * time.Millisecond), Scheduled: a.Add(105 * time.Millisecond),
+		FirstToken: a.Add(305 * time.Millisecond), Finished: a.Add(1305 * time.Millisecond),
+		PromptTokens: 1000, OutputTokens: 100, FinishedReason: "stop",
+	}
+}
+
+func TestJSONLRoundTrip(t *testing.T) {
+	cases := []struct {
+		name     string
+		opts     Options
+		before   float64
+		dominant triage.RequestPart
+	}{
+		// The API server holds each request 5 ms before the engine queue.
+		{"engine only", Options{Seed: 1}, 0.005, triage.PartDecode},
+		{"slow gateway", Options{Seed: 1, Gateway: true, GatewayTime: func(sim.RequestRecord) GatewayTiming {
+			return GatewayTiming{Admission: 1500 * time.Millisecond, Scoring: 10 * time.Millisecond, Routing: 5 * time.Millisecond, Proxy: 5 * time.Millisecond, After: time.Millisecond}
+		}}, 1.525, triage.PartBeforeEngine},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b := New(c.opts)
+			for i := 0; i < 10; i++ {
+				b.Add(record(i))
+			}
+			var buf bytes.Buffer
+			if err := b.WriteJSONL(&buf, 4); err != nil {
+				t.Fatal(err)
+			}
+			f, err := tracequery.ReadJSONL(&buf, "traces.jsonl")
+			if err != nil {
+				t.Fatal(err)
+			}
+			spans, _ := f.SpansBetween(context.Background(), t0.Add(-time.Minute), t0.Add(time.Minute), 0)
+			reqs := triage.BuildRequests(spans)
+			if len(reqs) != 10 {
+				t.Fatalf("%d requests", len(reqs))
+			}
+			r := reqs[0]
+			if r.Source != "v1" || r.Pod != "vllm-0" || r.Dominant != c.dominant || !near(r.Parts[triage.PartBeforeEngine], c.before) ||
+				!near(r.Parts[triage.PartQueue], 0.1) || !near(r.Parts[triage.PartPrefill], 0.2) || !near(r.Parts[triage.PartDecode], 1.0) {
+				t.Errorf("request = %+v", r)
+			}
+			if c.opts.Gateway {
+				corr := triage.CorrelateRequests(triage.CorrelationInput{Requests: reqs, Window: triage.Window{Start: t0.Add(-time.Minute), End: t0.Add(time.Minute)}})
+				if len(corr.Evidence["outside_engine"]) == 0 {
+					t.Errorf("no outside_engine evidence: %+v", corr)
+				}
+			}
+		})
+	}
+}
+
+func near(a, b float64) bool { return a-b < 1e-6 && b-a < 1e-6 }
+
+func TestExportThroughSDK(t *testing.T) {
+	b := New(Options{Seed: 2, Gateway: true})
+	b.Add(record(1))
+	exp := tracetest.NewInMemoryExporter()
+	if err := b.Export(context.Background(), exp); err != nil {
+		t.Fatal(err)
+	}
+	got := exp.GetSpans()
+	if len(got) != 4 {
+		t.Fatalf("%d spans", len(got))
+	}
+	var names []string
+	for _, s := range got {
+		names = append(names, s.Name)
+		if s.Name == "llm_request" && (!s.Parent.IsValid() || s.Parent.TraceID() != s.SpanContext.TraceID()) {
+			t.Errorf("llm_request has no W3C parent: %+v", s.Parent)
+		}
+	}
+	if strings.Join(names, ",") != "gateway.request,gateway.request_orchestration,llm_d.epp.scorer.prefix_cache,llm_request" {
+		t.Errorf("names = %v", names)
+	}
+}
