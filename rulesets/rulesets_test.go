@@ -10,6 +10,7 @@ import (
 	"github.com/whyslow/whyslow/internal/sim"
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // TestShippedRulesets loads and validates every shipped ruleset file.
@@ -175,7 +176,7 @@ func TestEngineDetection(t *testing.T) {
 			if v.Engine != engine {
 				t.Errorf("auto-detected %q, want %q", v.Engine, engine)
 			}
-			if v.Status == triage.StatusInsufficientData {
+			if v.Status == verdict.StatusInsufficientData {
 				t.Errorf("insufficient data on a healthy %s bundle: %+v", engine, v.DataGaps)
 			}
 		})

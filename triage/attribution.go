@@ -8,84 +8,7 @@ import (
 	"strings"
 
 	"github.com/whyslow/whyslow/rules"
-)
-
-// Attribution splits the change of the two latencies between the baseline
-// and incident windows into parts that add up, in seconds, with the
-// remainder no measured part covers stated as unexplained.
-//
-// TTFT = queue + prefill + time before the engine: vLLM measures TTFT from
-// the API server's arrival, queue from the engine's QUEUED to SCHEDULED and
-// prefill from SCHEDULED to the first token (docs/engines.md §2.9; V1), so the
-// difference is the API server, tokenizer and IPC. Each part is read from
-// its own histogram; an engine without one states it as missing.
-//
-// Inter-token latency is one engine step (every running request gets a
-// token per step). A step reads the weights and the KV context of every
-// running request from HBM, and computes the prompt tokens scheduled in it:
-//
-//	step = T0 + F · [max(1 + R·B·c, ρ·B)·kₘ + ρ·(P + Pr)·k꜀]
-//
-// with B the requests a decoding request shares a step with, c its KV
-// context (the KV usage per running request at the baseline, grown by the
-// context tokens per request: attention reads every sequence's context
-// even where the blocks are shared), P the prompt tokens computed per step,
-// Pr those recomputed after preemption, R the time to read a full KV cache
-// relative to the weights, ρ the GPU's bandwidth-to-FLOP ratio (a token's
-// compute relative to one weight read), k꜀ = clock_base/clock_now (compute
-// slows with the SM clock) and kₘ = k꜀^0.6 (memory-bound work slows less:
-// the SMs issue the loads, HBM's own clock does not drop),
-// and T0 = 2 ms of per-step overhead (scheduling, sampling, launches). F
-// is solved from the baseline window; the parts are the Shapley values of
-// the drivers (the average change each makes over every order of changing
-// them), and what the model misses is the unexplained part.
-type Attribution struct {
-	TTFT *LatencySplit `json:"ttft,omitempty"`
-	ITL  *LatencySplit `json:"itl,omitempty"`
-	// Model states the step model's assumptions (R, ρ) and where they came from.
-	Model string `json:"model,omitempty"`
-}
-
-// LatencySplit is one latency's change split into parts.
-type LatencySplit struct {
-	Baseline float64 `json:"baseline_seconds"`
-	Now      float64 `json:"now_seconds"`
-	Delta    float64 `json:"delta_seconds"`
-	Parts    []Part  `json:"parts"`
-	// Unexplained is Delta minus the parts; its share of Delta.
-	Unexplained      float64 `json:"unexplained_seconds"`
-	UnexplainedShare float64 `json:"unexplained_share"`
-	// Missing names the parts that could not be measured, and why.
-	Missing []string `json:"missing,omitempty"`
-	// Unmeasured: no part of the change could be measured (the engine
-	// exports neither queue nor prefill time). The split is a data gap, not
-	// an unexplained slowdown: Unexplained stays 0 and the rules' `unexplained`
-	// ignores it.
-	Unmeasured bool `json:"unmeasured,omitempty"`
-}
-
-// Part is one component of a latency's change.
-type Part struct {
-	// Component: queue, prefill, outside (TTFT); batch, context, prefill,
-	// recompute, clock (inter-token latency).
-	Component string  `json:"component"`
-	Seconds   float64 `json:"seconds"`
-	// Share is Seconds over the latency's change (may be negative).
-	Share float64 `json:"share"`
-	// Driver says what moved, e.g. "queue time mean 12ms → 2.6s" or
-	// "KV context per running request ×6.1".
-	Driver string `json:"driver,omitempty"`
-}
-
-// Attribution components (Part.Component).
-const (
-	CompQueue     = "queue"
-	CompPrefill   = "prefill"
-	CompOutside   = "outside"
-	CompBatch     = "batch"
-	CompContext   = "context"
-	CompRecompute = "recompute"
-	CompClock     = "clock"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // Signals the attribution reads (declared in the rulebook).
@@ -119,8 +42,8 @@ type stepModel struct {
 // windows (canonical names). gpuClass and model are what is known of the
 // hardware and the served model (both may be empty). It returns nil when
 // neither latency rose.
-func Attribute(now, base map[string]float64, gpuClass, model string) *Attribution {
-	a := &Attribution{TTFT: splitTTFT(now, base)}
+func Attribute(now, base map[string]float64, gpuClass, model string) *verdict.Attribution {
+	a := &verdict.Attribution{TTFT: splitTTFT(now, base)}
 	sm := newStepModel(gpuClass, model)
 	a.ITL = splitITL(now, base, sm)
 	if a.ITL != nil {
@@ -134,13 +57,13 @@ func Attribute(now, base map[string]float64, gpuClass, model string) *Attributio
 
 func rose(n, b float64) bool { return b > 0 && n > b*(1+minRiseFraction) }
 
-func splitTTFT(now, base map[string]float64) *LatencySplit {
+func splitTTFT(now, base map[string]float64) *verdict.LatencySplit {
 	n, okN := now[sigTTFTMean]
 	b, okB := base[sigTTFTMean]
 	if !okN || !okB || !rose(n, b) {
 		return nil
 	}
-	s := &LatencySplit{Baseline: b, Now: n, Delta: n - b}
+	s := &verdict.LatencySplit{Baseline: b, Now: n, Delta: n - b}
 	part := func(comp, sig, what string) (float64, bool) {
 		pn, ok1 := now[sig]
 		pb, ok2 := base[sig]
@@ -148,41 +71,41 @@ func splitTTFT(now, base map[string]float64) *LatencySplit {
 			s.Missing = append(s.Missing, what)
 			return 0, false
 		}
-		s.Parts = append(s.Parts, Part{Component: comp, Seconds: pn - pb,
+		s.Parts = append(s.Parts, verdict.Part{Component: comp, Seconds: pn - pb,
 			Driver: fmt.Sprintf("%s %s → %s", what, rules.FormatSeconds(pb), rules.FormatSeconds(pn))})
 		return pn - pb, true
 	}
-	q, okQ := part(CompQueue, sigQueueMean, "queue time mean")
-	p, okP := part(CompPrefill, sigPrefillMean, "prefill time mean")
+	q, okQ := part(verdict.CompQueue, sigQueueMean, "queue time mean")
+	p, okP := part(verdict.CompPrefill, sigPrefillMean, "prefill time mean")
 	if !okQ && !okP {
 		// Nothing of the split is exported: a gap, not 100% unexplained.
 		s.Missing = append(s.Missing, "time before the engine (needs both queue and prefill time)")
-		s.Unmeasured, s.Parts = true, []Part{}
+		s.Unmeasured, s.Parts = true, []verdict.Part{}
 		return s
 	}
 	explained := q + p
 	if okQ && okP {
 		// What vLLM's TTFT holds beyond the engine's own queue and prefill.
 		o := s.Delta - q - p
-		s.Parts = append(s.Parts, Part{Component: CompOutside, Seconds: o,
+		s.Parts = append(s.Parts, verdict.Part{Component: verdict.CompOutside, Seconds: o,
 			Driver: fmt.Sprintf("TTFT − queue − prefill %s → %s",
 				rules.FormatSeconds(b-base[sigQueueMean]-base[sigPrefillMean]), rules.FormatSeconds(n-now[sigQueueMean]-now[sigPrefillMean]))})
 		explained += o
 	} else {
 		s.Missing = append(s.Missing, "time before the engine (needs both queue and prefill time)")
 	}
-	s.finish(explained)
+	finishSplit(s, explained)
 	return s
 }
 
-func (s *LatencySplit) finish(explained float64) {
+func finishSplit(s *verdict.LatencySplit, explained float64) {
 	s.Unexplained = s.Delta - explained
 	for i := range s.Parts {
 		s.Parts[i].Share = s.Parts[i].Seconds / s.Delta
 	}
 	s.UnexplainedShare = s.Unexplained / s.Delta
 	if s.Parts == nil {
-		s.Parts = []Part{}
+		s.Parts = []verdict.Part{}
 	}
 }
 
@@ -250,18 +173,18 @@ func (sm stepModel) stepTime(d drivers, clockBase float64) float64 {
 	return math.Max(mem, comp)*math.Pow(kc, 0.6) + sm.rho*(d.prefill+d.recompute)*kc
 }
 
-func splitITL(now, base map[string]float64, sm stepModel) *LatencySplit {
+func splitITL(now, base map[string]float64, sm stepModel) *verdict.LatencySplit {
 	n, okN := now[sigITLMean]
 	b, okB := base[sigITLMean]
 	if !okN || !okB || !rose(n, b) {
 		return nil
 	}
-	s := &LatencySplit{Baseline: b, Now: n, Delta: n - b}
+	s := &verdict.LatencySplit{Baseline: b, Now: n, Delta: n - b}
 	dn, missN, ok1 := stepDrivers(now, b)
 	db, _, ok2 := stepDrivers(base, b)
 	if !ok1 || !ok2 {
 		s.Missing = append(s.Missing, "decode batch and KV context (needs the running gauge and KV cache usage)")
-		s.finish(0)
+		finishSplit(s, 0)
 		return s
 	}
 	s.Missing = append(s.Missing, missN...)
@@ -281,7 +204,7 @@ func splitITL(now, base map[string]float64, sm stepModel) *LatencySplit {
 	f := (b - t0) / sm.stepTime(db, db.clock)
 	// Shapley values over the drivers: each driver's average marginal change
 	// over all orders in which the drivers move from baseline to now.
-	names := []string{CompBatch, CompContext, CompPrefill, CompRecompute, CompClock}
+	names := []string{verdict.CompBatch, verdict.CompContext, verdict.CompPrefill, verdict.CompRecompute, verdict.CompClock}
 	get := func(d *drivers, i int) *float64 {
 		return [...]*float64{&d.batch, &d.ctx, &d.prefill, &d.recompute, &d.clock}[i]
 	}
@@ -304,9 +227,9 @@ func splitITL(now, base map[string]float64, sm stepModel) *LatencySplit {
 			continue
 		}
 		explained += sec
-		s.Parts = append(s.Parts, Part{Component: name, Seconds: sec, Driver: driverText(name, db, dn)})
+		s.Parts = append(s.Parts, verdict.Part{Component: name, Seconds: sec, Driver: driverText(name, db, dn)})
 	}
-	s.finish(explained)
+	finishSplit(s, explained)
 	return s
 }
 
@@ -318,15 +241,15 @@ func driverText(name string, b, n drivers) string {
 		return rules.FormatRatio(y / x)
 	}
 	switch name {
-	case CompBatch:
+	case verdict.CompBatch:
 		return fmt.Sprintf("requests decoding per target %s → %s", rules.FormatNumber(b.batch), rules.FormatNumber(n.batch))
-	case CompContext:
+	case verdict.CompContext:
 		return "KV context per running request " + r(b.ctx, n.ctx)
-	case CompPrefill:
+	case verdict.CompPrefill:
 		return fmt.Sprintf("prompt tokens computed per step %s → %s", rules.FormatNumber(b.prefill), rules.FormatNumber(n.prefill))
-	case CompRecompute:
+	case verdict.CompRecompute:
 		return fmt.Sprintf("tokens recomputed per step %s → %s", rules.FormatNumber(b.recompute), rules.FormatNumber(n.recompute))
-	case CompClock:
+	case verdict.CompClock:
 		return fmt.Sprintf("SM clock %s → %s MHz", rules.FormatNumber(b.clock), rules.FormatNumber(n.clock))
 	}
 	return ""
@@ -412,7 +335,7 @@ func newStepModel(gpuClass, model string) stepModel {
 
 // AttrMap flattens the attribution into the rules' `attr` variable
 // (rules/attr.go keys); a nil attribution gives an empty map.
-func (a *Attribution) AttrMap() map[string]float64 {
+func AttrMap(a *verdict.Attribution) map[string]float64 {
 	m := map[string]float64{}
 	if a == nil {
 		return m
@@ -424,11 +347,11 @@ func (a *Attribution) AttrMap() map[string]float64 {
 		}
 		for _, p := range s.Parts {
 			switch p.Component {
-			case CompQueue:
+			case verdict.CompQueue:
 				m[rules.AttrTTFTQueue] = p.Share
-			case CompPrefill:
+			case verdict.CompPrefill:
 				m[rules.AttrTTFTPrefill] = p.Share
-			case CompOutside:
+			case verdict.CompOutside:
 				m[rules.AttrTTFTOutside] = p.Share
 			}
 		}
@@ -437,16 +360,16 @@ func (a *Attribution) AttrMap() map[string]float64 {
 		m[rules.AttrITLDelta] = s.Delta
 		m[rules.AttrITLUnexplained] = s.UnexplainedShare
 		for _, p := range s.Parts {
-			key := map[string]string{CompBatch: rules.AttrITLBatch, CompContext: rules.AttrITLContext,
-				CompPrefill: rules.AttrITLPrefill, CompRecompute: rules.AttrITLRecompute, CompClock: rules.AttrITLClock}[p.Component]
+			key := map[string]string{verdict.CompBatch: rules.AttrITLBatch, verdict.CompContext: rules.AttrITLContext,
+				verdict.CompPrefill: rules.AttrITLPrefill, verdict.CompRecompute: rules.AttrITLRecompute, verdict.CompClock: rules.AttrITLClock}[p.Component]
 			if key != "" {
 				m[key] = p.Share
 			}
 		}
 	}
 	// The larger symptom, by relative rise, decides the overall unexplained share.
-	var big *LatencySplit
-	for _, s := range []*LatencySplit{a.TTFT, a.ITL} {
+	var big *verdict.LatencySplit
+	for _, s := range []*verdict.LatencySplit{a.TTFT, a.ITL} {
 		if s != nil && !s.Unmeasured && (big == nil || s.Now/s.Baseline > big.Now/big.Baseline) {
 			big = s
 		}
@@ -457,7 +380,7 @@ func (a *Attribution) AttrMap() map[string]float64 {
 	if a.ITL != nil {
 		// A TTFT without a split did not rise (or was not measured: then
 		// the inter-token half is all that was seen).
-		rise := func(s *LatencySplit) float64 {
+		rise := func(s *verdict.LatencySplit) float64 {
 			if s == nil || s.Baseline <= 0 || s.Now <= 0 {
 				return 0
 			}

@@ -7,42 +7,43 @@ import (
 	"strings"
 
 	"github.com/whyslow/whyslow/rules"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // buildVerdict fills the verdict from the walk's outcome. now and base are
 // the signal values the walk saw; coverage (in (0, 1]) scales the
 // confidences when the baseline window is only partly covered by data.
 // buckets holds the bucket bounds of the headline's quantile signals.
-func buildVerdict(v *Verdict, rs *rules.Ruleset, out *rules.Outcome, opts *Options, now, base map[string]float64,
+func buildVerdict(v *verdict.Verdict, rs *rules.Ruleset, out *rules.Outcome, opts *Options, now, base map[string]float64,
 	gpu gpuInference, coverage float64, buckets map[string][]float64) {
 	switch {
 	case out.Insufficient:
-		v.Status = StatusInsufficientData
+		v.Status = verdict.StatusInsufficientData
 	case out.Anomaly:
-		v.Status = StatusAnomaly
-		v.Severity = SeverityWarning
+		v.Status = verdict.StatusAnomaly
+		v.Severity = verdict.SeverityWarning
 		if out.Critical {
-			v.Severity = SeverityCritical
+			v.Severity = verdict.SeverityCritical
 		}
 		switch {
 		case out.Prefill && out.Decode:
-			v.Phase = PhaseBoth
+			v.Phase = verdict.PhaseBoth
 		case out.Prefill:
-			v.Phase = PhasePrefill
+			v.Phase = verdict.PhasePrefill
 		case out.Decode:
-			v.Phase = PhaseDecode
+			v.Phase = verdict.PhaseDecode
 		}
 	default:
-		v.Status = StatusHealthy
+		v.Status = verdict.StatusHealthy
 	}
-	if v.Status != StatusAnomaly {
+	if v.Status != verdict.StatusAnomaly {
 		// The attribution explains a slowdown; without one it is noise.
 		v.Attribution = nil
 	}
 
 	for _, name := range headlineSignals(rs) {
 		s := rs.Declared(name)
-		c := Comparison{Signal: name, Title: s.Title, Unit: s.Unit, Now: valuePtr(now, name), Baseline: valuePtr(base, name)}
+		c := verdict.Comparison{Signal: name, Title: s.Title, Unit: s.Unit, Now: valuePtr(now, name), Baseline: valuePtr(base, name)}
 		if c.Now != nil && c.Baseline != nil && *c.Baseline != 0 {
 			r := *c.Now / *c.Baseline
 			c.Ratio = &r
@@ -53,8 +54,8 @@ func buildVerdict(v *Verdict, rs *rules.Ruleset, out *rules.Outcome, opts *Optio
 		v.Headline = append(v.Headline, c)
 	}
 
-	evidence := func(f rules.Finding) Evidence {
-		e := Evidence{Step: f.Step.Name, Rule: f.Rule.Name, Signal: f.Rule.Signal, Weight: f.Rule.Weight,
+	evidence := func(f rules.Finding) verdict.Evidence {
+		e := verdict.Evidence{Step: f.Step.Name, Rule: f.Rule.Name, Signal: f.Rule.Signal, Weight: f.Rule.Weight,
 			Grade: round3(f.Grade), Text: f.Text}
 		if f.Rule.Signal != "" {
 			e.Now, e.Baseline = valuePtr(now, f.Rule.Signal), valuePtr(base, f.Rule.Signal)
@@ -66,8 +67,8 @@ func buildVerdict(v *Verdict, rs *rules.Ruleset, out *rules.Outcome, opts *Optio
 	}
 	var taken []rules.Fix
 	for i, sc := range out.Causes {
-		c := Cause{ID: sc.Cause.ID, Rank: i + 1, Score: round3(sc.Score), Confidence: round3(sc.Confidence * coverage),
-			Title: sc.Cause.Title, Evidence: []Evidence{}, Remediation: []string{},
+		c := verdict.Cause{ID: sc.Cause.ID, Rank: i + 1, Score: round3(sc.Score), Confidence: round3(sc.Confidence * coverage),
+			Title: sc.Cause.Title, Evidence: []verdict.Evidence{}, Remediation: []string{},
 			Chain: chainOf(rs, sc.Cause, now, base)}
 		for _, f := range sc.Findings {
 			c.Evidence = append(c.Evidence, evidence(f))
@@ -91,26 +92,26 @@ func buildVerdict(v *Verdict, rs *rules.Ruleset, out *rules.Outcome, opts *Optio
 		}
 		v.Causes = append(v.Causes, c)
 	}
-	if v.Status == StatusAnomaly {
+	if v.Status == verdict.StatusAnomaly {
 		reported := map[string]bool{}
 		for _, c := range out.Causes {
 			reported[c.Cause.ID] = true
 		}
 		for _, c := range out.Candidates {
 			if !reported[c.Cause.ID] && c.Score > 0 {
-				v.Considered = append(v.Considered, Considered{ID: c.Cause.ID, Title: c.Cause.Title, Score: round3(c.Score)})
+				v.Considered = append(v.Considered, verdict.Considered{ID: c.Cause.ID, Title: c.Cause.Title, Score: round3(c.Score)})
 			}
 		}
 	}
 	for _, ro := range out.RuledOut {
-		v.RuledOut = append(v.RuledOut, RuledOut{ID: ro.Cause.ID, Title: ro.Cause.Title, Reason: ro.Reason})
+		v.RuledOut = append(v.RuledOut, verdict.RuledOut{ID: ro.Cause.ID, Title: ro.Cause.Title, Reason: ro.Reason})
 	}
 
 	for _, sr := range out.Steps {
-		st := Step{Name: sr.Step.Name, Title: sr.Step.Title, Outcome: stepOutcome(sr)}
+		st := verdict.Step{Name: sr.Step.Name, Title: sr.Step.Title, Outcome: stepOutcome(sr)}
 		if opts.Explain {
 			for _, rr := range sr.Rules {
-				ro := RuleOutcome{Name: rr.Rule.Name, Cause: rr.Rule.Cause, Matched: rr.Matched}
+				ro := verdict.RuleOutcome{Name: rr.Rule.Name, Cause: rr.Rule.Cause, Matched: rr.Matched}
 				if rr.Matched {
 					ro.Effect = rr.Rule.Effect.String()
 					g := round3(rr.Grade)
@@ -131,7 +132,7 @@ func buildVerdict(v *Verdict, rs *rules.Ruleset, out *rules.Outcome, opts *Optio
 		v.Warnings = appendWarnings(v.Warnings, "ruleset: "+e)
 	}
 	if out.Scheduler.Source == "unknown" {
-		v.DataGaps = append(v.DataGaps, DataGap{Signal: "scheduler", Reason: gpuGapReason(gpu)})
+		v.DataGaps = append(v.DataGaps, verdict.DataGap{Signal: "scheduler", Reason: gpuGapReason(gpu)})
 	}
 }
 
@@ -161,7 +162,7 @@ func headlineSignals(rs *rules.Ruleset) []string {
 // a quantile value was interpolated in, when it is wider than half its
 // lower bound; nil for a fine bucket, a value beyond the last bound, or no
 // value.
-func coarseBucket(les []float64, v *float64) *Bucket {
+func coarseBucket(les []float64, v *float64) *verdict.Bucket {
 	if v == nil {
 		return nil
 	}
@@ -171,7 +172,7 @@ func coarseBucket(les []float64, v *float64) *Bucket {
 			if *v <= lo || hi-lo <= 0.5*lo {
 				return nil
 			}
-			return &Bucket{Lower: lo, Upper: hi}
+			return &verdict.Bucket{Lower: lo, Upper: hi}
 		}
 		lo = hi
 	}
@@ -196,8 +197,8 @@ func conflicting(f rules.Fix, taken []rules.Fix) (rules.Fix, bool) {
 // chainOf renders the links of a cause's chain that moved: a ratio link
 // that rose (or, marked falls, fell) by at least Min, a value link at or
 // above Min.
-func chainOf(rs *rules.Ruleset, c *rules.Cause, now, base map[string]float64) []ChainLink {
-	var out []ChainLink
+func chainOf(rs *rules.Ruleset, c *rules.Cause, now, base map[string]float64) []verdict.ChainLink {
+	var out []verdict.ChainLink
 	for _, l := range c.Chain {
 		n, ok := now[l.Signal]
 		s := rs.Declared(l.Signal)
@@ -205,7 +206,7 @@ func chainOf(rs *rules.Ruleset, c *rules.Cause, now, base map[string]float64) []
 			continue
 		}
 		unit := s.Unit
-		link := ChainLink{Signal: l.Signal, Label: l.Label, Now: valuePtr(now, l.Signal), Baseline: valuePtr(base, l.Signal), Unit: unit}
+		link := verdict.ChainLink{Signal: l.Signal, Label: l.Label, Now: valuePtr(now, l.Signal), Baseline: valuePtr(base, l.Signal), Unit: unit}
 		switch l.Show {
 		case "value":
 			if n < l.Min {
@@ -287,7 +288,7 @@ func stepOutcome(sr rules.StepResult) string {
 // signal in a window with fewer than two samples is reported as too few
 // samples for rate(). Optional signals (series only some deployments expose)
 // are listed only when explaining.
-func dataGaps(rs *rules.Ruleset, now, base map[string]float64, have []DataGap, explain bool) []DataGap {
+func dataGaps(rs *rules.Ruleset, now, base map[string]float64, have []verdict.DataGap, explain bool) []verdict.DataGap {
 	reported := map[string]bool{}
 	for _, g := range have {
 		reported[g.Signal+"/"+g.Window] = true
@@ -305,7 +306,7 @@ func dataGaps(rs *rules.Ruleset, now, base map[string]float64, have []DataGap, e
 		}
 		return "no series matched"
 	}
-	var gaps []DataGap
+	var gaps []verdict.DataGap
 	var unmapped []string
 	for _, s := range rs.Unmapped {
 		if (s.Optional && !explain) || reported[s.Name+"/"] {
@@ -318,7 +319,7 @@ func dataGaps(rs *rules.Ruleset, now, base map[string]float64, have []DataGap, e
 		if sh := rs.Shape(); sh != nil && sh.Title != "" {
 			who += " (" + sh.Title + ")"
 		}
-		gaps = append(gaps, DataGap{Signal: "not_exported", Signals: unmapped,
+		gaps = append(gaps, verdict.DataGap{Signal: "not_exported", Signals: unmapped,
 			Reason: fmt.Sprintf("%s does not export %s (its signal map has no series for them): the rules that read them stay silent",
 				who, strings.Join(unmapped, ", "))})
 	}
@@ -337,7 +338,7 @@ func dataGaps(rs *rules.Ruleset, now, base map[string]float64, have []DataGap, e
 			if s.Optional {
 				r += " (optional signal)"
 			}
-			gaps = append(gaps, DataGap{Signal: s.Name, Window: w.name, Reason: r})
+			gaps = append(gaps, verdict.DataGap{Signal: s.Name, Window: w.name, Reason: r})
 		}
 	}
 	return gaps
@@ -348,8 +349,8 @@ func dataGaps(rs *rules.Ruleset, now, base map[string]float64, have []DataGap, e
 // can be neither seen nor ruled out), and a TTFT rise whose parts the engine
 // does not export (the split is not measured, which is no unexplained
 // slowdown).
-func evidenceGaps(rs *rules.Ruleset, v *Verdict, now map[string]float64) []DataGap {
-	var gaps []DataGap
+func evidenceGaps(rs *rules.Ruleset, v *verdict.Verdict, now map[string]float64) []verdict.DataGap {
+	var gaps []verdict.DataGap
 	failures := []string{}
 	for _, s := range []string{"http_error_ratio", "error_finish_rate"} {
 		if rs.Declared(s) != nil {
@@ -362,13 +363,13 @@ func evidenceGaps(rs *rules.Ruleset, v *Verdict, now map[string]float64) []DataG
 			counted = true
 		}
 	}
-	if len(failures) > 0 && !counted && v.Status != StatusInsufficientData {
-		gaps = append(gaps, DataGap{Signal: "request_failures", Signals: failures,
+	if len(failures) > 0 && !counted && v.Status != verdict.StatusInsufficientData {
+		gaps = append(gaps, verdict.DataGap{Signal: "request_failures", Signals: failures,
 			Reason: "no series counts failed requests (the API server's HTTP status counter, or an engine error finish reason): " +
 				"request_errors can be neither seen nor ruled out"})
 	}
 	if a := v.Attribution; a != nil && a.TTFT != nil && a.TTFT.Unmeasured {
-		gaps = append(gaps, DataGap{Signal: "ttft_split", Signals: []string{sigQueueMean, sigPrefillMean},
+		gaps = append(gaps, verdict.DataGap{Signal: "ttft_split", Signals: []string{sigQueueMean, sigPrefillMean},
 			Reason: "queue and prefill histograms not exported: the TTFT split is not measured"})
 	}
 	return gaps
@@ -377,10 +378,10 @@ func evidenceGaps(rs *rules.Ruleset, v *Verdict, now map[string]float64) []DataG
 // collapseGaps folds the gaps of one group of signals (the GPU counters)
 // into one line per window, and a signal missing from both windows for the
 // same reason into one gap.
-func collapseGaps(rs *rules.Ruleset, gaps []DataGap) []DataGap {
+func collapseGaps(rs *rules.Ruleset, gaps []verdict.DataGap) []verdict.DataGap {
 	type groupKey struct{ group, window, reason string }
-	groups := map[groupKey]*DataGap{}
-	folded := make([]*DataGap, 0, len(gaps))
+	groups := map[groupKey]*verdict.DataGap{}
+	folded := make([]*verdict.DataGap, 0, len(gaps))
 	for _, g := range gaps {
 		s := rs.Declared(g.Signal)
 		if s == nil || s.Group == "" {
@@ -392,7 +393,7 @@ func collapseGaps(rs *rules.Ruleset, gaps []DataGap) []DataGap {
 			d.Signals = append(d.Signals, g.Signal)
 			continue
 		}
-		d := &DataGap{Signal: s.Group, Window: g.Window, Reason: g.Reason, Signals: []string{g.Signal}}
+		d := &verdict.DataGap{Signal: s.Group, Window: g.Window, Reason: g.Reason, Signals: []string{g.Signal}}
 		groups[k] = d
 		folded = append(folded, d)
 	}
@@ -405,7 +406,7 @@ func collapseGaps(rs *rules.Ruleset, gaps []DataGap) []DataGap {
 	// for the same reason is one gap.
 	type gapKey struct{ signal, reason string }
 	seen := map[gapKey]int{}
-	out := make([]DataGap, 0, len(folded))
+	out := make([]verdict.DataGap, 0, len(folded))
 	for _, g := range folded {
 		k := gapKey{g.Signal, g.Reason}
 		if i, ok := seen[k]; ok && g.Window != "" && out[i].Window != g.Window {
@@ -421,8 +422,8 @@ func collapseGaps(rs *rules.Ruleset, gaps []DataGap) []DataGap {
 // zeroGauges drops gauges declared zero_is_gap that read exactly zero in
 // both windows: an engine that exposes the gauge but never sets it. Such a
 // gauge is a data gap, and nothing reads it as evidence.
-func zeroGauges(rs *rules.Ruleset, now, base map[string]float64) []DataGap {
-	var gaps []DataGap
+func zeroGauges(rs *rules.Ruleset, now, base map[string]float64) []verdict.DataGap {
+	var gaps []verdict.DataGap
 	for _, s := range rs.Signals {
 		if !s.ZeroIsGap {
 			continue
@@ -432,7 +433,7 @@ func zeroGauges(rs *rules.Ruleset, now, base map[string]float64) []DataGap {
 		if okN && n == 0 && (!okB || b == 0) {
 			delete(now, s.Name)
 			delete(base, s.Name)
-			gaps = append(gaps, DataGap{Signal: s.Name, Reason: "reads 0 in both windows: the engine exposes it but does not set it"})
+			gaps = append(gaps, verdict.DataGap{Signal: s.Name, Reason: "reads 0 in both windows: the engine exposes it but does not set it"})
 		}
 	}
 	return gaps
@@ -442,7 +443,7 @@ func zeroGauges(rs *rules.Ruleset, now, base map[string]float64) []DataGap {
 // incident window's. A baseline the data only partly covers is a data gap
 // and weakens the ranking (the returned factor scales confidences); it
 // never drives it.
-func baselineCoverage(rs *rules.Ruleset, now, base map[string]float64) (float64, *DataGap) {
+func baselineCoverage(rs *rules.Ruleset, now, base map[string]float64) (float64, *verdict.DataGap) {
 	ss := rs.Verdict.SamplesSignal
 	n, okN := now[ss]
 	b, okB := base[ss]
@@ -450,13 +451,13 @@ func baselineCoverage(rs *rules.Ruleset, now, base map[string]float64) (float64,
 		return 1, nil
 	}
 	if !okB {
-		return 0.5, &DataGap{Signal: ss, Window: "baseline", Reason: "the baseline window has no data"}
+		return 0.5, &verdict.DataGap{Signal: ss, Window: "baseline", Reason: "the baseline window has no data"}
 	}
 	c := b / n
 	if c >= 0.8 {
 		return 1, nil
 	}
-	return math.Max(0.3, c), &DataGap{Signal: ss, Window: "baseline",
+	return math.Max(0.3, c), &verdict.DataGap{Signal: ss, Window: "baseline",
 		Reason: fmt.Sprintf("the baseline window is only %.0f%% covered by data (%.0f scrapes against %.0f in the incident window); confidence lowered", 100*c, b, n)}
 }
 
@@ -483,7 +484,7 @@ func missingWords(rs *rules.Ruleset, now, base map[string]float64) []string {
 // dropBaselineRates removes the baseline values that depend on how long the
 // engine ran (per-second rates, request counts), for a baseline whose
 // length is unknown, and returns the one gap that says so.
-func dropBaselineRates(rs *rules.Ruleset, base map[string]float64) *DataGap {
+func dropBaselineRates(rs *rules.Ruleset, base map[string]float64) *verdict.DataGap {
 	var dropped []string
 	for _, s := range rs.Signals {
 		if _, ok := base[s.Name]; !ok || !(strings.HasSuffix(s.Unit, "/s") || s.Unit == "bytes_per_second" || s.Unit == "requests") {
@@ -495,7 +496,7 @@ func dropBaselineRates(rs *rules.Ruleset, base map[string]float64) *DataGap {
 	if len(dropped) == 0 {
 		return nil
 	}
-	return &DataGap{Signal: "baseline_rates", Signals: dropped, Window: "baseline",
+	return &verdict.DataGap{Signal: "baseline_rates", Signals: dropped, Window: "baseline",
 		Reason: "the engine exports no start time (process_start_time_seconds or *_created), so its lifetime is unknown: " +
 			"baseline rates and counts (" + strings.Join(dropped, ", ") + ") are left out; means, quantiles and ratios of its counters are exact"}
 }

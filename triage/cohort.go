@@ -4,28 +4,9 @@ import (
 	"fmt"
 	"sort"
 	"time"
-)
 
-// Cohort is a set of scopes that slowed together: they share a label value
-// (a namespace, a cluster) or make up much of the fleet, and their incidents
-// opened within CohortWindow of each other. Several scopes going bad at
-// once points at what they share — a GPU node, the gateway, a shared
-// dependency — rather than at as many separate faults.
-type Cohort struct {
-	// Label and Value are what the scopes share; both empty: the whole
-	// fleet (every scope the detector sees).
-	Label string `json:"label,omitempty"`
-	Value string `json:"value,omitempty"`
-	// Slowed is how many of the Total scopes with this label value have an
-	// incident that opened within the window.
-	Slowed int `json:"slowed"`
-	Total  int `json:"total"`
-	// Since is when the first of them opened.
-	Since time.Time `json:"since"`
-	// Scopes are the slowed scopes' keys, at most MaxCohortScopes.
-	Scopes  []string `json:"scopes"`
-	Message string   `json:"message"`
-}
+	"github.com/whyslow/whyslow/verdict"
+)
 
 const (
 	// CohortWindow is how close together incidents must open to count as
@@ -44,7 +25,7 @@ const (
 // CohortWindow of each other. dets are the detector's scopes (all of them,
 // firing or not), groupBy its scope labels. Alert-only incidents have no
 // detector scope and are left out.
-func FindCohorts(incidents []Incident, dets []Detection, groupBy []string, at time.Time) map[string]*Cohort {
+func FindCohorts(incidents []Incident, dets []Detection, groupBy []string, at time.Time) map[string]*verdict.Cohort {
 	open := map[string]Incident{}
 	for _, in := range incidents {
 		if in.Status == IncidentOpen && in.Detected {
@@ -75,7 +56,7 @@ func FindCohorts(incidents []Incident, dets []Detection, groupBy []string, at ti
 			groups[id].total = append(groups[id].total, d.Key)
 		}
 	}
-	out := map[string]*Cohort{}
+	out := map[string]*verdict.Cohort{}
 	ids := make([]string, 0, len(groups))
 	for id := range groups {
 		ids = append(ids, id)
@@ -102,7 +83,7 @@ func FindCohorts(incidents []Incident, dets []Detection, groupBy []string, at ti
 }
 
 type cohortMembers struct {
-	cohort *Cohort
+	cohort *verdict.Cohort
 	keys   []string
 }
 
@@ -123,7 +104,7 @@ func cohortsOf(members []Incident, total int, label, value string) []cohortMembe
 		}
 		run := members[i:j]
 		if len(run) >= MinCohort && 2*len(run) >= total {
-			c := &Cohort{Label: label, Value: value, Slowed: len(run), Total: total, Since: run[0].OpenedAt}
+			c := &verdict.Cohort{Label: label, Value: value, Slowed: len(run), Total: total, Since: run[0].OpenedAt}
 			keys := make([]string, len(run))
 			for k, in := range run {
 				keys[k] = in.Key
@@ -139,7 +120,7 @@ func cohortsOf(members []Incident, total int, label, value string) []cohortMembe
 	return out
 }
 
-func cohortMessage(c *Cohort, last time.Time) string {
+func cohortMessage(c *verdict.Cohort, last time.Time) string {
 	where := "in the fleet"
 	if c.Label != "" {
 		where = fmt.Sprintf("with %s=%q", c.Label, c.Value)

@@ -5,14 +5,16 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/whyslow/whyslow/verdict"
 )
 
-func cohortFixture(ns []string) ([]Detection, map[string]Scope) {
+func cohortFixture(ns []string) ([]Detection, map[string]verdict.Scope) {
 	var dets []Detection
-	scopes := map[string]Scope{}
+	scopes := map[string]verdict.Scope{}
 	for i, n := range ns {
 		key := fmt.Sprintf("namespace=%q,model_name=\"m%d\"", n, i)
-		sc := Scope{Selector: key, Labels: map[string]string{"namespace": n, "model_name": fmt.Sprintf("m%d", i)}}
+		sc := verdict.Scope{Selector: key, Labels: map[string]string{"namespace": n, "model_name": fmt.Sprintf("m%d", i)}}
 		dets = append(dets, Detection{Key: key, Scope: sc})
 		scopes[key] = sc
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 
 	"github.com/whyslow/whyslow/rules"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // Step 4 of the walk with traces: correlate the slowest requests of the
@@ -138,11 +139,11 @@ func PodContext(ctx context.Context, m Metrics, q PodContextQuery) ([]PodSample,
 // ExplainRequests returns the verdict form of the requests, each joined to
 // its pod's latest sample at or before the time the engine queued it
 // (within tolerance; 0 means one minute).
-func ExplainRequests(reqs []RequestBreakdown, samples []PodSample, tolerance time.Duration) []Request {
+func ExplainRequests(reqs []RequestBreakdown, samples []PodSample, tolerance time.Duration) []verdict.Request {
 	if tolerance <= 0 {
 		tolerance = time.Minute
 	}
-	out := make([]Request, 0, len(reqs))
+	out := make([]verdict.Request, 0, len(reqs))
 	for i := range reqs {
 		r := reqs[i].Request()
 		if s := rqSampleAt(samples, reqs[i].Pod, reqs[i].EngineStart, tolerance); s != nil {
@@ -155,11 +156,11 @@ func ExplainRequests(reqs []RequestBreakdown, samples []PodSample, tolerance tim
 
 // correlation carries step 4's result from the walk to the verdict.
 type correlation struct {
-	requests []Request
+	requests []verdict.Request
 	// evidence by cause and rule, to put the numbers back on the verdict's
 	// evidence (the walk's findings carry text and weight only).
-	evidence map[string]Evidence
-	gaps     []DataGap
+	evidence map[string]verdict.Evidence
+	gaps     []verdict.DataGap
 	warnings []string
 }
 
@@ -168,24 +169,24 @@ type correlation struct {
 // their pods' metrics, and merges the findings into the walk's outcome as
 // the "correlate" step. It returns nil when there are no traces to read.
 // Failures of the trace source become data gaps, never a failed triage.
-func correlate(ctx context.Context, opts *Options, rs *rules.Ruleset, facts rules.Facts, out *rules.Outcome, v *Verdict) *correlation {
+func correlate(ctx context.Context, opts *Options, rs *rules.Ruleset, facts rules.Facts, out *rules.Outcome, v *verdict.Verdict) *correlation {
 	if opts.Traces == nil {
 		return nil
 	}
-	c := &correlation{evidence: map[string]Evidence{}}
+	c := &correlation{evidence: map[string]verdict.Evidence{}}
 	merge := func(summary string, extra []rules.ExtraEvidence) {
 		rs.MergeEvidence(out, correlateStep, correlateTitle, summary, extra)
 	}
 	scope, err := newRequestScope(opts.Selector, opts.TargetLabels)
 	if err != nil {
 		// Run validated the selector already.
-		c.gaps = append(c.gaps, DataGap{Signal: "traces", Window: "incident", Reason: err.Error()})
+		c.gaps = append(c.gaps, verdict.DataGap{Signal: "traces", Window: "incident", Reason: err.Error()})
 		merge("traces unavailable", nil)
 		return c
 	}
 	reqs, err := tracedRequests(ctx, opts.Traces, v.Incident)
 	if err != nil {
-		c.gaps = append(c.gaps, DataGap{Signal: "traces", Window: "incident", Reason: "trace query failed: " + err.Error()})
+		c.gaps = append(c.gaps, verdict.DataGap{Signal: "traces", Window: "incident", Reason: "trace query failed: " + err.Error()})
 		merge("traces unavailable", nil)
 		return c
 	}
@@ -199,13 +200,13 @@ func correlate(ctx context.Context, opts *Options, rs *rules.Ruleset, facts rule
 				"(by the spans' %s, %s or pod)", all, opts.Selector, AttrResponseModel, AttrRequestModel)
 			summary = "no traced requests of the scope in the incident window"
 		}
-		c.gaps = append(c.gaps, DataGap{Signal: "traces", Window: "incident", Reason: reason})
+		c.gaps = append(c.gaps, verdict.DataGap{Signal: "traces", Window: "incident", Reason: reason})
 		merge(summary, nil)
 		return c
 	}
 	base, err := tracedRequests(ctx, opts.Traces, v.Baseline)
 	if err != nil {
-		c.gaps = append(c.gaps, DataGap{Signal: "traces", Window: "baseline", Reason: "trace query failed: " + err.Error()})
+		c.gaps = append(c.gaps, verdict.DataGap{Signal: "traces", Window: "baseline", Reason: "trace query failed: " + err.Error()})
 	}
 
 	in := CorrelationInput{
@@ -235,7 +236,7 @@ func correlate(ctx context.Context, opts *Options, rs *rules.Ruleset, facts rule
 	}
 	if len(pods) == 0 {
 		// vLLM's tracer sets none of these itself; the deployment must.
-		c.gaps = append(c.gaps, DataGap{Signal: "span_pod", Window: "incident",
+		c.gaps = append(c.gaps, verdict.DataGap{Signal: "span_pod", Window: "incident",
 			Reason: "the engine's spans carry no pod (resource attribute k8s.pod.name, service.instance.id or host.name), " +
 				"so slow requests cannot be tied to a target: set OTEL_RESOURCE_ATTRIBUTES=k8s.pod.name=$(POD_NAME) on the engine, " +
 				"or add the collector's k8sattributes processor (README, \"Traces\")"})
@@ -255,7 +256,7 @@ func correlate(ctx context.Context, opts *Options, rs *rules.Ruleset, facts rule
 	samples, warns, err := PodContext(ctx, opts.Metrics, q)
 	c.warnings = append(c.warnings, warns...)
 	if err != nil {
-		c.gaps = append(c.gaps, DataGap{Signal: "pod_context", Window: "incident", Reason: err.Error()})
+		c.gaps = append(c.gaps, verdict.DataGap{Signal: "pod_context", Window: "incident", Reason: err.Error()})
 	}
 	in.PodSamples = samples
 
@@ -284,7 +285,7 @@ func correlate(ctx context.Context, opts *Options, rs *rules.Ruleset, facts rule
 
 // fill puts the step's requests, numbers and gaps on the verdict. It is a
 // no-op on a nil correlation.
-func (c *correlation) fill(v *Verdict) {
+func (c *correlation) fill(v *verdict.Verdict) {
 	if c == nil {
 		return
 	}
@@ -310,7 +311,7 @@ func (c *correlation) fill(v *Verdict) {
 
 // tracedRequests reads the spans of a window (plus the look-back before
 // it) and builds the requests.
-func tracedRequests(ctx context.Context, t Traces, w Window) ([]RequestBreakdown, error) {
+func tracedRequests(ctx context.Context, t Traces, w verdict.Window) ([]RequestBreakdown, error) {
 	spans, err := t.SpansBetween(ctx, w.Start.Add(-traceLookback), w.End, 0)
 	if err != nil {
 		if errors.Is(err, ErrUnsupported) {
@@ -404,7 +405,7 @@ func (sc requestScope) filter(reqs []RequestBreakdown) []RequestBreakdown {
 
 // inWindow keeps the requests that started or finished in [w.Start,
 // w.End): those the window's metrics saw.
-func inWindow(reqs []RequestBreakdown, w Window) []RequestBreakdown {
+func inWindow(reqs []RequestBreakdown, w verdict.Window) []RequestBreakdown {
 	var out []RequestBreakdown
 	for _, r := range reqs {
 		end := r.Start.Add(rqDur(r.E2E))

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/whyslow/whyslow/rulesets"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // rangeFake adds per-pod range answers to fakeMetrics: every range query
@@ -133,7 +134,7 @@ func TestCorrelateStep(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if v.Status != StatusAnomaly {
+			if v.Status != verdict.StatusAnomaly {
 				t.Fatalf("status %s", v.Status)
 			}
 			top := ""
@@ -143,7 +144,7 @@ func TestCorrelateStep(t *testing.T) {
 			if top != c.top {
 				t.Fatalf("top cause %q, want %q (%+v)", top, c.top, v.Causes)
 			}
-			var step *Step
+			var step *verdict.Step
 			for i := range v.Steps {
 				if v.Steps[i].Name == "correlate" {
 					step = &v.Steps[i]
@@ -168,7 +169,7 @@ func TestCorrelateStep(t *testing.T) {
 				}
 				return
 			}
-			var ev Evidence
+			var ev verdict.Evidence
 			for _, e := range v.Causes[0].Evidence {
 				if e.Step == "correlate" {
 					ev = e

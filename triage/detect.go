@@ -12,6 +12,8 @@ import (
 
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/promql/parser"
+
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // Built-in detection signals. Each expands to PromQL that accepts the same
@@ -302,7 +304,7 @@ type Trigger struct {
 	// custom Expr (built-in signals have their own).
 	VolumeExpr string `yaml:"volume_expr,omitempty" json:"volume_expr,omitempty"`
 	// Severity of an incident this trigger opens (default warning).
-	Severity Severity `yaml:"severity,omitempty" json:"severity,omitempty"`
+	Severity verdict.Severity `yaml:"severity,omitempty" json:"severity,omitempty"`
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -314,10 +316,10 @@ func ptr[T any](v T) *T { return &v }
 // than one request every 5 s.
 func DefaultTriggers() []Trigger {
 	return []Trigger{
-		{Name: "ttft_p95", Signal: SignalTTFTP95, Ratio: 2, MinIncrease: 0.1, MinRequests: 20, Severity: SeverityWarning},
-		{Name: "tpot_p95", Signal: SignalTPOTP95, Ratio: 1.5, MinIncrease: 0.01, MeanRatio: 1.2, MinRequests: 20, Severity: SeverityWarning},
-		{Name: "success_rate", Signal: SignalSuccessRate, Below: ptr(0.98), MinRequests: 50, Severity: SeverityCritical},
-		{Name: "queue_growth", Signal: SignalQueueGrowth, Above: ptr(0.2), Severity: SeverityWarning},
+		{Name: "ttft_p95", Signal: SignalTTFTP95, Ratio: 2, MinIncrease: 0.1, MinRequests: 20, Severity: verdict.SeverityWarning},
+		{Name: "tpot_p95", Signal: SignalTPOTP95, Ratio: 1.5, MinIncrease: 0.01, MeanRatio: 1.2, MinRequests: 20, Severity: verdict.SeverityWarning},
+		{Name: "success_rate", Signal: SignalSuccessRate, Below: ptr(0.98), MinRequests: 50, Severity: verdict.SeverityCritical},
+		{Name: "queue_growth", Signal: SignalQueueGrowth, Above: ptr(0.2), Severity: verdict.SeverityWarning},
 	}
 }
 
@@ -344,7 +346,7 @@ func (c DetectConfig) WithDefaults() DetectConfig {
 	ts := make([]Trigger, len(c.Triggers))
 	for i, t := range c.Triggers {
 		if t.Severity == "" {
-			t.Severity = SeverityWarning
+			t.Severity = verdict.SeverityWarning
 		}
 		if t.Name == "" {
 			t.Name = t.Signal
@@ -414,7 +416,7 @@ func (c DetectConfig) Validate() error {
 			errs = append(errs, fmt.Errorf("%s: for must not be negative", where))
 		}
 		switch t.Severity {
-		case SeverityWarning, SeverityCritical:
+		case verdict.SeverityWarning, verdict.SeverityCritical:
 		default:
 			errs = append(errs, fmt.Errorf("%s: severity %q (want warning or critical)", where, t.Severity))
 		}
@@ -515,18 +517,18 @@ type TriggerResult struct {
 	// Since is when the condition started holding (pending or firing).
 	Since time.Time `json:"since,omitzero"`
 	// Reason says which condition holds, e.g. "ratio 3.10 >= 2".
-	Reason   string   `json:"reason,omitempty"`
-	Severity Severity `json:"severity"`
+	Reason   string           `json:"reason,omitempty"`
+	Severity verdict.Severity `json:"severity"`
 }
 
 // Detection is the detector's output for one scope.
 type Detection struct {
 	// Key identifies the scope: its selector, labels sorted.
-	Key      string          `json:"key"`
-	Scope    Scope           `json:"scope"`
-	Firing   bool            `json:"firing"`
-	Severity Severity        `json:"severity"`
-	Triggers []TriggerResult `json:"triggers"`
+	Key      string           `json:"key"`
+	Scope    verdict.Scope    `json:"scope"`
+	Firing   bool             `json:"firing"`
+	Severity verdict.Severity `json:"severity"`
+	Triggers []TriggerResult  `json:"triggers"`
 }
 
 // FiringTriggers returns the names of the firing triggers.
@@ -719,7 +721,7 @@ func (d *Detector) EvaluateSince(ctx context.Context, m Metrics, at, since time.
 		}
 		for key := range results[i] {
 			if byScope[key] == nil {
-				byScope[key] = &Detection{Key: key, Scope: d.scopeOf(key), Severity: SeverityNone}
+				byScope[key] = &Detection{Key: key, Scope: d.scopeOf(key), Severity: verdict.SeverityNone}
 			}
 		}
 	}
@@ -898,8 +900,8 @@ func (d *Detector) keyOf(m model.Metric) string {
 }
 
 // scopeOf turns a scope key back into a Scope.
-func (d *Detector) scopeOf(key string) Scope {
-	s := Scope{Selector: key}
+func (d *Detector) scopeOf(key string) verdict.Scope {
+	s := verdict.Scope{Selector: key}
 	ms, err := parser.NewParser(parser.Options{}).ParseMetricSelector("{" + key + "}")
 	if err != nil || key == "" {
 		return s
@@ -919,11 +921,11 @@ func (d *Detector) scopeOf(key string) Scope {
 	return s
 }
 
-func severityRank(s Severity) int {
+func severityRank(s verdict.Severity) int {
 	switch s {
-	case SeverityWarning:
+	case verdict.SeverityWarning:
 		return 1
-	case SeverityCritical:
+	case verdict.SeverityCritical:
 		return 2
 	}
 	return 0

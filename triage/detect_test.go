@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/promqltest"
 	"github.com/prometheus/prometheus/storage"
+
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // detectTestMetrics answers PromQL over a promqltest storage.
@@ -102,7 +104,7 @@ func TestDetectTTFTFiresWithinIntervals(t *testing.T) {
 				}
 				if fired < 0 && det.Firing {
 					fired = i
-					if det.Severity != SeverityWarning || det.Scope.Labels["model_name"] != "bad" {
+					if det.Severity != verdict.SeverityWarning || det.Scope.Labels["model_name"] != "bad" {
 						t.Errorf("detection = %+v", det)
 					}
 					if tr.Reason == "" || tr.Long == nil || tr.Since.IsZero() {
@@ -179,7 +181,7 @@ func TestDetectSuccessRateAndQueue(t *testing.T) {
 		byName[det.Scope.Labels["model_name"]] = det
 	}
 	mDet := byName["m"]
-	if !mDet.Firing || mDet.Severity != SeverityCritical {
+	if !mDet.Firing || mDet.Severity != verdict.SeverityCritical {
 		t.Fatalf("scope m = %+v", mDet)
 	}
 	got := strings.Join(mDet.FiringTriggers(), ",")

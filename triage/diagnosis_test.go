@@ -8,9 +8,10 @@ import (
 
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/rulesets"
+	"github.com/whyslow/whyslow/verdict"
 )
 
-func run(t *testing.T, rs *rules.Ruleset, now, base map[string]float64) *Verdict {
+func run(t *testing.T, rs *rules.Ruleset, now, base map[string]float64) *verdict.Verdict {
 	t.Helper()
 	m := newFake(t, rs, now, base, nil)
 	v, err := Run(context.Background(), Options{Metrics: m, Ruleset: rs, At: at, GPU: "H100"})
@@ -20,7 +21,7 @@ func run(t *testing.T, rs *rules.Ruleset, now, base map[string]float64) *Verdict
 	return v
 }
 
-func ruledOut(v *Verdict, id string) bool {
+func ruledOut(v *verdict.Verdict, id string) bool {
 	for _, r := range v.RuledOut {
 		if r.ID == id {
 			return true
@@ -29,7 +30,7 @@ func ruledOut(v *Verdict, id string) bool {
 	return false
 }
 
-func hasGap(v *Verdict, signal, reason string) bool {
+func hasGap(v *verdict.Verdict, signal, reason string) bool {
 	for _, g := range v.DataGaps {
 		if g.Signal == signal && strings.Contains(g.Reason, reason) {
 			return true
@@ -164,13 +165,13 @@ func TestAttributionAddsUp(t *testing.T) {
 		t.Errorf("TTFT parts add to %v, delta %v", sum, a.TTFT.Delta)
 	}
 	for _, p := range a.TTFT.Parts {
-		if p.Component == CompQueue && math.Abs(p.Share-2.6/2.8) > 1e-9 {
+		if p.Component == verdict.CompQueue && math.Abs(p.Share-2.6/2.8) > 1e-9 {
 			t.Errorf("queue share %v", p.Share)
 		}
 	}
 	var clock float64
 	for _, p := range a.ITL.Parts {
-		if p.Component == CompClock {
+		if p.Component == verdict.CompClock {
 			clock = p.Share
 		} else if math.Abs(p.Share) > 0.01 {
 			t.Errorf("part %s moved without its driver: %+v", p.Component, p)
@@ -179,7 +180,7 @@ func TestAttributionAddsUp(t *testing.T) {
 	if clock < 0.75 || math.Abs(a.ITL.UnexplainedShare) > 0.25 {
 		t.Errorf("clock share %v, unexplained %v: %+v", clock, a.ITL.UnexplainedShare, a.ITL)
 	}
-	m := a.AttrMap()
+	m := AttrMap(a)
 	if m[rules.AttrTTFTQueue] < 0.9 || m[rules.AttrITLClock] != clock {
 		t.Errorf("attr map %v", m)
 	}
@@ -218,7 +219,7 @@ func TestGroupGapsCollapse(t *testing.T) {
 		t.Fatal(err)
 	}
 	const missing = "no series"
-	in := []DataGap{
+	in := []verdict.DataGap{
 		{Signal: "dram_bw", Window: "incident", Reason: missing},
 		{Signal: "queue_wait_mean", Window: "incident", Reason: missing},
 		{Signal: "sm_active", Window: "incident", Reason: missing},
@@ -228,7 +229,7 @@ func TestGroupGapsCollapse(t *testing.T) {
 		{Signal: "queue_wait_mean", Window: "baseline", Reason: missing},
 	}
 	got := collapseGaps(rs, in)
-	want := []DataGap{
+	want := []verdict.DataGap{
 		{Signal: "gpu_counters", Reason: missing + " (2 series: dram_bw, sm_active)", Signals: []string{"dram_bw", "sm_active"}},
 		{Signal: "queue_wait_mean", Reason: missing},
 		{Signal: "gpu_counters", Window: "baseline", Reason: "stale", Signals: []string{"gpu_temp"}},

@@ -9,13 +9,14 @@ import (
 
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/rulesets"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // Issue 22: a missing or never-implemented series is a data gap; no default
 // value stands in for it. One test per failure class, each from its
 // smallest reproduction.
 
-func causeIDs(v *Verdict) []string {
+func causeIDs(v *verdict.Verdict) []string {
 	ids := make([]string, 0, len(v.Causes))
 	for _, c := range v.Causes {
 		ids = append(ids, c.ID)
@@ -25,7 +26,7 @@ func causeIDs(v *Verdict) []string {
 
 // runEngine is run for a ruleset with shapes: the engine named, so a fake
 // that answers no shape's detect query reads the first (newest) shape.
-func runEngine(t *testing.T, rs *rules.Ruleset, now, base map[string]float64) *Verdict {
+func runEngine(t *testing.T, rs *rules.Ruleset, now, base map[string]float64) *verdict.Verdict {
 	t.Helper()
 	m := newFake(t, rs, now, base, nil)
 	v, err := Run(context.Background(), Options{Metrics: m, Ruleset: rs, Engine: rs.Engine, At: at, GPU: "H100"})
@@ -91,7 +92,7 @@ func TestTRTLLMWithoutPrefixFamiliesIsAGap(t *testing.T) {
 	base := without(baseline(), "prefix_hit_rate", "prefill_tps", "prompt_len_p90", "prompt_len_p99", "prompt_len_p999", "preemption_rate")
 	now := with(base, "ttft_mean", 1.2, "queue_mean", 0.4)
 	v := runEngine(t, rs, now, base)
-	if v.Status != StatusAnomaly {
+	if v.Status != verdict.StatusAnomaly {
 		t.Fatalf("status %s", v.Status)
 	}
 	for _, id := range []string{"prefix_cache_regression", "prefill_contention"} {
@@ -144,7 +145,7 @@ func TestNoPhaseHistogramsIsAGap(t *testing.T) {
 	now := with(base, "ttft_mean", 1.5, "tpot_mean", 0.035, "running", 34.0, "running_peak", 26.0,
 		"arrival_rate", 5.1, "started_rate", 5.1, "request_rate", 5.1, "waiting", 6.0)
 	v := run(t, rs, now, base)
-	if v.Status != StatusAnomaly {
+	if v.Status != verdict.StatusAnomaly {
 		t.Fatalf("status %s", v.Status)
 	}
 	if len(v.Causes) == 0 || v.Causes[0].ID == "unexplained" {
@@ -171,7 +172,7 @@ func TestTRTLLMMeanPromptPastBudget(t *testing.T) {
 	now := with(base, "prompt_len_mean", 12000.0, "ttft_mean", 1.4, "queue_mean", 0.9, "prefill_mean", 0.45, "tpot_mean", 0.026,
 		"prefill_tps", 8000.0, "prompt_tps", 12000.0)
 	v := runEngine(t, rs, now, base)
-	if v.Status != StatusAnomaly {
+	if v.Status != verdict.StatusAnomaly {
 		t.Fatalf("status %s", v.Status)
 	}
 	if len(v.Causes) == 0 || v.Causes[0].ID != "chunked_prefill_mismatch" {

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // gpuMemoryGiB maps a GPU class to its memory, for the engines' scheduler
@@ -124,7 +126,7 @@ func gpuModelExpr(selector, target, window string) string {
 
 // gpuInference is what the GPU counters said about the GPU class.
 type gpuInference struct {
-	class *GPUClass
+	class *verdict.GPUClass
 	// unknown lists product names NormalizeGPUClass did not recognise.
 	unknown  []string
 	warnings []string
@@ -218,7 +220,7 @@ func inferGPU(ctx context.Context, m Metrics, selector, target, window string, a
 		}
 		detail += "; also " + strings.Join(others, ", ") + ": the scheduler defaults assume the most common class"
 	}
-	inf.class = &GPUClass{Class: classes[0], Source: GPUSourceMetrics, Detail: detail}
+	inf.class = &verdict.GPUClass{Class: classes[0], Source: verdict.GPUSourceMetrics, Detail: detail}
 	return inf
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/rulesets"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 func TestNormalizeGPUClass(t *testing.T) {
@@ -137,7 +138,7 @@ func TestInferGPU(t *testing.T) {
 					t.Errorf("class = %+v, want none", inf.class)
 				}
 			} else {
-				if inf.class == nil || inf.class.Class != tt.class || inf.class.Source != GPUSourceMetrics {
+				if inf.class == nil || inf.class.Class != tt.class || inf.class.Source != verdict.GPUSourceMetrics {
 					t.Fatalf("class = %+v, want %s from metrics", inf.class, tt.class)
 				}
 				for _, d := range tt.detail {
@@ -171,7 +172,7 @@ func TestRunInfersGPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.GPU == nil || v.GPU.Class != "H200" || v.GPU.Source != GPUSourceMetrics || !strings.Contains(v.GPU.Detail, `model="NVIDIA H200"`) {
+	if v.GPU == nil || v.GPU.Class != "H200" || v.GPU.Source != verdict.GPUSourceMetrics || !strings.Contains(v.GPU.Detail, `model="NVIDIA H200"`) {
 		t.Errorf("GPU = %+v, want H200 from the metrics", v.GPU)
 	}
 	for _, g := range v.DataGaps {
@@ -184,7 +185,7 @@ func TestRunInfersGPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.GPU == nil || *v.GPU != (GPUClass{Class: "A100", Source: GPUSourceGiven, Detail: "--gpu"}) {
+	if v.GPU == nil || *v.GPU != (verdict.GPUClass{Class: "A100", Source: verdict.GPUSourceGiven, Detail: "--gpu"}) {
 		t.Errorf("given GPU = %+v", v.GPU)
 	}
 

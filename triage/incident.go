@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // Incident defaults.
@@ -199,19 +201,19 @@ type AlertRef struct {
 
 // Notified records the last notification sent for an incident.
 type Notified struct {
-	Count    int       `json:"count"`
-	At       time.Time `json:"at,omitzero"`
-	Cause    string    `json:"cause,omitempty"`
-	Severity Severity  `json:"severity,omitempty"`
+	Count    int              `json:"count"`
+	At       time.Time        `json:"at,omitzero"`
+	Cause    string           `json:"cause,omitempty"`
+	Severity verdict.Severity `json:"severity,omitempty"`
 }
 
 // Incident is one degradation of one scope, from open to resolve.
 type Incident struct {
-	ID       string         `json:"id"`
-	Key      string         `json:"key"`
-	Scope    Scope          `json:"scope"`
-	Status   IncidentStatus `json:"status"`
-	Severity Severity       `json:"severity"`
+	ID       string           `json:"id"`
+	Key      string           `json:"key"`
+	Scope    verdict.Scope    `json:"scope"`
+	Status   IncidentStatus   `json:"status"`
+	Severity verdict.Severity `json:"severity"`
 	// TopCause is the id of the leading cause of the incident's verdict
 	// (the latest one that is not insufficient_data): it follows every
 	// triage, and is empty once the latest verdict names no cause. What was
@@ -234,7 +236,7 @@ type Incident struct {
 	Firing    bool                `json:"firing"`
 	Alerts    map[string]AlertRef `json:"alerts,omitempty"`
 	Condition Condition           `json:"condition"`
-	Verdict   *Verdict            `json:"verdict,omitempty"`
+	Verdict   *verdict.Verdict    `json:"verdict,omitempty"`
 	Triages   int                 `json:"triages"`
 	Notified  Notified            `json:"notified"`
 	// PendingCause is a new top cause that has led the notified one
@@ -243,8 +245,8 @@ type Incident struct {
 	PendingCount int    `json:"pending_count,omitempty"`
 	// PendingSeverity is a verdict severity above the notified one, seen in
 	// PendingSeverityCount consecutive triages.
-	PendingSeverity      Severity `json:"pending_severity,omitempty"`
-	PendingSeverityCount int      `json:"pending_severity_count,omitempty"`
+	PendingSeverity      verdict.Severity `json:"pending_severity,omitempty"`
+	PendingSeverityCount int              `json:"pending_severity_count,omitempty"`
 }
 
 // Event is a change to an incident that goes to the notifiers.
@@ -394,7 +396,7 @@ func (t *Tracker) clear(in *Incident, at time.Time) []Event {
 //   - repeated: RepeatInterval after the last notification.
 //
 // Nothing is sent while the detector is clear and the resolve countdown runs.
-func (t *Tracker) Record(key string, v *Verdict, at time.Time) []Event {
+func (t *Tracker) Record(key string, v *verdict.Verdict, at time.Time) []Event {
 	in := t.open[key]
 	if in == nil || v == nil {
 		return nil
@@ -402,7 +404,7 @@ func (t *Tracker) Record(key string, v *Verdict, at time.Time) []Event {
 	in.Triages++
 	// Keep the last verdict that says something: a scope that lost its
 	// data should not replace the diagnosis with "insufficient data".
-	if in.Verdict == nil || v.Status != StatusInsufficientData {
+	if in.Verdict == nil || v.Status != verdict.StatusInsufficientData {
 		in.Verdict = v
 	}
 	// The incident's state follows its verdict; the notification policy
@@ -479,8 +481,8 @@ func (t *Tracker) Record(key string, v *Verdict, at time.Time) []Event {
 }
 
 // topCause is the id of the leading cause of an anomaly verdict, "" otherwise.
-func topCause(v *Verdict) string {
-	if v == nil || v.Status != StatusAnomaly || len(v.Causes) == 0 {
+func topCause(v *verdict.Verdict) string {
+	if v == nil || v.Status != verdict.StatusAnomaly || len(v.Causes) == 0 {
 		return ""
 	}
 	return v.Causes[0].ID
@@ -490,7 +492,7 @@ func topCause(v *Verdict) string {
 // score(top) >= (1+margin) × score(prev), where prev missing from the
 // ranking scores 0. A prev cause that is unscored (0) is led by any
 // ranked cause.
-func confidentLead(v *Verdict, top, prev string, margin float64) bool {
+func confidentLead(v *verdict.Verdict, top, prev string, margin float64) bool {
 	var sTop, sPrev float64
 	for _, c := range v.Causes {
 		switch c.ID {
@@ -524,7 +526,7 @@ func (t *Tracker) SeenAlert(fingerprint, status string, startsAt, at time.Time) 
 
 // AlertFiring attaches a firing Alertmanager alert to the incident of key,
 // opening one when none is open. The caller then triages and calls Record.
-func (t *Tracker) AlertFiring(key string, scope Scope, a AlertRef, sev Severity, at time.Time) {
+func (t *Tracker) AlertFiring(key string, scope verdict.Scope, a AlertRef, sev verdict.Severity, at time.Time) {
 	in := t.open[key]
 	if in == nil {
 		in = t.openIncident(key, scope, at)
@@ -570,13 +572,13 @@ func (t *Tracker) maybeResolve(in *Incident, at time.Time) []Event {
 	return t.resolve(in, at)
 }
 
-func (t *Tracker) openIncident(key string, scope Scope, at time.Time) *Incident {
+func (t *Tracker) openIncident(key string, scope verdict.Scope, at time.Time) *Incident {
 	in := &Incident{
 		ID:       key + "@" + strconv.FormatInt(at.Unix(), 10),
 		Key:      key,
 		Scope:    scope,
 		Status:   IncidentOpen,
-		Severity: SeverityNone,
+		Severity: verdict.SeverityNone,
 		OpenedAt: at,
 	}
 	in.UpdatedAt = at

@@ -4,14 +4,16 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/whyslow/whyslow/verdict"
 )
 
 var incT0 = time.Unix(1700000000, 0)
 
 func incAt(i int) time.Time { return incT0.Add(time.Duration(i) * 5 * time.Second) }
 
-func detection(firing bool, sev Severity) Detection {
-	d := Detection{Key: `model_name="m"`, Scope: Scope{Selector: `model_name="m"`, Labels: map[string]string{"model_name": "m"}}, Firing: firing, Severity: SeverityNone}
+func detection(firing bool, sev verdict.Severity) Detection {
+	d := Detection{Key: `model_name="m"`, Scope: verdict.Scope{Selector: `model_name="m"`, Labels: map[string]string{"model_name": "m"}}, Firing: firing, Severity: verdict.SeverityNone}
 	if firing {
 		d.Severity = sev
 		d.Triggers = []TriggerResult{{Name: "ttft_p95", State: TriggerFiring, Severity: sev}}
@@ -19,13 +21,13 @@ func detection(firing bool, sev Severity) Detection {
 	return d
 }
 
-func verdict(sev Severity, causes ...string) *Verdict {
-	v := &Verdict{Status: StatusAnomaly, Severity: sev}
+func verdictOf(sev verdict.Severity, causes ...string) *verdict.Verdict {
+	v := &verdict.Verdict{Status: verdict.StatusAnomaly, Severity: sev}
 	if len(causes) == 0 {
-		v.Status = StatusHealthy
+		v.Status = verdict.StatusHealthy
 	}
 	for i, c := range causes {
-		v.Causes = append(v.Causes, Cause{ID: c, Rank: i + 1})
+		v.Causes = append(v.Causes, verdict.Cause{ID: c, Rank: i + 1})
 	}
 	return v
 }
@@ -33,8 +35,8 @@ func verdict(sev Severity, causes ...string) *Verdict {
 // step is one tick of a scripted incident.
 type step struct {
 	firing  bool
-	sev     Severity
-	verdict *Verdict // nil: no triage this tick
+	sev     verdict.Severity
+	verdict *verdict.Verdict // nil: no triage this tick
 }
 
 func runSteps(t *testing.T, tr *Tracker, steps []step) []Event {
@@ -51,10 +53,10 @@ func runSteps(t *testing.T, tr *Tracker, steps []step) []Event {
 }
 
 // scored builds an anomaly verdict from (cause id, score) pairs, in rank order.
-func scored(sev Severity, pairs ...any) *Verdict {
-	v := &Verdict{Status: StatusAnomaly, Severity: sev}
+func scored(sev verdict.Severity, pairs ...any) *verdict.Verdict {
+	v := &verdict.Verdict{Status: verdict.StatusAnomaly, Severity: sev}
 	for i := 0; i+1 < len(pairs); i += 2 {
-		v.Causes = append(v.Causes, Cause{ID: pairs[i].(string), Rank: i/2 + 1, Score: float64(pairs[i+1].(int))})
+		v.Causes = append(v.Causes, verdict.Cause{ID: pairs[i].(string), Rank: i/2 + 1, Score: float64(pairs[i+1].(int))})
 	}
 	return v
 }
@@ -70,9 +72,9 @@ func kinds(evs []Event) string {
 }
 
 func TestTrackerLifecycle(t *testing.T) {
-	w := SeverityWarning
-	kv := verdict(w, "kv_cache_pressure", "queue_saturation")
-	q := verdict(w, "queue_saturation")
+	w := verdict.SeverityWarning
+	kv := verdictOf(w, "kv_cache_pressure", "queue_saturation")
+	q := verdictOf(w, "queue_saturation")
 	repeat := func(n int, s step) []step {
 		out := make([]step, n)
 		for i := range out {
@@ -100,22 +102,22 @@ func TestTrackerLifecycle(t *testing.T) {
 			join(repeat(5, step{true, w, kv}), repeat(5, step{false, "", kv}), repeat(5, step{true, w, kv}), repeat(5, step{false, "", kv}), repeat(5, step{true, w, kv})),
 			"opened:kv_cache_pressure"},
 		{"no news while the detector is clear", IncidentConfig{ResolveAfter: time.Hour},
-			join(repeat(3, step{true, w, kv}), repeat(5, step{false, "", verdict(SeverityCritical, "queue_saturation")})),
+			join(repeat(3, step{true, w, kv}), repeat(5, step{false, "", verdictOf(verdict.SeverityCritical, "queue_saturation")})),
 			"opened:kv_cache_pressure"},
 		{"cause change held", IncidentConfig{UpdateInterval: time.Second},
 			join(repeat(3, step{true, w, kv}), []step{{true, w, q}}, repeat(3, step{true, w, kv}), repeat(3, step{true, w, q})),
 			"opened:kv_cache_pressure cause_changed:queue_saturation"},
 		{"healthy verdict mid-incident is ignored", IncidentConfig{},
-			join(repeat(3, step{true, w, kv}), repeat(3, step{true, w, verdict(w)}), repeat(3, step{true, w, kv})),
+			join(repeat(3, step{true, w, kv}), repeat(3, step{true, w, verdictOf(w)}), repeat(3, step{true, w, kv})),
 			"opened:kv_cache_pressure"},
 		{"escalation", IncidentConfig{},
-			join(repeat(3, step{true, w, kv}), repeat(3, step{true, SeverityCritical, kv})),
+			join(repeat(3, step{true, w, kv}), repeat(3, step{true, verdict.SeverityCritical, kv})),
 			"opened:kv_cache_pressure escalated:kv_cache_pressure"},
 		{"one critical verdict is not an escalation", IncidentConfig{},
-			join(repeat(3, step{true, w, kv}), []step{{true, w, verdict(SeverityCritical, "kv_cache_pressure")}}, repeat(3, step{true, w, kv})),
+			join(repeat(3, step{true, w, kv}), []step{{true, w, verdictOf(verdict.SeverityCritical, "kv_cache_pressure")}}, repeat(3, step{true, w, kv})),
 			"opened:kv_cache_pressure"},
 		{"critical verdicts that hold escalate", IncidentConfig{},
-			join(repeat(3, step{true, w, kv}), repeat(3, step{true, w, verdict(SeverityCritical, "kv_cache_pressure")})),
+			join(repeat(3, step{true, w, kv}), repeat(3, step{true, w, verdictOf(verdict.SeverityCritical, "kv_cache_pressure")})),
 			"opened:kv_cache_pressure escalated:kv_cache_pressure"},
 		{"alternating top cause is not a change", IncidentConfig{UpdateInterval: time.Second},
 			join(repeat(2, step{true, w, scored(w, "prefill_contention", 5, "outside_engine", 3)}),
@@ -138,13 +140,13 @@ func TestTrackerLifecycle(t *testing.T) {
 			repeat(30, step{true, w, kv}),
 			"opened:kv_cache_pressure repeated:kv_cache_pressure repeated:kv_cache_pressure"},
 		{"first notification waits for a cause", IncidentConfig{OpenWait: 15 * time.Second},
-			join(repeat(1, step{true, w, verdict(w)}), repeat(3, step{true, w, kv})),
+			join(repeat(1, step{true, w, verdictOf(w)}), repeat(3, step{true, w, kv})),
 			"opened:kv_cache_pressure"},
 		{"no cause after the wait still notifies", IncidentConfig{OpenWait: 10 * time.Second},
-			repeat(4, step{true, w, verdict(w)}),
+			repeat(4, step{true, w, verdictOf(w)}),
 			"opened:"},
 		{"an unexplained blip is never notified", IncidentConfig{ResolveAfter: time.Minute},
-			join(repeat(2, step{true, w, verdict(w)}), repeat(20, step{false, "", verdict(w)})),
+			join(repeat(2, step{true, w, verdictOf(w)}), repeat(20, step{false, "", verdictOf(w)})),
 			""},
 	}
 	for _, tc := range tests {
@@ -175,13 +177,13 @@ func TestTrackerLifecycle(t *testing.T) {
 
 func TestTrackerConditionTransitionTime(t *testing.T) {
 	tr := NewTracker(IncidentConfig{ResolveAfter: time.Hour})
-	kv := verdict(SeverityWarning, "kv_cache_pressure")
+	kv := verdictOf(verdict.SeverityWarning, "kv_cache_pressure")
 	key := `model_name="m"`
-	tr.Observe(detection(true, SeverityWarning), incAt(0))
+	tr.Observe(detection(true, verdict.SeverityWarning), incAt(0))
 	tr.Record(key, kv, incAt(0))
 	first := mustGet(t, tr, key).Condition.TransitionTime
 	for i := 1; i < 10; i++ {
-		tr.Observe(detection(i%2 == 0, SeverityWarning), incAt(i))
+		tr.Observe(detection(i%2 == 0, verdict.SeverityWarning), incAt(i))
 		tr.Record(key, kv, incAt(i))
 	}
 	in := mustGet(t, tr, key)
@@ -202,7 +204,7 @@ func mustGet(t *testing.T, tr *Tracker, key string) Incident {
 func TestTrackerAlerts(t *testing.T) {
 	tr := NewTracker(IncidentConfig{})
 	key := `model_name="m"`
-	scope := Scope{Selector: key}
+	scope := verdict.Scope{Selector: key}
 	a := AlertRef{Fingerprint: "abc", Name: "HighTTFT", StartsAt: incT0}
 	if tr.SeenAlert("abc", "firing", incT0, incAt(0)) {
 		t.Fatal("first delivery seen")
@@ -210,12 +212,12 @@ func TestTrackerAlerts(t *testing.T) {
 	if !tr.SeenAlert("abc", "firing", incT0, incAt(1)) {
 		t.Fatal("repeat delivery not deduped")
 	}
-	tr.AlertFiring(key, scope, a, SeverityCritical, incAt(0))
-	evs := tr.Record(key, verdict(SeverityWarning, "queue_saturation"), incAt(0))
+	tr.AlertFiring(key, scope, a, verdict.SeverityCritical, incAt(0))
+	evs := tr.Record(key, verdictOf(verdict.SeverityWarning, "queue_saturation"), incAt(0))
 	if kinds(evs) != "opened:queue_saturation" {
 		t.Fatalf("events %q", kinds(evs))
 	}
-	if got := mustGet(t, tr, key).Severity; got != SeverityCritical {
+	if got := mustGet(t, tr, key).Severity; got != verdict.SeverityCritical {
 		t.Errorf("severity %s", got)
 	}
 	if evs := tr.AlertResolved(key, "other", incAt(2)); len(evs) != 0 || !tr.Open(key) {
@@ -233,8 +235,8 @@ func TestTrackerAlerts(t *testing.T) {
 func TestTrackerSnapshotRoundTrip(t *testing.T) {
 	tr := NewTracker(IncidentConfig{})
 	key := `model_name="m"`
-	tr.Observe(detection(true, SeverityWarning), incAt(0))
-	tr.Record(key, verdict(SeverityWarning, "kv_cache_pressure"), incAt(0))
+	tr.Observe(detection(true, verdict.SeverityWarning), incAt(0))
+	tr.Record(key, verdictOf(verdict.SeverityWarning, "kv_cache_pressure"), incAt(0))
 	tr.SeenAlert("fp", "firing", incT0, incAt(0))
 	b, err := tr.Snapshot()
 	if err != nil {
@@ -248,7 +250,7 @@ func TestTrackerSnapshotRoundTrip(t *testing.T) {
 		t.Fatal("state lost in round trip")
 	}
 	// The restored incident does not notify "opened" again.
-	if evs := tr2.Record(key, verdict(SeverityWarning, "kv_cache_pressure"), incAt(1)); len(evs) != 0 {
+	if evs := tr2.Record(key, verdictOf(verdict.SeverityWarning, "kv_cache_pressure"), incAt(1)); len(evs) != 0 {
 		t.Fatalf("restored tracker re-notified: %q", kinds(evs))
 	}
 	for _, bad := range []string{`{`, `{"version":2}`, `{"version":1,"open":[{}]}`} {
@@ -262,8 +264,8 @@ func TestTrackerKeepResolved(t *testing.T) {
 	tr := NewTracker(IncidentConfig{KeepResolved: 2, ResolveAfter: 5 * time.Second})
 	i := 0
 	for n := 0; n < 5; n++ {
-		tr.Observe(detection(true, SeverityWarning), incAt(i))
-		tr.Record(`model_name="m"`, verdict(SeverityWarning, "kv_cache_pressure"), incAt(i))
+		tr.Observe(detection(true, verdict.SeverityWarning), incAt(i))
+		tr.Record(`model_name="m"`, verdictOf(verdict.SeverityWarning, "kv_cache_pressure"), incAt(i))
 		i++
 		tr.Observe(detection(false, ""), incAt(i))
 		i++
@@ -287,8 +289,8 @@ func TestIncidentEnumsString(t *testing.T) {
 
 func TestTrackerPendingKeepsOpenIncidentFiring(t *testing.T) {
 	pending := func() Detection {
-		d := detection(false, SeverityNone)
-		d.Triggers = []TriggerResult{{Name: "tpot_p95", State: TriggerPending, Severity: SeverityWarning}}
+		d := detection(false, verdict.SeverityNone)
+		d.Triggers = []TriggerResult{{Name: "tpot_p95", State: TriggerPending, Severity: verdict.SeverityWarning}}
 		return d
 	}
 	tr := NewTracker(IncidentConfig{ResolveAfter: time.Minute})
@@ -296,14 +298,14 @@ func TestTrackerPendingKeepsOpenIncidentFiring(t *testing.T) {
 	if evs := tr.Observe(pending(), incAt(0)); len(evs) != 0 || tr.Open(`model_name="m"`) {
 		t.Fatalf("pending opened an incident: %v", evs)
 	}
-	tr.Observe(detection(true, SeverityWarning), incAt(1))
-	if evs := tr.Record(`model_name="m"`, verdict(SeverityWarning, "memory_bandwidth_saturation"), incAt(1)); kinds(evs) != "opened:memory_bandwidth_saturation" {
+	tr.Observe(detection(true, verdict.SeverityWarning), incAt(1))
+	if evs := tr.Record(`model_name="m"`, verdictOf(verdict.SeverityWarning, "memory_bandwidth_saturation"), incAt(1)); kinds(evs) != "opened:memory_bandwidth_saturation" {
 		t.Fatalf("events %s", kinds(evs))
 	}
 	// Inside the incident the condition dips (clear), then holds again
 	// (pending, the hold not yet over) for longer than resolve_after: the
 	// incident stays open and firing.
-	tr.Observe(detection(false, SeverityNone), incAt(2))
+	tr.Observe(detection(false, verdict.SeverityNone), incAt(2))
 	for i := 3; i < 40; i++ {
 		if evs := tr.Observe(pending(), incAt(i)); len(evs) != 0 {
 			t.Fatalf("step %d: events %s", i, kinds(evs))
@@ -316,7 +318,7 @@ func TestTrackerPendingKeepsOpenIncidentFiring(t *testing.T) {
 	// Clear for resolve_after: resolved.
 	var evs []Event
 	for i := 40; i <= 53; i++ {
-		evs = append(evs, tr.Observe(detection(false, SeverityNone), incAt(i))...)
+		evs = append(evs, tr.Observe(detection(false, verdict.SeverityNone), incAt(i))...)
 	}
 	if kinds(evs) != "resolved:memory_bandwidth_saturation" {
 		t.Errorf("events %s, want resolved", kinds(evs))
@@ -330,29 +332,29 @@ func TestTrackerTopCauseFollowsVerdict(t *testing.T) {
 	tr := NewTracker(IncidentConfig{ResolveAfter: time.Minute})
 	key := `model_name="m"`
 	at := incAt(0)
-	tr.Observe(detection(true, SeverityWarning), at)
-	evs := tr.Record(key, verdict(SeverityWarning, "kv_cache_pressure"), at)
+	tr.Observe(detection(true, verdict.SeverityWarning), at)
+	evs := tr.Record(key, verdictOf(verdict.SeverityWarning, "kv_cache_pressure"), at)
 	if kinds(evs) != "opened:kv_cache_pressure" {
 		t.Fatalf("events %s", kinds(evs))
 	}
 	at = incAt(1)
-	tr.Observe(detection(true, SeverityWarning), at)
-	evs = append(evs, tr.Record(key, verdict(SeverityWarning, "queue_saturation"), at)...)
+	tr.Observe(detection(true, verdict.SeverityWarning), at)
+	evs = append(evs, tr.Record(key, verdictOf(verdict.SeverityWarning, "queue_saturation"), at)...)
 	if in, _ := tr.Get(key); in.TopCause != "queue_saturation" || in.Notified.Cause != "kv_cache_pressure" {
 		t.Errorf("after a new ranking: top_cause %q, notified %q", in.TopCause, in.Notified.Cause)
 	}
 	at = incAt(2)
-	tr.Observe(detection(true, SeverityWarning), at)
-	evs = append(evs, tr.Record(key, verdict(SeverityWarning), at)...)
+	tr.Observe(detection(true, verdict.SeverityWarning), at)
+	evs = append(evs, tr.Record(key, verdictOf(verdict.SeverityWarning), at)...)
 	in, _ := tr.Get(key)
 	if in.TopCause != "" {
 		t.Errorf("a verdict without a cause left top_cause %q", in.TopCause)
 	}
 	// An insufficient verdict does not replace the diagnosis.
 	at = incAt(3)
-	tr.Observe(detection(true, SeverityWarning), at)
-	tr.Record(key, verdict(SeverityWarning, "prefill_contention"), at)
-	tr.Record(key, &Verdict{Status: StatusInsufficientData}, incAt(4))
+	tr.Observe(detection(true, verdict.SeverityWarning), at)
+	tr.Record(key, verdictOf(verdict.SeverityWarning, "prefill_contention"), at)
+	tr.Record(key, &verdict.Verdict{Status: verdict.StatusInsufficientData}, incAt(4))
 	if in, _ := tr.Get(key); in.TopCause != "prefill_contention" {
 		t.Errorf("after insufficient data: top_cause %q", in.TopCause)
 	}
@@ -367,13 +369,13 @@ func TestTrackerTopCauseFollowsVerdict(t *testing.T) {
 func TestTrackerGoneResolvesWithReason(t *testing.T) {
 	tr := NewTracker(IncidentConfig{ResolveAfter: time.Minute})
 	key := `model_name="m"`
-	tr.Observe(detection(true, SeverityWarning), incAt(0))
-	tr.Record(key, verdict(SeverityWarning, "kv_cache_pressure"), incAt(0))
+	tr.Observe(detection(true, verdict.SeverityWarning), incAt(0))
+	tr.Record(key, verdictOf(verdict.SeverityWarning, "kv_cache_pressure"), incAt(0))
 	const reason = "no data for the scope: engine target a down"
 	if evs := tr.Gone(key, reason, incAt(1)); len(evs) != 0 {
 		t.Fatalf("resolved at once: %s", kinds(evs))
 	}
-	tr.Observe(detection(true, SeverityWarning), incAt(2))
+	tr.Observe(detection(true, verdict.SeverityWarning), incAt(2))
 	if in, _ := tr.Get(key); in.ResolveReason != "" || !in.Firing {
 		t.Fatalf("firing again kept reason %q", in.ResolveReason)
 	}

@@ -13,40 +13,8 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 
 	"github.com/whyslow/whyslow/rules"
+	"github.com/whyslow/whyslow/verdict"
 )
-
-// InsufficientCode names why a triage could not decide.
-type InsufficientCode string
-
-// Insufficient-data reasons, in the order they are checked: the first that
-// holds is the one reported.
-const (
-	// InsufficientNoEngine: the source holds no series of the engine(s) asked for.
-	InsufficientNoEngine InsufficientCode = "no_engine_series"
-	// InsufficientSelector: the engine's series exist but the selector matches none.
-	InsufficientSelector InsufficientCode = "selector_matched_nothing"
-	// InsufficientOutsideData: the scope has data, but not in the incident window.
-	InsufficientOutsideData InsufficientCode = "window_outside_data"
-	// InsufficientBaseline: the baseline window lies before the data starts
-	// (or in a gap of it).
-	InsufficientBaseline InsufficientCode = "baseline_not_covered"
-	// InsufficientSignal: a signal the verdict needs has no value.
-	InsufficientSignal InsufficientCode = "signal_missing"
-)
-
-// String returns the code.
-func (c InsufficientCode) String() string { return string(c) }
-
-// InsufficientReason says why a verdict has status insufficient_data, and
-// what to do about it.
-type InsufficientReason struct {
-	Code InsufficientCode `json:"code"`
-	// Message is one sentence for a person: the cause and the fix.
-	Message string `json:"message"`
-	// Signal and Window name the missing signal (signal_missing only).
-	Signal string `json:"signal,omitempty"`
-	Window string `json:"window,omitempty"`
-}
 
 // DataSpanner is implemented by a metrics source that knows the time range
 // of every sample it holds (the embedded store of a bundle or a --scrape
@@ -81,13 +49,13 @@ type diagnosis struct {
 
 // diagnoseInsufficient returns the first reason that holds, in the order
 // of the InsufficientCode constants. A check whose query fails is skipped.
-func diagnoseInsufficient(ctx context.Context, opts *Options, rs *rules.Ruleset, now, base map[string]float64) *InsufficientReason {
+func diagnoseInsufficient(ctx context.Context, opts *Options, rs *rules.Ruleset, now, base map[string]float64) *verdict.InsufficientReason {
 	d := &diagnosis{ctx: ctx, opts: opts, rs: rs, now: now, base: base,
 		search: span{opts.At.Add(-spanBefore), opts.At.Add(spanAfter)}}
 	if ds, ok := opts.Metrics.(DataSpanner); ok {
 		start, end := ds.DataSpan()
 		if start.IsZero() && end.IsZero() {
-			return &InsufficientReason{Code: InsufficientNoEngine,
+			return &verdict.InsufficientReason{Code: verdict.InsufficientNoEngine,
 				Message: "the source holds no samples at all: check that the bundle's metrics.om (or the scraped endpoint) has data"}
 		}
 		d.search, d.exact = span{start, end}, true
@@ -276,7 +244,7 @@ func (d *diagnosis) where() string {
 	return fmt.Sprintf("the source between %s and %s (7 days before --at to a day after)", stamp(d.search.start), stamp(d.search.end))
 }
 
-func (d *diagnosis) engineReason() *InsufficientReason {
+func (d *diagnosis) engineReason() *verdict.InsufficientReason {
 	pool := d.pool()
 	sels := engineSelectors(pool, "")
 	// The engine's series around the incident settle it with one instant
@@ -305,7 +273,7 @@ func (d *diagnosis) engineReason() *InsufficientReason {
 		}
 	}
 	if len(others) > 0 {
-		return &InsufficientReason{Code: InsufficientNoEngine, Message: fmt.Sprintf(
+		return &verdict.InsufficientReason{Code: verdict.InsufficientNoEngine, Message: fmt.Sprintf(
 			"no %s series in %s, but it holds %s series: use --engine %s (or --engine auto)",
 			strings.Join(names, "/"), d.where(), strings.Join(others, ", "), others[0])}
 	}
@@ -320,7 +288,7 @@ func (d *diagnosis) engineReason() *InsufficientReason {
 	if len(names) > 1 {
 		what = "series of a known engine (" + strings.Join(names, ", ") + ")"
 	}
-	return &InsufficientReason{Code: InsufficientNoEngine, Message: fmt.Sprintf(
+	return &verdict.InsufficientReason{Code: verdict.InsufficientNoEngine, Message: fmt.Sprintf(
 		"no %s in %s (looked for %s, …): point whyslow at the engine's /metrics, or at the Prometheus that scrapes it",
 		what, d.where(), strings.Join(metrics, ", "))}
 }
@@ -370,7 +338,7 @@ func (d *diagnosis) scopedSpan() (span, bool) {
 // message lists.
 const maxLabelValues = 10
 
-func (d *diagnosis) selectorReason(_ span, found bool) *InsufficientReason {
+func (d *diagnosis) selectorReason(_ span, found bool) *verdict.InsufficientReason {
 	if found || strings.TrimSpace(d.opts.Selector) == "" {
 		return nil
 	}
@@ -406,7 +374,7 @@ func (d *diagnosis) selectorReason(_ span, found bool) *InsufficientReason {
 	if len(parts) > 0 {
 		msg += "; " + strings.Join(parts, "; ")
 	}
-	return &InsufficientReason{Code: InsufficientSelector, Message: msg + ": fix --selector (or incident.yaml's selector)"}
+	return &verdict.InsufficientReason{Code: verdict.InsufficientSelector, Message: msg + ": fix --selector (or incident.yaml's selector)"}
 }
 
 // labelValues lists the values the engine's series (every scope's) carry
@@ -432,17 +400,17 @@ func (d *diagnosis) labelValues(name string, sels []string, rng string, at time.
 	return out
 }
 
-func (d *diagnosis) windowReason(data span) *InsufficientReason {
+func (d *diagnosis) windowReason(data span) *verdict.InsufficientReason {
 	inc := span{d.opts.At.Add(-d.opts.Window), d.opts.At}
 	if !data.end.Before(inc.start) && !data.start.After(inc.end) {
 		return nil
 	}
-	return &InsufficientReason{Code: InsufficientOutsideData, Message: fmt.Sprintf(
+	return &verdict.InsufficientReason{Code: verdict.InsufficientOutsideData, Message: fmt.Sprintf(
 		"the incident window %s → %s lies outside the scope's data, which runs from %s to %s: give an --at inside that range (e.g. --at %s)",
 		stamp(inc.start), stamp(inc.end), stamp(data.start), stamp(data.end), data.end.UTC().Format(time.RFC3339))}
 }
 
-func (d *diagnosis) baselineReason(data span) *InsufficientReason {
+func (d *diagnosis) baselineReason(data span) *verdict.InsufficientReason {
 	bs := d.opts.At.Add(-d.opts.Baseline - d.opts.Window)
 	be := d.opts.At.Add(-d.opts.Baseline)
 	ss := ""
@@ -460,7 +428,7 @@ func (d *diagnosis) baselineReason(data span) *InsufficientReason {
 	msg := fmt.Sprintf("the baseline window %s → %s (%s before --at) is not covered: ", stamp(bs), stamp(be), shortDur(d.opts.Baseline))
 	if !data.start.After(bs) {
 		msg += "the scope's data has a gap there; choose another --baseline"
-		return &InsufficientReason{Code: InsufficientBaseline, Message: msg}
+		return &verdict.InsufficientReason{Code: verdict.InsufficientBaseline, Message: msg}
 	}
 	msg += fmt.Sprintf("the scope's data starts at %s, %s of history before --at", stamp(data.start), shortDur(history))
 	if most := (history - d.opts.Window).Truncate(time.Minute); most >= d.opts.Window {
@@ -471,7 +439,7 @@ func (d *diagnosis) baselineReason(data span) *InsufficientReason {
 	if !d.exact {
 		msg += ", or wait until " + stamp(data.start.Add(d.opts.Baseline+d.opts.Window))
 	}
-	return &InsufficientReason{Code: InsufficientBaseline, Message: msg}
+	return &verdict.InsufficientReason{Code: verdict.InsufficientBaseline, Message: msg}
 }
 
 // requiredRef is one signal the insufficient expression reads, and in
@@ -502,9 +470,9 @@ func requiredRefs(src string) []requiredRef {
 	return out
 }
 
-func (d *diagnosis) signalReason() *InsufficientReason {
+func (d *diagnosis) signalReason() *verdict.InsufficientReason {
 	if d.rs == nil {
-		return &InsufficientReason{Code: InsufficientSignal, Message: "no engine was detected for the scope: name it with --engine"}
+		return &verdict.InsufficientReason{Code: verdict.InsufficientSignal, Message: "no engine was detected for the scope: name it with --engine"}
 	}
 	for _, r := range requiredRefs(d.rs.Verdict.Insufficient.Source) {
 		m := d.now
@@ -534,20 +502,20 @@ func (d *diagnosis) signalReason() *InsufficientReason {
 			msg += fmt.Sprintf(": no series of %s matched the scope; check that %s exports them (--explain shows the query)",
 				strings.Join(metrics, ", "), d.rs.Engine)
 		}
-		return &InsufficientReason{Code: InsufficientSignal, Message: msg, Signal: r.signal, Window: r.window}
+		return &verdict.InsufficientReason{Code: verdict.InsufficientSignal, Message: msg, Signal: r.signal, Window: r.window}
 	}
 	// Every signal is there: a threshold of the expression failed.
 	if n, ok := d.now["requests"]; ok && n < 1 {
-		return &InsufficientReason{Code: InsufficientSignal, Signal: "requests", Window: "incident",
+		return &verdict.InsufficientReason{Code: verdict.InsufficientSignal, Signal: "requests", Window: "incident",
 			Message: "no request completed in the incident window (the scope was idle): nothing to judge"}
 	}
 	if ss := d.rs.Verdict.SamplesSignal; ss != "" {
 		if n, ok := d.now[ss]; ok && n < 2 {
-			return &InsufficientReason{Code: InsufficientSignal, Signal: ss, Window: "incident",
+			return &verdict.InsufficientReason{Code: verdict.InsufficientSignal, Signal: ss, Window: "incident",
 				Message: fmt.Sprintf("too few samples in the incident window (%.0f): rate() needs at least 2; use a longer --window", n)}
 		}
 	}
-	return &InsufficientReason{Code: InsufficientSignal, Message: "the ruleset's insufficient condition held: see the data gaps (--explain shows every signal)"}
+	return &verdict.InsufficientReason{Code: verdict.InsufficientSignal, Message: "the ruleset's insufficient condition held: see the data gaps (--explain shows every signal)"}
 }
 
 func hasKey(m map[string]float64, k string) bool {

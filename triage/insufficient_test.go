@@ -11,6 +11,7 @@ import (
 
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/rulesets"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // rangeMetrics adds range queries to the promqltest-backed detectTestMetrics.
@@ -85,23 +86,23 @@ func TestInsufficientReason(t *testing.T) {
 		at       time.Duration
 		selector string
 		engine   string
-		code     InsufficientCode
+		code     verdict.InsufficientCode
 		want     []string
 	}{
 		{name: "no engine series", load: "load 15s\n  node_load1{instance=\"a\"} 1+0x360\n", at: 90 * time.Minute,
-			code: InsufficientNoEngine, want: []string{"no series of a known engine (vllm, sglang, trtllm)", "vllm:num_requests_running"}},
+			code: verdict.InsufficientNoEngine, want: []string{"no series of a known engine (vllm, sglang, trtllm)", "vllm:num_requests_running"}},
 		{name: "other engine", load: servingLoad(0), at: 90 * time.Minute, engine: "sglang",
-			code: InsufficientNoEngine, want: []string{"no sglang series", "--engine vllm"}},
+			code: verdict.InsufficientNoEngine, want: []string{"no sglang series", "--engine vllm"}},
 		{name: "selector matches nothing", load: servingLoad(0), at: 90 * time.Minute, selector: `model_name="c"`,
-			code: InsufficientSelector, want: []string{`{model_name="c"}`, "model_name values: a, b", "--selector"}},
+			code: verdict.InsufficientSelector, want: []string{`{model_name="c"}`, "model_name values: a, b", "--selector"}},
 		{name: "unknown label", load: servingLoad(0), at: 90 * time.Minute, selector: `model="a"`, engine: "vllm",
-			code: InsufficientSelector, want: []string{"no series has the label model"}},
+			code: verdict.InsufficientSelector, want: []string{"no series has the label model"}},
 		{name: "window after the data", load: servingLoad(0), exact: true, at: 5 * time.Hour, selector: `model_name="a"`,
-			code: InsufficientOutsideData, want: []string{"lies outside the scope's data", "1970-01-01 00:00:00 UTC to 1970-01-01 01:30:00 UTC", "--at 1970-01-01T01:30:00Z"}},
+			code: verdict.InsufficientOutsideData, want: []string{"lies outside the scope's data", "1970-01-01 00:00:00 UTC to 1970-01-01 01:30:00 UTC", "--at 1970-01-01T01:30:00Z"}},
 		{name: "baseline before the data", load: servingLoad(200), exact: true, at: 90 * time.Minute, selector: `model_name="a"`,
-			code: InsufficientBaseline, want: []string{"1h before --at", "starts at 1970-01-01 00:50:00 UTC", "40m of history", "--baseline 35m or less"}},
+			code: verdict.InsufficientBaseline, want: []string{"1h before --at", "starts at 1970-01-01 00:50:00 UTC", "40m of history", "--baseline 35m or less"}},
 		{name: "required signal missing", load: servingLoad(0), at: 90 * time.Minute, selector: `model_name="a"`,
-			code: InsufficientSignal, want: []string{"ttft_mean (TTFT mean)", "incident window", "vllm:time_to_first_token_seconds_sum"}},
+			code: verdict.InsufficientSignal, want: []string{"ttft_mean (TTFT mean)", "incident window", "vllm:time_to_first_token_seconds_sum"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var m Metrics = rangeMetrics{newDetectTestMetrics(t, tc.load)}
@@ -116,7 +117,7 @@ func TestInsufficientReason(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if v.Status != StatusInsufficientData || v.InsufficientReason == nil {
+			if v.Status != verdict.StatusInsufficientData || v.InsufficientReason == nil {
 				t.Fatalf("status %s, reason %+v", v.Status, v.InsufficientReason)
 			}
 			r := v.InsufficientReason
@@ -143,11 +144,11 @@ func TestInsufficientReasonNotGapOrder(t *testing.T) {
 	now := baseline()
 	base := map[string]float64{"samples": 20, "kv_usage": 0.1}
 	v := run(t, rs, now, base)
-	if v.Status != StatusInsufficientData {
+	if v.Status != verdict.StatusInsufficientData {
 		t.Fatalf("status %s", v.Status)
 	}
 	r := v.InsufficientReason
-	if r == nil || r.Code != InsufficientSignal || r.Signal != "ttft_mean" || r.Window != "baseline" {
+	if r == nil || r.Code != verdict.InsufficientSignal || r.Signal != "ttft_mean" || r.Window != "baseline" {
 		t.Fatalf("reason %+v, want ttft_mean missing from the baseline (first gap: %+v)", r, v.DataGaps[0])
 	}
 	if healthy := run(t, rs, now, now); healthy.InsufficientReason != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/rulesets"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // withNoise answers the baseline's sub-window queries: every noise signal
@@ -65,10 +66,10 @@ func TestGateTailOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.Status != StatusAnomaly {
+	if v.Status != verdict.StatusAnomaly {
 		t.Fatalf("tail-only slowdown (inter-token p95 ×2.77, mean ×1.2): status %s, want anomaly", v.Status)
 	}
-	if v.Phase != PhaseDecode && v.Phase != PhaseBoth {
+	if v.Phase != verdict.PhaseDecode && v.Phase != verdict.PhaseBoth {
 		t.Errorf("phase %s, want decode", v.Phase)
 	}
 	if len(v.Causes) == 0 || v.Causes[0].ID != "capacity_loss" {
@@ -90,8 +91,8 @@ func TestGateTailOnly(t *testing.T) {
 	small := with(base, "tpot_p95", 0.039, "tpot_p95_recent", 0.039)
 	for _, c := range []struct {
 		spread float64
-		want   Status
-	}{{0.03, StatusAnomaly}, {0.5, StatusHealthy}} {
+		want   verdict.Status
+	}{{0.03, verdict.StatusAnomaly}, {0.5, verdict.StatusHealthy}} {
 		f := newFake(t, rs, small, base, nil)
 		withNoise(t, f, rs, base, c.spread)
 		v, err := Run(context.Background(), Options{Metrics: f, Rulesets: []*rules.Ruleset{rs}, At: at, GPU: "H100"})
@@ -117,8 +118,8 @@ func TestGateRecentUsesNoise(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
 		recent float64
-		want   Status
-	}{{"still raised ×1.3", 1.3, StatusAnomaly}, {"back to baseline", 1.0, StatusHealthy}} {
+		want   verdict.Status
+	}{{"still raised ×1.3", 1.3, verdict.StatusAnomaly}, {"back to baseline", 1.0, verdict.StatusHealthy}} {
 		now := with(base, "ttft_p95", 0.6, "ttft_p95_recent", 0.4*tt.recent, "ttft_mean", 0.22, "ttft_mean_recent", 0.2)
 		f := newFake(t, rs, now, base, nil)
 		withNoise(t, f, rs, base, 0.05)
@@ -222,7 +223,7 @@ func TestScrapeSurgeWithoutGPUSeries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.Status != StatusAnomaly || len(v.Causes) == 0 {
+	if v.Status != verdict.StatusAnomaly || len(v.Causes) == 0 {
 		t.Fatalf("status %s, causes %v", v.Status, causeIDs(v))
 	}
 	if v.Causes[0].ID != "queue_saturation" {

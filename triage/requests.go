@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // Span-name prefixes of llm-d's endpoint picker (docs/engines.md §6); the
@@ -103,8 +105,8 @@ func rqDur(sec float64) time.Duration { return time.Duration(sec * float64(time.
 func rqSec(ns int64) float64 { return float64(ns) / 1e9 }
 
 // Request returns the verdict form of the breakdown.
-func (b *RequestBreakdown) Request() Request {
-	r := Request{
+func (b *RequestBreakdown) Request() verdict.Request {
+	r := verdict.Request{
 		TraceID:   b.TraceID.String(),
 		RequestID: b.RequestID,
 		Pod:       b.Pod,
@@ -648,7 +650,7 @@ type CorrelationInput struct {
 	// Slow are the requests to explain; nil means SlowestRequests(Requests,
 	// Window, 10).
 	Slow   []RequestBreakdown
-	Window Window
+	Window verdict.Window
 	// PodSamples give each pod's metrics over the window; each slow request
 	// is joined to the latest sample of its pod at or before its start
 	// (within SampleTolerance, default 1m).
@@ -668,12 +670,12 @@ type CorrelationInput struct {
 type Correlation struct {
 	// Evidence by cause id (prefill_contention, outside_engine,
 	// load_imbalance), for the walk to merge.
-	Evidence map[string][]Evidence
+	Evidence map[string][]verdict.Evidence
 	// RuledOut holds causes the requests exclude, with the reason (e.g.
 	// outside_engine when the traced time outside the engine is small).
 	RuledOut map[string]string
 	// Requests are the slow requests in verdict form, with pod context.
-	Requests []Request
+	Requests []verdict.Request
 	// Notes explain disagreements between server-side and span TTFT, and
 	// what dominated the slow requests.
 	Notes []string
@@ -691,7 +693,7 @@ const (
 // for request-level evidence of prefill contention, time outside the engine
 // and load imbalance. It is pure: time and data come in as arguments.
 func CorrelateRequests(in CorrelationInput) Correlation {
-	c := Correlation{Evidence: map[string][]Evidence{}, RuledOut: map[string]string{}}
+	c := Correlation{Evidence: map[string][]verdict.Evidence{}, RuledOut: map[string]string{}}
 	slow := in.Slow
 	if slow == nil {
 		slow = SlowestRequests(in.Requests, in.Window.Start, in.Window.End, 10)
@@ -723,7 +725,7 @@ func CorrelateRequests(in CorrelationInput) Correlation {
 }
 
 func (c *Correlation) add(cause, rule string, now, base *float64, weight float64, text string) {
-	c.Evidence[cause] = append(c.Evidence[cause], Evidence{
+	c.Evidence[cause] = append(c.Evidence[cause], verdict.Evidence{
 		Step: correlateStep, Rule: rule, Now: now, Baseline: base,
 		Weight: math.Round(weight*100) / 100, Text: text,
 	})
@@ -1009,7 +1011,7 @@ func rqOutsideWhere(rs []RequestBreakdown) string {
 // their first token than the other pods' requests, stronger when that pod
 // also gets more than its share of the traffic. When a long prefill on that
 // pod explains it, the evidence is weaker: the imbalance is a symptom.
-func (c *Correlation) loadImbalance(all, slow []RequestBreakdown, samples []PodSample, w Window, tol time.Duration, contended map[string]bool) {
+func (c *Correlation) loadImbalance(all, slow []RequestBreakdown, samples []PodSample, w verdict.Window, tol time.Duration, contended map[string]bool) {
 	ttfts := map[string][]float64{}
 	total := 0
 	for i := range all {
@@ -1084,7 +1086,7 @@ func (c *Correlation) loadImbalance(all, slow []RequestBreakdown, samples []PodS
 
 // rqPodLoad returns the mean running + waiting requests of the pod and of
 // the other pods (per pod) over the window.
-func rqPodLoad(samples []PodSample, pod string, w Window, tol time.Duration) (mine, others float64, ok bool) {
+func rqPodLoad(samples []PodSample, pod string, w verdict.Window, tol time.Duration) (mine, others float64, ok bool) {
 	var m, o []float64
 	otherPods := map[string]bool{}
 	for _, s := range samples {
@@ -1110,7 +1112,7 @@ func rqPodLoad(samples []PodSample, pod string, w Window, tol time.Duration) (mi
 }
 
 // rqPodContrast compares the pod's mean queue and KV usage with the others'.
-func rqPodContrast(samples []PodSample, pod string, w Window, tol time.Duration) string {
+func rqPodContrast(samples []PodSample, pod string, w verdict.Window, tol time.Duration) string {
 	var parts []string
 	for _, key := range []string{"num_requests_waiting", "kv_cache_usage"} {
 		var mine, others []float64

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/whyslow/whyslow/verdict"
 )
 
 var rqT0 = time.Unix(1700000000, 0)
@@ -190,7 +192,7 @@ func TestSlowest(t *testing.T) {
 		}
 	})
 	reqs := BuildRequests(spans)
-	w := Window{Start: rqT0, End: rqT0.Add(time.Minute)}
+	w := verdict.Window{Start: rqT0, End: rqT0.Add(time.Minute)}
 	if got := Slowest(reqs, w.Start, w.End, 1, SlowByE2E); got[0].RequestID != "slow-e2e" {
 		t.Errorf("slowest e2e = %s", got[0].RequestID)
 	}
@@ -210,7 +212,7 @@ func TestSlowest(t *testing.T) {
 }
 
 func TestCorrelateRequests(t *testing.T) {
-	w := Window{Start: rqT0, End: rqT0.Add(time.Minute)}
+	w := verdict.Window{Start: rqT0, End: rqT0.Add(time.Minute)}
 	pods := []string{"vllm-0", "vllm-1", "vllm-2", "vllm-3"}
 	cases := []struct {
 		name      string

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // ModelLabel is the label engines put the served model's name in (vLLM,
@@ -70,7 +72,7 @@ func MixedModelsWarning(selector string, models []string) string {
 // CheckMixedModels adds MixedModelsWarning to v when the scope of v mixes
 // several models at v.At. A failing query is no evidence either way and
 // adds nothing.
-func CheckMixedModels(ctx context.Context, m Metrics, v *Verdict) {
+func CheckMixedModels(ctx context.Context, m Metrics, v *verdict.Verdict) {
 	if v == nil || m == nil {
 		return
 	}

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/whyslow/whyslow/verdict"
 )
 
 func TestScopeModels(t *testing.T) {
@@ -45,7 +47,7 @@ func TestScopeModels(t *testing.T) {
 			}
 		})
 	}
-	v := &Verdict{Scope: Scope{Selector: ""}, At: at}
+	v := &verdict.Verdict{Scope: verdict.Scope{Selector: ""}, At: at}
 	CheckMixedModels(context.Background(), m, v)
 	CheckMixedModels(context.Background(), m, v)
 	if len(v.Warnings) != 1 || !strings.Contains(v.Warnings[0], "mixes 3 models (llama-70b, llama-8b, qwen)") {

@@ -8,47 +8,26 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/rules"
+	"github.com/whyslow/whyslow/verdict"
 )
-
-// SLO is a bound a user sets on one signal of the incident window, e.g.
-// "ttft_p95 > 2s": when the window's value crosses it, the verdict is an
-// anomaly whatever the baseline says (a slowdown that crept in over weeks
-// has no baseline to stand out from, but it still breaks the promise).
-type SLO struct {
-	// Signal is a rulebook signal name (ttft_p95, tpot_p95, e2e_p95,
-	// success_rate, ...).
-	Signal string `json:"signal"`
-	// Op is ">" (breached above Bound) or "<" (breached below it).
-	Op    string  `json:"op"`
-	Bound float64 `json:"bound"`
-	// Text is the bound as written.
-	Text string `json:"text"`
-}
-
-// SLOBreach is an SLO the incident window crossed.
-type SLOBreach struct {
-	SLO
-	Value float64 `json:"value"`
-	Unit  string  `json:"unit,omitempty"`
-}
 
 var sloRe = regexp.MustCompile(`^\s*([a-z_][a-z0-9_]*)\s*([<>])\s*([0-9.eE+-]+[a-zµ]*%?)\s*$`)
 
 // ParseSLO reads "SIGNAL > BOUND" or "SIGNAL < BOUND". A bound is a number,
 // a duration for a latency signal ("2s", "150ms"), or a percentage
 // ("99%", read as 0.99).
-func ParseSLO(s string) (SLO, error) {
+func ParseSLO(s string) (verdict.SLO, error) {
 	m := sloRe.FindStringSubmatch(s)
 	if m == nil {
-		return SLO{}, fmt.Errorf("slo %q: want SIGNAL > BOUND or SIGNAL < BOUND (e.g. ttft_p95 > 2s, success_rate < 99%%)", s)
+		return verdict.SLO{}, fmt.Errorf("slo %q: want SIGNAL > BOUND or SIGNAL < BOUND (e.g. ttft_p95 > 2s, success_rate < 99%%)", s)
 	}
-	out := SLO{Signal: m[1], Op: m[2], Text: strings.TrimSpace(s)}
+	out := verdict.SLO{Signal: m[1], Op: m[2], Text: strings.TrimSpace(s)}
 	raw := m[3]
 	switch {
 	case strings.HasSuffix(raw, "%"):
 		f, err := strconv.ParseFloat(strings.TrimSuffix(raw, "%"), 64)
 		if err != nil {
-			return SLO{}, fmt.Errorf("slo %q: bound %q: %v", s, raw, err)
+			return verdict.SLO{}, fmt.Errorf("slo %q: bound %q: %v", s, raw, err)
 		}
 		out.Bound = f / 100
 	default:
@@ -58,7 +37,7 @@ func ParseSLO(s string) (SLO, error) {
 		}
 		d, err := time.ParseDuration(raw)
 		if err != nil {
-			return SLO{}, fmt.Errorf("slo %q: bound %q is neither a number, a duration (2s, 150ms) nor a percentage", s, raw)
+			return verdict.SLO{}, fmt.Errorf("slo %q: bound %q is neither a number, a duration (2s, 150ms) nor a percentage", s, raw)
 		}
 		out.Bound = d.Seconds()
 	}
@@ -67,8 +46,8 @@ func ParseSLO(s string) (SLO, error) {
 
 // checkSLOs validates the SLOs against the ruleset (each names a declared
 // signal the engine maps) and returns those the incident window breached.
-func checkSLOs(slos []SLO, rs *rules.Ruleset, now map[string]float64) ([]SLOBreach, error) {
-	var out []SLOBreach
+func checkSLOs(slos []verdict.SLO, rs *rules.Ruleset, now map[string]float64) ([]verdict.SLOBreach, error) {
+	var out []verdict.SLOBreach
 	for _, s := range slos {
 		sig := rs.Signal(s.Signal)
 		if sig == nil {
@@ -84,7 +63,7 @@ func checkSLOs(slos []SLO, rs *rules.Ruleset, now map[string]float64) ([]SLOBrea
 			continue
 		}
 		if (s.Op == ">" && v > s.Bound) || (s.Op == "<" && v < s.Bound) {
-			out = append(out, SLOBreach{SLO: s, Value: v, Unit: sig.Unit})
+			out = append(out, verdict.SLOBreach{SLO: s, Value: v, Unit: sig.Unit})
 		}
 	}
 	return out, nil
@@ -92,7 +71,7 @@ func checkSLOs(slos []SLO, rs *rules.Ruleset, now map[string]float64) ([]SLOBrea
 
 // sloPhase is the phase an SLO-only anomaly is in: prefill for TTFT bounds,
 // decode for inter-token ones, both for both.
-func sloPhase(bs []SLOBreach) Phase {
+func sloPhase(bs []verdict.SLOBreach) verdict.Phase {
 	var ttft, itl bool
 	for _, b := range bs {
 		ttft = ttft || strings.HasPrefix(b.Signal, "ttft_")
@@ -100,11 +79,11 @@ func sloPhase(bs []SLOBreach) Phase {
 	}
 	switch {
 	case ttft && itl:
-		return PhaseBoth
+		return verdict.PhaseBoth
 	case ttft:
-		return PhasePrefill
+		return verdict.PhasePrefill
 	case itl:
-		return PhaseDecode
+		return verdict.PhaseDecode
 	}
-	return PhaseNone
+	return verdict.PhaseNone
 }

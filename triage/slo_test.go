@@ -7,6 +7,7 @@ import (
 
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/rulesets"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 func TestParseSLO(t *testing.T) {
@@ -47,8 +48,8 @@ func TestSLOBreachIsAnAnomaly(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := baseline()
-	run := func(slos ...string) (*Verdict, error) {
-		var ss []SLO
+	run := func(slos ...string) (*verdict.Verdict, error) {
+		var ss []verdict.SLO
 		for _, s := range slos {
 			slo, err := ParseSLO(s)
 			if err != nil {
@@ -60,14 +61,14 @@ func TestSLOBreachIsAnAnomaly(t *testing.T) {
 			At: at, GPU: "H100", SLOs: ss})
 	}
 	v, err := run()
-	if err != nil || v.Status != StatusHealthy {
+	if err != nil || v.Status != verdict.StatusHealthy {
 		t.Fatalf("without an SLO: %v, %v", v.Status, err)
 	}
 	v, err = run("ttft_p95 > 300ms", "tpot_p95 > 1s")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.Status != StatusAnomaly || v.Phase != PhasePrefill {
+	if v.Status != verdict.StatusAnomaly || v.Phase != verdict.PhasePrefill {
 		t.Errorf("status %s phase %s, want anomaly in prefill", v.Status, v.Phase)
 	}
 	if len(v.SLOBreaches) != 1 || v.SLOBreaches[0].Signal != "ttft_p95" || v.SLOBreaches[0].Value != 0.4 {

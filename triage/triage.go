@@ -1,3 +1,4 @@
+// Package triage walks the fixed diagnosis over PromQL signals and builds a Verdict.
 package triage
 
 import (
@@ -17,6 +18,7 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 
 	"github.com/whyslow/whyslow/rules"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // Options configure one triage. Zero values get defaults.
@@ -77,7 +79,7 @@ type Options struct {
 	Traces Traces
 	// SLOs are user bounds on signals of the incident window (ParseSLO): a
 	// breach makes the verdict an anomaly on its own.
-	SLOs []SLO
+	SLOs []verdict.SLO
 	// Shared, when set, answers the queries that read every scope's series
 	// (an insufficient-data diagnosis's engine checks) instead of Metrics,
 	// so triages sharing one (a SharedQueries) run them once. It must hold
@@ -214,7 +216,7 @@ func scalar(v model.Vector) (float64, bool) {
 // incident and baseline windows, walks the steps and builds the Verdict. An
 // error means whyslow failed (bad options, context cancelled, or no query
 // succeeded); a scope without data gets a verdict with status insufficient_data.
-func Run(ctx context.Context, opts Options) (*Verdict, error) {
+func Run(ctx context.Context, opts Options) (*verdict.Verdict, error) {
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
@@ -223,20 +225,20 @@ func Run(ctx context.Context, opts Options) (*Verdict, error) {
 		return nil, err
 	}
 	win := model.Duration(opts.Window).String()
-	v := &Verdict{
-		SchemaVersion: SchemaVersion,
-		Status:        StatusInsufficientData,
-		Severity:      SeverityNone,
-		Phase:         PhaseNone,
-		Scope:         Scope{Selector: opts.Selector, Labels: scopeLbls},
+	v := &verdict.Verdict{
+		SchemaVersion: verdict.SchemaVersion,
+		Status:        verdict.StatusInsufficientData,
+		Severity:      verdict.SeverityNone,
+		Phase:         verdict.PhaseNone,
+		Scope:         verdict.Scope{Selector: opts.Selector, Labels: scopeLbls},
 		At:            opts.At.UTC(),
-		Incident:      Window{Start: opts.At.Add(-opts.Window).UTC(), End: opts.At.UTC()},
-		Baseline:      Window{Start: opts.At.Add(-opts.Baseline - opts.Window).UTC(), End: opts.At.Add(-opts.Baseline).UTC()},
-		Headline:      []Comparison{},
-		Causes:        []Cause{},
-		RuledOut:      []RuledOut{},
-		Steps:         []Step{},
-		DataGaps:      []DataGap{},
+		Incident:      verdict.Window{Start: opts.At.Add(-opts.Window).UTC(), End: opts.At.UTC()},
+		Baseline:      verdict.Window{Start: opts.At.Add(-opts.Baseline - opts.Window).UTC(), End: opts.At.Add(-opts.Baseline).UTC()},
+		Headline:      []verdict.Comparison{},
+		Causes:        []verdict.Cause{},
+		RuledOut:      []verdict.RuledOut{},
+		Steps:         []verdict.Step{},
+		DataGaps:      []verdict.DataGap{},
 	}
 
 	rs, warns, err := pickRuleset(ctx, &opts, win)
@@ -246,14 +248,14 @@ func Run(ctx context.Context, opts Options) (*Verdict, error) {
 	}
 	if rs == nil {
 		v.Engine = opts.Engine
-		v.DataGaps = append(v.DataGaps, DataGap{Signal: "engine", Window: "incident",
+		v.DataGaps = append(v.DataGaps, verdict.DataGap{Signal: "engine", Window: "incident",
 			Reason: "no series of a known engine (vllm, sglang, trtllm) matched the scope"})
 		v.InsufficientReason = diagnoseInsufficient(ctx, &opts, nil, nil, nil)
 		return v, nil
 	}
 	v.Engine = rs.Engine
 	if sh := rs.Shape(); sh != nil {
-		v.EngineShape = &EngineShape{Name: sh.Name, Title: sh.Title}
+		v.EngineShape = &verdict.EngineShape{Name: sh.Name, Title: sh.Title}
 	}
 
 	// One query per signal and window, plus the per-target views: rendered once.
@@ -285,7 +287,7 @@ func Run(ctx context.Context, opts Options) (*Verdict, error) {
 		}()
 	} else {
 		close(gpuDone)
-		gpu.class = &GPUClass{Class: opts.GPU, Source: GPUSourceGiven, Detail: opts.GPUSource}
+		gpu.class = &verdict.GPUClass{Class: opts.GPU, Source: verdict.GPUSourceGiven, Detail: opts.GPUSource}
 	}
 	runQueries(ctx, opts.Metrics, qs, opts.Concurrency)
 	<-gpuDone
@@ -307,7 +309,7 @@ func Run(ctx context.Context, opts Options) (*Verdict, error) {
 				firstErr = q.err
 			}
 			if q.window != "targets" {
-				v.DataGaps = append(v.DataGaps, DataGap{Signal: q.signal.Name, Window: q.window, Reason: "query failed: " + q.err.Error()})
+				v.DataGaps = append(v.DataGaps, verdict.DataGap{Signal: q.signal.Name, Window: q.window, Reason: "query failed: " + q.err.Error()})
 			}
 			continue
 		}
@@ -359,7 +361,7 @@ func Run(ctx context.Context, opts Options) (*Verdict, error) {
 	v.Attribution = Attribute(now, base, gpuClass, scopeLbls["model_name"])
 	facts := rules.Facts{
 		Now: now, Base: base, Engine: rs.Engine, Scheduler: opts.Scheduler,
-		Targets: len(targetSets), Attr: v.Attribution.AttrMap(), Gaps: missingWords(rs, now, base),
+		Targets: len(targetSets), Attr: AttrMap(v.Attribution), Gaps: missingWords(rs, now, base),
 	}
 	if v.GPU != nil {
 		facts.GPU = rules.GPU{Class: v.GPU.Class, MemoryGiB: GPUMemoryGiB(v.GPU.Class)}
@@ -379,7 +381,7 @@ func Run(ctx context.Context, opts Options) (*Verdict, error) {
 	v.DataGaps = append(v.DataGaps, gaps...)
 	buildVerdict(v, rs, out, &opts, now, base, gpu, coverage, bucketBounds(ctx, &opts, rs, win, now, base))
 	corr.fill(v)
-	if v.Status == StatusAnomaly && v.Phase == PhaseNone {
+	if v.Status == verdict.StatusAnomaly && v.Phase == verdict.PhaseNone {
 		v.Phase = sloPhase(breaches)
 	}
 	for i := range v.Headline {
@@ -387,12 +389,12 @@ func Run(ctx context.Context, opts Options) (*Verdict, error) {
 			v.Headline[i].Noise = &z
 		}
 	}
-	if v.Status == StatusInsufficientData {
+	if v.Status == verdict.StatusInsufficientData {
 		v.InsufficientReason = diagnoseInsufficient(ctx, &opts, rs, now, base)
 	}
 	if opts.Explain {
 		for _, s := range rs.Signals {
-			v.Signals = append(v.Signals, SignalValue{Name: s.Name, Expr: exprs[s.Name], Now: valuePtr(now, s.Name),
+			v.Signals = append(v.Signals, verdict.SignalValue{Name: s.Name, Expr: exprs[s.Name], Now: valuePtr(now, s.Name),
 				Baseline: valuePtr(base, s.Name), Unit: s.Unit, Noise: valuePtr(facts.Z, s.Name)})
 		}
 	}
@@ -548,8 +550,8 @@ func pickRuleset(ctx context.Context, opts *Options, win string) (*rules.Ruleset
 	return best, warns, nil
 }
 
-func worstTargets(signal, unit string, vec model.Vector, targetLabels []string) []Target {
-	ts := make([]Target, 0, len(vec))
+func worstTargets(signal, unit string, vec model.Vector, targetLabels []string) []verdict.Target {
+	ts := make([]verdict.Target, 0, len(vec))
 	for _, s := range vec {
 		f := float64(s.Value)
 		if math.IsNaN(f) || math.IsInf(f, 0) {
@@ -564,7 +566,7 @@ func worstTargets(signal, unit string, vec model.Vector, targetLabels []string) 
 		if len(lbls) == 0 {
 			continue
 		}
-		ts = append(ts, Target{Labels: lbls, Signal: signal, Value: f, Unit: unit})
+		ts = append(ts, verdict.Target{Labels: lbls, Signal: signal, Value: f, Unit: unit})
 	}
 	sort.SliceStable(ts, func(i, j int) bool {
 		if ts[i].Value != ts[j].Value {
@@ -586,7 +588,7 @@ var imbalanceFloor = map[string]float64{
 
 // imbalanced reports whether the worst of the targets (sorted worst first)
 // differs materially from the median target.
-func imbalanced(ts []Target, unit string) bool {
+func imbalanced(ts []verdict.Target, unit string) bool {
 	worst := ts[0].Value
 	vals := make([]float64, len(ts))
 	for i, t := range ts {

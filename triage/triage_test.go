@@ -12,6 +12,7 @@ import (
 
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/rulesets"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // fakeMetrics answers instant queries from a map of (signal, window) values,
@@ -105,16 +106,16 @@ func TestRun(t *testing.T) {
 		name     string
 		now      map[string]float64
 		targets  map[string]map[string]float64
-		status   Status
-		phase    Phase
-		severity Severity
+		status   verdict.Status
+		phase    verdict.Phase
+		severity verdict.Severity
 		top      string
 	}{
-		{"healthy", base, nil, StatusHealthy, PhaseNone, SeverityNone, ""},
+		{"healthy", base, nil, verdict.StatusHealthy, verdict.PhaseNone, verdict.SeverityNone, ""},
 		{"kv wall", with(base, "ttft_mean", 2.0, "queue_mean", 1.5, "tpot_mean", 0.05, "kv_usage", 0.95, "kv_usage_peak", 1.0, "preemption_rate", 0.5, "waiting", 30.0),
-			map[string]map[string]float64{"kv_usage": {"a": 0.95, "b": 0.3}, "ttft_p95": {"a": 0.4, "b": 0.41}}, StatusAnomaly, PhaseBoth, SeverityWarning, "kv_cache_pressure"},
-		{"errors", with(base, "ttft_mean", 0.8, "success_rate", 0.9), nil, StatusAnomaly, PhasePrefill, SeverityCritical, "request_errors"},
-		{"no data", nil, nil, StatusInsufficientData, PhaseNone, SeverityNone, ""},
+			map[string]map[string]float64{"kv_usage": {"a": 0.95, "b": 0.3}, "ttft_p95": {"a": 0.4, "b": 0.41}}, verdict.StatusAnomaly, verdict.PhaseBoth, verdict.SeverityWarning, "kv_cache_pressure"},
+		{"errors", with(base, "ttft_mean", 0.8, "success_rate", 0.9), nil, verdict.StatusAnomaly, verdict.PhasePrefill, verdict.SeverityCritical, "request_errors"},
+		{"no data", nil, nil, verdict.StatusInsufficientData, verdict.PhaseNone, verdict.SeverityNone, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -169,9 +170,9 @@ func TestImbalanced(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ts := make([]Target, len(tt.vals))
+			ts := make([]verdict.Target, len(tt.vals))
 			for i, v := range tt.vals {
-				ts[i] = Target{Value: v}
+				ts[i] = verdict.Target{Value: v}
 			}
 			if got := imbalanced(ts, tt.unit); got != tt.want {
 				t.Errorf("imbalanced(%v, %s) = %v, want %v", tt.vals, tt.unit, got, tt.want)
@@ -234,7 +235,7 @@ func TestConsideredBelowBar(t *testing.T) {
 	now := with(base, "ttft_mean", 2.0, "queue_mean", 1.0, "prefill_mean", 0.9, "prompt_len_p90", 2600.0, "prefill_tps", 2600.0,
 		"request_rate", 3.3, "prefix_hit_rate", 0.2)
 	v := run(t, rs, now, base)
-	if v.Status != StatusAnomaly {
+	if v.Status != verdict.StatusAnomaly {
 		t.Fatalf("status %s", v.Status)
 	}
 	if len(v.Considered) == 0 {

@@ -216,7 +216,7 @@ func runRuleTestFile(path string, stdout, stderr io.Writer) int {
 			return exitFailed
 		}
 		// Triage computes the attribution from the same values before the walk.
-		attr := triage.Attribute(tc.Now, tc.Base, tc.GPU, tc.Model).AttrMap()
+		attr := triage.AttrMap(triage.Attribute(tc.Now, tc.Base, tc.GPU, tc.Model))
 		f := rules.Facts{Now: tc.Now, Base: tc.Base, Engine: rs.Engine, GPU: rules.GPU{Class: tc.GPU, MemoryGiB: triage.GPUMemoryGiB(tc.GPU)},
 			Targets: tc.Targets, Attr: attr}
 		if tc.Scheduler != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 func init() {
@@ -113,11 +114,11 @@ func runWhy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // verdictExit maps a verdict to the CLI's exit code.
-func verdictExit(v *triage.Verdict, stderr io.Writer) int {
+func verdictExit(v *verdict.Verdict, stderr io.Writer) int {
 	switch v.Status {
-	case triage.StatusAnomaly:
+	case verdict.StatusAnomaly:
 		return exitCause
-	case triage.StatusHealthy:
+	case verdict.StatusHealthy:
 		return exitOK
 	}
 	reason := "not enough data to judge"
@@ -131,7 +132,7 @@ func verdictExit(v *triage.Verdict, stderr io.Writer) int {
 }
 
 // whyVerdict opens the chosen source and triages it.
-func whyVerdict(ctx context.Context, f *whyFlags, stderr io.Writer) (*triage.Verdict, error) {
+func whyVerdict(ctx context.Context, f *whyFlags, stderr io.Writer) (*verdict.Verdict, error) {
 	sources := 0
 	for _, s := range []string{f.bundle, f.scrape, f.prometheus, f.server} {
 		if s != "" {
@@ -257,10 +258,10 @@ func checkChartPath(path string) error {
 }
 
 // finishFunc runs after the triage while its metrics source is still open.
-type finishFunc func(ctx context.Context, m triage.Metrics, v *triage.Verdict) error
+type finishFunc func(ctx context.Context, m triage.Metrics, v *verdict.Verdict) error
 
 // finish writes the --html and --chart files, if asked for.
-func (f *whyFlags) finish(ctx context.Context, m triage.Metrics, v *triage.Verdict) error {
+func (f *whyFlags) finish(ctx context.Context, m triage.Metrics, v *verdict.Verdict) error {
 	if err := f.html.write(ctx, m, v); err != nil {
 		return err
 	}
@@ -271,7 +272,7 @@ func (f *whyFlags) finish(ctx context.Context, m triage.Metrics, v *triage.Verdi
 }
 
 // triageThen runs the triage and then finish (when set) on the same source.
-func triageThen(ctx context.Context, opts triage.Options, finish finishFunc) (*triage.Verdict, error) {
+func triageThen(ctx context.Context, opts triage.Options, finish finishFunc) (*verdict.Verdict, error) {
 	if err := shippedRulesets(&opts); err != nil {
 		return nil, err
 	}
@@ -297,7 +298,7 @@ func openBundle(ctx context.Context, dir string) (*bundle.Bundle, *store.Store, 
 // windows the triage reads are loaded (bundleKeep); a verdict of
 // insufficient data, whose diagnosis searches all the data, is then redone
 // over the whole bundle.
-func whyBundle(ctx context.Context, dir string, opts triage.Options, finish finishFunc) (*triage.Verdict, error) {
+func whyBundle(ctx context.Context, dir string, opts triage.Options, finish finishFunc) (*verdict.Verdict, error) {
 	keep := func(b *bundle.Bundle) []bundle.Window {
 		o := opts
 		applyIncident(&o, b.Incident)
@@ -320,7 +321,7 @@ func whyBundle(ctx context.Context, dir string, opts triage.Options, finish fini
 			return nil, err
 		}
 		v, err := triage.Run(ctx, o)
-		if keep != nil && stats.Skipped > 0 && (err != nil || v.Status == triage.StatusInsufficientData) {
+		if keep != nil && stats.Skipped > 0 && (err != nil || v.Status == verdict.StatusInsufficientData) {
 			st.Close()
 			keep = nil
 			continue

@@ -9,6 +9,7 @@ import (
 	"github.com/whyslow/whyslow/collectors/bundle"
 	"github.com/whyslow/whyslow/internal/sim"
 	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // TestWhyBundleKeepSameVerdict checks that loading only the windows the
@@ -28,7 +29,7 @@ func TestWhyBundleKeepSameVerdict(t *testing.T) {
 			if err := sb.WriteDir(dir, false); err != nil {
 				t.Fatal(err)
 			}
-			render := func(v *triage.Verdict) string {
+			render := func(v *verdict.Verdict) string {
 				var buf bytes.Buffer
 				if err := json.NewEncoder(&buf).Encode(v); err != nil {
 					t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/whyslow/whyslow/notifiers/render"
 	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // fleetConcurrency bounds the triages `why --group-by` runs at once.
@@ -22,16 +23,16 @@ const fleetConcurrency = 4
 
 // rankedScope is one anomalous scope of `why --group-by`.
 type rankedScope struct {
-	Rank     int             `json:"rank"`
-	Scope    triage.Scope    `json:"scope"`
-	Severity triage.Severity `json:"severity"`
+	Rank     int              `json:"rank"`
+	Scope    verdict.Scope    `json:"scope"`
+	Severity verdict.Severity `json:"severity"`
 	// Triggers are the detector conditions that hold now, with their values.
 	Triggers []string `json:"triggers"`
 	// Change is the largest rise over the baseline among them (0: an
 	// absolute condition only).
-	Change  float64         `json:"change"`
-	Verdict *triage.Verdict `json:"verdict,omitempty"`
-	Error   string          `json:"error,omitempty"`
+	Change  float64          `json:"change"`
+	Verdict *verdict.Verdict `json:"verdict,omitempty"`
+	Error   string           `json:"error,omitempty"`
 }
 
 // fleetReport is `why --group-by`'s JSON output.
@@ -228,11 +229,11 @@ func rankFleet(ctx context.Context, opts triage.Options, groupBy []string, since
 	return rep, nil
 }
 
-func severityOrder(s triage.Severity) int {
+func severityOrder(s verdict.Severity) int {
 	switch s {
-	case triage.SeverityCritical:
+	case verdict.SeverityCritical:
 		return 2
-	case triage.SeverityWarning:
+	case verdict.SeverityWarning:
 		return 1
 	}
 	return 0

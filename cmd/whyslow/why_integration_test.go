@@ -15,6 +15,7 @@ import (
 	"github.com/whyslow/whyslow/internal/promtest"
 	"github.com/whyslow/whyslow/internal/sim"
 	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // TestWhyPrometheusMatchesEmbedded runs the engine model live (sped up),
@@ -107,7 +108,7 @@ func TestWhyPrometheusMatchesEmbedded(t *testing.T) {
 	if r.code == exitFailed {
 		t.Fatalf("why --prometheus: exit 2: %s", r.stderr)
 	}
-	var promV triage.Verdict
+	var promV verdict.Verdict
 	if err := json.Unmarshal([]byte(r.stdout), &promV); err != nil {
 		t.Fatalf("why --prometheus: %v\n%s", err, r.stdout)
 	}
@@ -122,7 +123,7 @@ func TestWhyPrometheusMatchesEmbedded(t *testing.T) {
 		t.Fatalf("embedded triage: %v", err)
 	}
 
-	top := func(v *triage.Verdict) string {
+	top := func(v *verdict.Verdict) string {
 		if len(v.Causes) == 0 {
 			return "none"
 		}
@@ -141,7 +142,7 @@ func TestWhyPrometheusMatchesEmbedded(t *testing.T) {
 	}
 }
 
-func causeIDs(v *triage.Verdict) []string {
+func causeIDs(v *verdict.Verdict) []string {
 	var ids []string
 	for _, c := range v.Causes {
 		ids = append(ids, fmt.Sprintf("%s(%.1f)", c.ID, c.Score))

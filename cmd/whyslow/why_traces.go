@@ -16,6 +16,7 @@ import (
 	"github.com/whyslow/whyslow/collectors/tracequery"
 	"github.com/whyslow/whyslow/notifiers/render"
 	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // traceFlags are the trace options of `whyslow why`.
@@ -192,7 +193,7 @@ func runWhyRequest(ctx context.Context, f *whyFlags, stdout, stderr io.Writer) i
 	return exitOK
 }
 
-func whyRequest(ctx context.Context, f *whyFlags) ([]triage.Request, error) {
+func whyRequest(ctx context.Context, f *whyFlags) ([]verdict.Request, error) {
 	if f.traces.traceID != "" && f.traces.requestID != "" {
 		return nil, errors.New("give --trace-id or --request-id, not both")
 	}
@@ -315,7 +316,7 @@ func maxTime(a, b time.Time) time.Time {
 var requestPartOrder = []string{"before_engine", "queue", "prefill", "decode", "engine_other", "after_engine"}
 
 // writeRequest prints one request's breakdown as text.
-func writeRequest(w io.Writer, r triage.Request) {
+func writeRequest(w io.Writer, r verdict.Request) {
 	name := r.TraceID
 	if r.RequestID != "" {
 		name = r.RequestID + " (trace " + r.TraceID + ")"

@@ -16,6 +16,7 @@ import (
 	"github.com/whyslow/whyslow/collectors/spanstore"
 	"github.com/whyslow/whyslow/collectors/tracequery"
 	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // TestWhyBundleWithTraces replays the frontend_delay bundle, whose
@@ -68,7 +69,7 @@ func TestWhyBundleWithTraces(t *testing.T) {
 
 	// The same by request id, as JSON.
 	byReq := runCLI(t, "why", "--bundle", dir, "--request-id", v.Requests[0].RequestID, "--output", "json")
-	var got struct{ Requests []triage.Request }
+	var got struct{ Requests []verdict.Request }
 	if err := json.Unmarshal([]byte(byReq.stdout), &got); err != nil || len(got.Requests) != 1 || got.Requests[0].TraceID != id {
 		t.Fatalf("--request-id json: %v %q %s", err, byReq.stdout, byReq.stderr)
 	}
@@ -255,7 +256,7 @@ func TestWhyTracesOfTheScope(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	requests := func(args ...string) []triage.Request {
+	requests := func(args ...string) []verdict.Request {
 		t.Helper()
 		r := runCLI(t, append([]string{"why", "--bundle", dir, "--output", "json"}, args...)...)
 		if r.code != exitCause {

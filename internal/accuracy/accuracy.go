@@ -14,6 +14,7 @@ import (
 	"github.com/whyslow/whyslow/internal/sim"
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // Case is one scenario instance to draw.
@@ -33,7 +34,7 @@ func (c Case) String() string {
 type Result struct {
 	Case    Case
 	Truth   []string
-	Verdict *triage.Verdict
+	Verdict *verdict.Verdict
 	// Params are the drawn instance's parameters (model, GPU, ...), for reports.
 	Params map[string]any
 	Load   time.Duration
@@ -66,7 +67,7 @@ func (r *Result) InTop(n int) bool {
 // Correct reports top-1 correctness; a healthy instance is correct when not reported as an anomaly.
 func (r *Result) Correct(n int) bool {
 	if len(r.Truth) == 0 {
-		return r.Verdict.Status != triage.StatusAnomaly
+		return r.Verdict.Status != verdict.StatusAnomaly
 	}
 	return r.InTop(n)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/whyslow/whyslow/internal/sim"
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // EarlyResult is the daemon's view of one case: when its detector fired and
@@ -29,7 +30,7 @@ type EarlyResult struct {
 	// Verdicts are the triages at Fired + k scrape intervals, k = 0, 1, …:
 	// at least Triages of them, more while none names a cause, up to the
 	// tracker's OpenWait.
-	Verdicts []*triage.Verdict
+	Verdicts []*verdict.Verdict
 }
 
 // Intervals is how many scrape intervals after the onset the detector fired
@@ -46,9 +47,9 @@ func (r *EarlyResult) Intervals(step time.Duration) int {
 // one, triage.Tracker.Record), or the last when none does (the tracker then
 // notifies without a cause). Its index is returned too; nil when the
 // detector never fired.
-func (r *EarlyResult) AtOpen() (*triage.Verdict, int) {
+func (r *EarlyResult) AtOpen() (*verdict.Verdict, int) {
 	for i, v := range r.Verdicts {
-		if v.Status == triage.StatusAnomaly && len(v.Causes) > 0 {
+		if v.Status == verdict.StatusAnomaly && len(v.Causes) > 0 {
 			return v, i
 		}
 	}
@@ -60,7 +61,7 @@ func (r *EarlyResult) AtOpen() (*triage.Verdict, int) {
 
 // Top returns a verdict's top cause id, or its status when it has none, or
 // "no_detection" when v is nil.
-func Top(v *triage.Verdict) string {
+func Top(v *verdict.Verdict) string {
 	if v == nil {
 		return "no_detection"
 	}
@@ -71,7 +72,7 @@ func Top(v *triage.Verdict) string {
 }
 
 // RightTop reports whether v's top cause is one of truth.
-func RightTop(v *triage.Verdict, truth []string) bool {
+func RightTop(v *verdict.Verdict, truth []string) bool {
 	if v == nil || len(v.Causes) == 0 {
 		return false
 	}
@@ -180,7 +181,7 @@ func RunEarly(ctx context.Context, c Case, rss []*rules.Ruleset, o EarlyOptions)
 			return nil, fmt.Errorf("%s: triage at %s: %w", c, at.Format(time.RFC3339), err)
 		}
 		res.Verdicts = append(res.Verdicts, v)
-		named = named || (v.Status == triage.StatusAnomaly && len(v.Causes) > 0)
+		named = named || (v.Status == verdict.StatusAnomaly && len(v.Causes) > 0)
 	}
 	return res, nil
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/whyslow/whyslow/internal/daemon"
 	"github.com/whyslow/whyslow/internal/sim"
 	"github.com/whyslow/whyslow/rulesets"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 var (
@@ -127,7 +127,7 @@ func TestEarlyAccuracy(t *testing.T) {
 		if len(r.Truth) == 0 {
 			if !r.Fired.IsZero() {
 				healthyPages++
-				if v != nil && v.Status == triage.StatusAnomaly && len(v.Causes) > 0 {
+				if v != nil && v.Status == verdict.StatusAnomaly && len(v.Causes) > 0 {
 					healthyCauses++
 				}
 				t.Logf("DETECTOR FIRED on healthy %s", line)
@@ -164,7 +164,7 @@ func TestEarlyAccuracy(t *testing.T) {
 			switch {
 			case RightTop(vv, r.Truth):
 				allRight++
-			case vv.Status == triage.StatusAnomaly && len(vv.Causes) > 0:
+			case vv.Status == verdict.StatusAnomaly && len(vv.Causes) > 0:
 				wrongNamed++
 				ts.wrong++
 			}
@@ -210,7 +210,7 @@ func TestEarlyAccuracy(t *testing.T) {
 }
 
 // explainVerdict prints every signal and step outcome of a verdict.
-func explainVerdict(v *triage.Verdict) string {
+func explainVerdict(v *verdict.Verdict) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "  window %s..%s causes:", v.Incident.Start.Format(time.TimeOnly), v.Incident.End.Format(time.TimeOnly))
 	for _, c := range v.Causes {

@@ -13,6 +13,7 @@ import (
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // incidentsDir holds the committed bundles of internal/sim (go generate
@@ -105,12 +106,12 @@ func TestIncidentBundles(t *testing.T) {
 				t.Fatal(err)
 			}
 			if len(truth.Causes) == 0 {
-				if v.Status != triage.StatusHealthy {
+				if v.Status != verdict.StatusHealthy {
 					t.Errorf("status %s with causes %v, want healthy", v.Status, goldenCauseIDs(v))
 				}
 				return
 			}
-			if v.Status != triage.StatusAnomaly {
+			if v.Status != verdict.StatusAnomaly {
 				t.Fatalf("status %s, want anomaly with top cause %s", v.Status, truth.Causes[0])
 			}
 			if len(v.Causes) == 0 || !goldenContains(truth.Causes, v.Causes[0].ID) {
@@ -120,7 +121,7 @@ func TestIncidentBundles(t *testing.T) {
 	}
 }
 
-func goldenCauseIDs(v *triage.Verdict) []string {
+func goldenCauseIDs(v *verdict.Verdict) []string {
 	ids := make([]string, len(v.Causes))
 	for i, c := range v.Causes {
 		ids[i] = c.ID

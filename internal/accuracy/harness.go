@@ -13,6 +13,7 @@ import (
 	"github.com/whyslow/whyslow/collectors/store"
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // An engine model records incident instances with their truth. Two are
@@ -181,7 +182,7 @@ func (o *Outcome) Scored() bool {
 type Outcome struct {
 	Draw    Draw
 	Truth   Truth
-	Verdict *triage.Verdict
+	Verdict *verdict.Verdict
 }
 
 // Top is the verdict's top cause id, or its status when it has none.
@@ -214,7 +215,7 @@ func (o *Outcome) Compound() bool { return len(o.Truth.Causes) > 1 }
 func (o *Outcome) Right() bool {
 	switch {
 	case o.Healthy():
-		return o.Verdict.Status != triage.StatusAnomaly
+		return o.Verdict.Status != verdict.StatusAnomaly
 	case o.Compound():
 		return o.InTop(2)
 	}
@@ -231,7 +232,7 @@ func (o *Outcome) Right3() bool {
 
 // triageInstance loads an instance into a fresh embedded store and triages
 // it as `whyslow why --bundle` would.
-func triageInstance(ctx context.Context, in *Instance, rss []*rules.Ruleset, explain bool) (*triage.Verdict, error) {
+func triageInstance(ctx context.Context, in *Instance, rss []*rules.Ruleset, explain bool) (*verdict.Verdict, error) {
 	st, err := store.Open(store.Options{})
 	if err != nil {
 		return nil, err
@@ -382,7 +383,7 @@ func scoreOutcomes(outs []*Outcome) *Report {
 	}
 	for _, o := range outs {
 		v := o.Verdict
-		if v.Status == triage.StatusAnomaly && len(v.Causes) == 0 {
+		if v.Status == verdict.StatusAnomaly && len(v.Causes) == 0 {
 			r.NoCause++
 		}
 		truth := "healthy"
@@ -397,7 +398,7 @@ func scoreOutcomes(outs []*Outcome) *Report {
 			// it, so the gate may page on it, and need not; it is neither a
 			// false alarm nor a scored fault, and is counted apart.
 			r.FeltNegatives++
-			if v.Status == triage.StatusAnomaly {
+			if v.Status == verdict.StatusAnomaly {
 				r.FeltNegativesPaged++
 			}
 			continue
@@ -405,7 +406,7 @@ func scoreOutcomes(outs []*Outcome) *Report {
 		if o.Healthy() {
 			r.Healthy++
 			r.Confusion[truth][o.Top()]++
-			if v.Status == triage.StatusAnomaly {
+			if v.Status == verdict.StatusAnomaly {
 				r.FalseAlarms++
 				r.ModelFalseAlarms[o.Draw.Model]++
 				r.Misses = append(r.Misses, o)
@@ -422,7 +423,7 @@ func scoreOutcomes(outs []*Outcome) *Report {
 		if !o.Truth.Visible() {
 			r.FeltOnly++
 		}
-		if v.Status != triage.StatusAnomaly {
+		if v.Status != verdict.StatusAnomaly {
 			r.CalledHealthy++
 			r.ModelCalledHy[o.Draw.Model]++
 		}
@@ -567,7 +568,7 @@ func describe(o *Outcome) string {
 		fmt.Fprintf(&b, " p95 ttft ×%.2f itl ×%.2f", ttft, itl)
 	}
 	if a := o.Verdict.Attribution; a != nil {
-		for name, s := range map[string]*triage.LatencySplit{"ttft": a.TTFT, "itl": a.ITL} {
+		for name, s := range map[string]*verdict.LatencySplit{"ttft": a.TTFT, "itl": a.ITL} {
 			if s == nil {
 				continue
 			}

@@ -19,6 +19,7 @@ import (
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 var (
@@ -146,7 +147,7 @@ func TestAccuracyTraces(t *testing.T) {
 		}
 		confusion[truth][tr.with.Top()]++
 		if len(tr.with.Truth) == 0 {
-			if tr.with.Verdict.Status == triage.StatusAnomaly {
+			if tr.with.Verdict.Status == verdict.StatusAnomaly {
 				t.Logf("FALSE ALARM %s: %s", tr.with.Case, summary(tr.with))
 			}
 			continue
@@ -170,7 +171,7 @@ func TestAccuracyTraces(t *testing.T) {
 		// Traces add evidence; whether the window is an anomaly is the
 		// metrics' call, so only anomalies are held to the ranking.
 		for _, must := range []string{"outside_engine", "prefill_contention"} {
-			if tr.with.Truth[0] == must && !w && tr.with.Verdict.Status == triage.StatusAnomaly {
+			if tr.with.Truth[0] == must && !w && tr.with.Verdict.Status == verdict.StatusAnomaly {
 				t.Errorf("%s: with traces, %s is not ranked first: %s", tr.with.Case, must, summary(tr.with))
 			}
 		}
@@ -259,7 +260,7 @@ func TestBundlesWithTraces(t *testing.T) {
 	}
 }
 
-func causeIDs(v *triage.Verdict) []string {
+func causeIDs(v *verdict.Verdict) []string {
 	var out []string
 	for _, c := range v.Causes {
 		out = append(out, fmt.Sprintf("%s:%.1f", c.ID, c.Score))

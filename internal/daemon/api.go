@@ -22,6 +22,7 @@ import (
 	"github.com/whyslow/whyslow/notifiers/alertmanager"
 	"github.com/whyslow/whyslow/notifiers/render"
 	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // Handler returns the HTTP API (/healthz, /readyz, /metrics, /api/v1/*)
@@ -285,7 +286,7 @@ type triageError struct {
 
 // adHocTriage runs a triage asked for over HTTP (the API or a page) in a
 // free slot, bounded by api.triage_timeout.
-func (d *Daemon) adHocTriage(ctx context.Context, cfg Config, req TriageRequest) (*triage.Verdict, *triageError) {
+func (d *Daemon) adHocTriage(ctx context.Context, cfg Config, req TriageRequest) (*verdict.Verdict, *triageError) {
 	release, ok := d.tryTriageSlot()
 	if !ok {
 		d.stats.triageRefused.WithLabelValues("api", "busy").Inc()
@@ -393,7 +394,7 @@ func (d *Daemon) checkAlertBounds(p *AlertmanagerPayload) (int, error) {
 // alertTriage is a scope the intake triages once its bookkeeping is done.
 type alertTriage struct {
 	key, incident string
-	scope         triage.Scope
+	scope         verdict.Scope
 }
 
 // IngestAlerts applies a validated Alertmanager payload at time at: firing
@@ -411,7 +412,7 @@ func (d *Daemon) IngestAlerts(ctx context.Context, p *AlertmanagerPayload, at ti
 
 	d.work.Lock()
 	var events []triage.Event
-	toTriage := map[string]triage.Scope{}
+	toTriage := map[string]verdict.Scope{}
 	touched := map[string]bool{}
 	open := d.openAlertIncidents()
 	for _, a := range p.Alerts {
@@ -469,7 +470,7 @@ func (d *Daemon) IngestAlerts(ctx context.Context, p *AlertmanagerPayload, at ti
 	sort.Slice(todo, func(i, j int) bool { return todo[i].key < todo[j].key })
 	type result struct {
 		alertTriage
-		v *triage.Verdict
+		v *verdict.Verdict
 	}
 	var done []result
 	for _, tr := range todo {
@@ -497,7 +498,7 @@ func (d *Daemon) IngestAlerts(ctx context.Context, p *AlertmanagerPayload, at ti
 
 // alertTriage runs one Alertmanager triage outside the daemon's lock,
 // waiting for a triage slot and bounded by api.triage_timeout.
-func (d *Daemon) alertTriage(ctx context.Context, cfg Config, scope triage.Scope, at time.Time) (*triage.Verdict, error) {
+func (d *Daemon) alertTriage(ctx context.Context, cfg Config, scope verdict.Scope, at time.Time) (*verdict.Verdict, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.API.TriageTimeout)
 	defer cancel()
 	release, err := d.waitTriageSlot(ctx)
@@ -583,7 +584,7 @@ var ErrBusy = errors.New("whyslow is busy with other triages; try again in a min
 // overlap). The slash command uses it; source labels the metrics. It takes
 // a triage slot (ErrBusy when none is free) and is bounded by
 // api.triage_timeout.
-func (d *Daemon) TriageNow(ctx context.Context, source, scope string, window time.Duration) (*triage.Verdict, error) {
+func (d *Daemon) TriageNow(ctx context.Context, source, scope string, window time.Duration) (*verdict.Verdict, error) {
 	cfg := d.Config()
 	if scope == "" {
 		scope = cfg.Detect.Selector

@@ -30,6 +30,7 @@ import (
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // Scraper collects every engine target once into the store.
@@ -68,7 +69,7 @@ type TriageRequest struct {
 }
 
 // TriageFunc runs one triage against the daemon's metrics.
-type TriageFunc func(ctx context.Context, req TriageRequest) (*triage.Verdict, error)
+type TriageFunc func(ctx context.Context, req TriageRequest) (*verdict.Verdict, error)
 
 // Outbox queues notifications durably; a dispatcher (notifiers/outbox)
 // delivers them on its own goroutines. *outbox.Outbox implements it.
@@ -164,9 +165,9 @@ type Daemon struct {
 	pending     []*notifiers.Notification // not yet taken by the outbox (guarded by work)
 
 	viewMu   sync.RWMutex
-	verdicts map[string]*triage.Verdict // last verdict per scope key
+	verdicts map[string]*verdict.Verdict // last verdict per scope key
 	view     []triage.Incident
-	gaps     []triage.DataGap  // from the sources' last cycle
+	gaps     []verdict.DataGap // from the sources' last cycle
 	problems map[string]string // readiness problems by key (see Problems)
 }
 
@@ -214,7 +215,7 @@ func New(opts Options) (*Daemon, error) {
 		metrics:     opts.Metrics,
 		lastTriaged: map[string]time.Time{},
 		reusable:    map[string]lastTriage{},
-		verdicts:    map[string]*triage.Verdict{},
+		verdicts:    map[string]*verdict.Verdict{},
 		problems:    map[string]string{},
 	}
 	d.cfg.Store(&cfg)
@@ -327,7 +328,7 @@ func (d *Daemon) syncAlerts(at time.Time) {
 // (detected: this cycle's detection keys) whose inputs are unchanged since
 // its last triage keeps that verdict (retriage.go). It returns the
 // verdicts by key.
-func (d *Daemon) triageOpen(ctx context.Context, cfg Config, at, cycleStart time.Time, detected map[string]bool) map[string]*triage.Verdict {
+func (d *Daemon) triageOpen(ctx context.Context, cfg Config, at, cycleStart time.Time, detected map[string]bool) map[string]*verdict.Verdict {
 	keys := d.tracker.OpenKeys()
 	sort.SliceStable(keys, func(i, j int) bool { return d.lastTriaged[keys[i]].Before(d.lastTriaged[keys[j]]) })
 	ctx, cancel := context.WithDeadline(ctx, cycleStart.Add(cfg.Triage.CycleBudget))
@@ -336,7 +337,7 @@ func (d *Daemon) triageOpen(ctx context.Context, cfg Config, at, cycleStart time
 	spans := d.spansSeen()
 	shared := triage.NewSharedQueries(d.metrics)
 	var mu sync.Mutex
-	out := map[string]*triage.Verdict{}
+	out := map[string]*verdict.Verdict{}
 	made := map[string]*lastTriage{} // key → its new triage (nil: failed, or unknown freshness)
 	slots := make(chan struct{}, max(cfg.Triage.Concurrency, 1))
 	var wg sync.WaitGroup
@@ -368,7 +369,7 @@ func (d *Daemon) triageOpen(ctx context.Context, cfg Config, at, cycleStart time
 		go func() {
 			defer func() { <-slots; wg.Done() }()
 			raw, err := d.triagePrepared(ctx, "detector", req, learning)
-			var v *triage.Verdict
+			var v *verdict.Verdict
 			if err == nil {
 				v = d.finish("detector", req.Selector, raw)
 			}
@@ -536,7 +537,7 @@ func (d *Daemon) collectSources(ctx context.Context, at time.Time) {
 	if tl, ok := d.opts.Scraper.(TargetLabeler); ok {
 		target = tl.TargetLabels()
 	}
-	var gaps []triage.DataGap
+	var gaps []verdict.DataGap
 	for _, src := range d.opts.Sources {
 		gaps = append(gaps, src.Collect(ctx, at, target)...)
 	}
@@ -547,7 +548,7 @@ func (d *Daemon) collectSources(ctx context.Context, at time.Time) {
 
 // runTriage runs one triage, records its metrics, and adds a data gap for
 // every engine target that is down (prepare, triagePrepared, finish).
-func (d *Daemon) runTriage(ctx context.Context, source string, req TriageRequest) (*triage.Verdict, error) {
+func (d *Daemon) runTriage(ctx context.Context, source string, req TriageRequest) (*verdict.Verdict, error) {
 	req, learning := d.prepare(req)
 	raw, err := d.triagePrepared(ctx, source, req, learning)
 	if err != nil {
@@ -575,7 +576,7 @@ func (d *Daemon) prepare(req TriageRequest) (_ TriageRequest, learning string) {
 // triagePrepared runs a prepared triage and records its metrics. The
 // verdict carries the learning warning and, for a scope that mixes several
 // models, a warning too; not the data gaps of the moment (finish).
-func (d *Daemon) triagePrepared(ctx context.Context, source string, req TriageRequest, learning string) (*triage.Verdict, error) {
+func (d *Daemon) triagePrepared(ctx context.Context, source string, req TriageRequest, learning string) (*verdict.Verdict, error) {
 	start := time.Now()
 	v, err := d.opts.Triage(ctx, req)
 	d.stats.triageDuration.WithLabelValues(source).Observe(time.Since(start).Seconds())
@@ -599,7 +600,7 @@ func (d *Daemon) triagePrepared(ctx context.Context, source string, req TriageRe
 // that is down, the store's problem and the sources' gaps, as they are
 // now, and keeps it as the scope's latest verdict (but an api one). raw is
 // left as it is, so a reused verdict gets the gaps of its own cycle.
-func (d *Daemon) finish(source, selector string, raw *triage.Verdict) *triage.Verdict {
+func (d *Daemon) finish(source, selector string, raw *verdict.Verdict) *verdict.Verdict {
 	v := *raw
 	v.DataGaps = slices.Clip(raw.DataGaps)
 	d.viewMu.Lock()
@@ -610,13 +611,13 @@ func (d *Daemon) finish(source, selector string, raw *triage.Verdict) *triage.Ve
 	}
 	sort.Strings(targets)
 	for _, target := range targets {
-		v.DataGaps = append(v.DataGaps, triage.DataGap{
+		v.DataGaps = append(v.DataGaps, verdict.DataGap{
 			Signal: "scrape",
 			Reason: fmt.Sprintf("%s %s down since %s", d.sourceKind(), target, d.down[target].UTC().Format(time.RFC3339)),
 		})
 	}
 	if msg, ok := d.problems[problemStore]; ok {
-		v.DataGaps = append(v.DataGaps, triage.DataGap{Signal: "scrape", Reason: msg})
+		v.DataGaps = append(v.DataGaps, verdict.DataGap{Signal: "scrape", Reason: msg})
 	}
 	v.DataGaps = append(v.DataGaps, d.gaps...)
 	if source != "api" {
@@ -665,7 +666,7 @@ func (d *Daemon) Incidents() []triage.Incident {
 }
 
 // Verdict returns the latest verdict for a scope selector (any matcher order).
-func (d *Daemon) Verdict(scope string) (*triage.Verdict, bool) {
+func (d *Daemon) Verdict(scope string) (*verdict.Verdict, bool) {
 	want := canonicalSelector(scope)
 	d.viewMu.RLock()
 	defer d.viewMu.RUnlock()
@@ -800,7 +801,7 @@ func notificationFor(ev triage.Event, receiver, externalURL string, at time.Time
 	}
 	v := ev.Incident.Verdict
 	if v == nil {
-		v = &triage.Verdict{SchemaVersion: triage.SchemaVersion, Status: triage.StatusInsufficientData, Scope: ev.Incident.Scope, At: at}
+		v = &verdict.Verdict{SchemaVersion: verdict.SchemaVersion, Status: verdict.StatusInsufficientData, Scope: ev.Incident.Scope, At: at}
 	}
 	n := &notifiers.Notification{
 		ID:          notifiers.MakeID(receiver, ev.Incident.ID, ev.Incident.Notified.Count, kind),

@@ -21,6 +21,7 @@ import (
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 var t0 = time.Unix(1700000000, 0)
@@ -111,7 +112,7 @@ type fakeTriage struct {
 	hook func(ctx context.Context, req TriageRequest) error
 }
 
-func (f *fakeTriage) run(ctx context.Context, req TriageRequest) (*triage.Verdict, error) {
+func (f *fakeTriage) run(ctx context.Context, req TriageRequest) (*verdict.Verdict, error) {
 	f.mu.Lock()
 	hook := f.hook
 	f.mu.Unlock()
@@ -127,11 +128,11 @@ func (f *fakeTriage) run(ctx context.Context, req TriageRequest) (*triage.Verdic
 	if f.err != nil {
 		return nil, f.err
 	}
-	v := &triage.Verdict{SchemaVersion: triage.SchemaVersion, Status: triage.StatusHealthy, Severity: triage.SeverityNone,
-		Scope: triage.Scope{Selector: req.Selector}, At: req.At}
+	v := &verdict.Verdict{SchemaVersion: verdict.SchemaVersion, Status: verdict.StatusHealthy, Severity: verdict.SeverityNone,
+		Scope: verdict.Scope{Selector: req.Selector}, At: req.At}
 	if f.cause != "" {
-		v.Status, v.Severity = triage.StatusAnomaly, triage.SeverityWarning
-		v.Causes = []triage.Cause{{ID: f.cause, Rank: 1, Score: 0.9, Title: f.cause}}
+		v.Status, v.Severity = verdict.StatusAnomaly, verdict.SeverityWarning
+		v.Causes = []verdict.Cause{{ID: f.cause, Rank: 1, Score: 0.9, Title: f.cause}}
 	}
 	return v, nil
 }
@@ -384,7 +385,7 @@ func TestAPIAlertmanagerIntake(t *testing.T) {
 		t.Fatalf("firing: %d %s", code, body)
 	}
 	incs := h.d.Incidents()
-	if len(incs) != 1 || incs[0].Key != `model_name="m",pod="p0"` || incs[0].TopCause != "queue_saturation" || incs[0].Severity != triage.SeverityCritical {
+	if len(incs) != 1 || incs[0].Key != `model_name="m",pod="p0"` || incs[0].TopCause != "queue_saturation" || incs[0].Severity != verdict.SeverityCritical {
 		t.Fatalf("incidents = %+v", incs)
 	}
 	if incs[0].Verdict == nil {

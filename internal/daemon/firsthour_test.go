@@ -14,6 +14,7 @@ import (
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/notifiers/render"
 	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // freshConfig is testConfig with the default 1h baselines: a sidecar that
@@ -153,7 +154,7 @@ func TestDaemonMinutesAfterRestart(t *testing.T) {
 
 func ptrTo[T any](v T) *T { return &v }
 
-func hasWarning(v *triage.Verdict, sub string) bool {
+func hasWarning(v *verdict.Verdict, sub string) bool {
 	for _, w := range warnings(v) {
 		if strings.Contains(w, sub) {
 			return true
@@ -162,7 +163,7 @@ func hasWarning(v *triage.Verdict, sub string) bool {
 	return false
 }
 
-func warnings(v *triage.Verdict) []string {
+func warnings(v *verdict.Verdict) []string {
 	if v == nil {
 		return nil
 	}

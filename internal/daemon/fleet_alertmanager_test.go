@@ -18,6 +18,7 @@ import (
 	"github.com/whyslow/whyslow/internal/sim"
 	"github.com/whyslow/whyslow/notifiers/alertmanager"
 	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // TestFleetAlertmanagerHA runs two fleet daemons (replicas) against one
@@ -48,14 +49,14 @@ func TestFleetAlertmanagerHA(t *testing.T) {
 	am := amtest.Start(ctx, t, amtest.WebhookConfig(rcv.URL, "alertname", "namespace"))
 
 	changeAt := onset.Add(4 * time.Minute)
-	scripted := func(ctx context.Context, req TriageRequest) (*triage.Verdict, error) {
+	scripted := func(ctx context.Context, req TriageRequest) (*verdict.Verdict, error) {
 		cause := "kv_cache_pressure"
 		if !req.At.Before(changeAt) {
 			cause = "queue_saturation"
 		}
-		return &triage.Verdict{SchemaVersion: triage.SchemaVersion, Status: triage.StatusAnomaly, Severity: triage.SeverityWarning,
-			Phase: triage.PhasePrefill, Scope: triage.Scope{Selector: req.Selector}, At: req.At,
-			Causes: []triage.Cause{{ID: cause, Rank: 1, Score: 0.9, Confidence: 0.8, Title: cause}}}, nil
+		return &verdict.Verdict{SchemaVersion: verdict.SchemaVersion, Status: verdict.StatusAnomaly, Severity: verdict.SeverityWarning,
+			Phase: verdict.PhasePrefill, Scope: verdict.Scope{Selector: req.Selector}, At: req.At,
+			Causes: []verdict.Cause{{ID: cause, Rank: 1, Score: 0.9, Confidence: 0.8, Title: cause}}}, nil
 	}
 	cfg := Config{Source: SourceConfig{Prometheus: &PrometheusSource{URL: prom}}, Listen: "127.0.0.1:0", OTLP: OTLPDisabled(),
 		Detect:    triage.DetectConfig{GroupBy: []string{"namespace", "model_name"}},

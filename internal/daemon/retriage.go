@@ -10,6 +10,7 @@ import (
 
 	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // Re-triage of an unchanged scope: when a detected scope has had no sample
@@ -31,7 +32,7 @@ import (
 // lastTriage is what an open incident's last detector triage was made of.
 type lastTriage struct {
 	key retriageKey
-	raw *triage.Verdict // as triagePrepared returned it: no data gaps
+	raw *verdict.Verdict // as triagePrepared returned it: no data gaps
 }
 
 // retriageKey is a triage's inputs but its time: equal keys, same verdict.

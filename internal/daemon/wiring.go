@@ -32,6 +32,7 @@ import (
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // TriageWith returns a TriageFunc running the real walk (triage.Run) over m
@@ -43,12 +44,12 @@ func TriageWith(m triage.Metrics, traces triage.Traces, engine string) (TriageFu
 	if _, err := rulesets.For(engine); err != nil {
 		return nil, fmt.Errorf("load rulesets: %w", err)
 	}
-	return func(ctx context.Context, req TriageRequest) (*triage.Verdict, error) {
+	return func(ctx context.Context, req TriageRequest) (*verdict.Verdict, error) {
 		rss, err := rulesets.For(req.Engine)
 		if err != nil {
 			return nil, err
 		}
-		var slos []triage.SLO
+		var slos []verdict.SLO
 		for _, line := range strings.Split(req.SLOs, "\n") {
 			if slo, err := triage.ParseSLO(line); err == nil {
 				slos = append(slos, slo) // Config.Validate refused the others
@@ -266,11 +267,11 @@ func NewStack(o StackOptions) (*Stack, error) {
 	routes := map[string]http.Handler{}
 	if cfg.SlackCommand != nil {
 		s.command, err = slack.NewCommandHandler(*cfg.SlackCommand, slack.CommandOptions{
-			Triager: slack.TriagerFunc(func(ctx context.Context, scope string, window time.Duration) (*triage.Verdict, error) {
+			Triager: slack.TriagerFunc(func(ctx context.Context, scope string, window time.Duration) (*verdict.Verdict, error) {
 				return s.Daemon.TriageNow(ctx, "slack", scope, window)
 			}),
 			Logger: o.Logger, HTTPClient: o.HTTPClient, Now: o.Clock.Now, AllowResponseURL: o.SlackResponseURL,
-			VerdictURL: func(v *triage.Verdict) string {
+			VerdictURL: func(v *verdict.Verdict) string {
 				return verdictURL(s.Daemon.Config().API.ExternalURL, v.Scope.Selector)
 			},
 		})

@@ -13,6 +13,7 @@ import (
 	"github.com/whyslow/whyslow/collectors/tracequery"
 	"github.com/whyslow/whyslow/internal/sim"
 	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 var t0 = time.Unix(1700000000, 0)
@@ -65,7 +66,7 @@ func TestJSONLRoundTrip(t *testing.T) {
 				t.Errorf("request = %+v", r)
 			}
 			if c.opts.Gateway {
-				corr := triage.CorrelateRequests(triage.CorrelationInput{Requests: reqs, Window: triage.Window{Start: t0.Add(-time.Minute), End: t0.Add(time.Minute)}})
+				corr := triage.CorrelateRequests(triage.CorrelationInput{Requests: reqs, Window: verdict.Window{Start: t0.Add(-time.Minute), End: t0.Add(time.Minute)}})
 				if len(corr.Evidence["outside_engine"]) == 0 {
 					t.Errorf("no outside_engine evidence: %+v", corr)
 				}

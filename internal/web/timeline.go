@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // Notice is one notification of an incident to one receiver, as the outbox
@@ -116,7 +117,7 @@ func causeText(cause string) string {
 }
 
 func severityText(s string) string {
-	if s == "" || s == string(triage.SeverityNone) {
+	if s == "" || s == string(verdict.SeverityNone) {
 		return ""
 	}
 	return " (" + s + ")"

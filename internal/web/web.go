@@ -23,6 +23,7 @@ import (
 
 	"github.com/whyslow/whyslow/notifiers/render"
 	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 //go:embed templates/*.html style.css
@@ -248,7 +249,7 @@ func (s VerdictSection) MarksOnset() bool {
 }
 
 // Verdict lays out v with its charts; chartNote says why charts is empty.
-func Verdict(v *triage.Verdict, charts []ChartView, chartNote string) VerdictSection {
+func Verdict(v *verdict.Verdict, charts []ChartView, chartNote string) VerdictSection {
 	return VerdictSection{View: render.ViewOf(v), Charts: charts, ChartNote: chartNote}
 }
 

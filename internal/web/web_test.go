@@ -15,6 +15,7 @@ import (
 	"github.com/whyslow/whyslow/notifiers/chart"
 	"github.com/whyslow/whyslow/notifiers/notifytest"
 	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 var t0 = notifytest.T0
@@ -23,7 +24,7 @@ var t0 = notifytest.T0
 // before each 5-minute window), a sample every 5 s: TTFT flat at 300 ms but
 // for a ramp to 2.5 s through the incident window, with a gap in it; KV
 // usage over 100%; an empty queue panel.
-func sampleChart(v *triage.Verdict) chart.Data {
+func sampleChart(v *verdict.Verdict) chart.Data {
 	incSpan, baseSpan := ChartWindows(v)
 	d := chart.Data{Incident: incSpan, Baseline: baseSpan}
 	var inc, base []chart.Point
@@ -49,7 +50,7 @@ func sampleChart(v *triage.Verdict) chart.Data {
 }
 
 // charts lays out sampleChart for v.
-func charts(v *triage.Verdict, onset time.Time) []ChartView {
+func charts(v *verdict.Verdict, onset time.Time) []ChartView {
 	return Charts(sampleChart(v), v.Incident, v.Baseline, onset)
 }
 
@@ -62,7 +63,7 @@ func renderPage(t testing.TB, p Page) string {
 	return b.String()
 }
 
-func sampleIncident(v *triage.Verdict) triage.Incident {
+func sampleIncident(v *verdict.Verdict) triage.Incident {
 	return triage.Incident{ID: "inc-1", Key: v.Scope.Selector, Scope: v.Scope, Status: triage.IncidentOpen,
 		Severity: v.Severity, TopCause: v.Causes[0].ID, OpenedAt: t0.Add(-3 * time.Minute), Detected: true,
 		Triggers: []string{"ttft_ratio"}, Verdict: v, Notified: triage.Notified{Count: 2}}
@@ -74,7 +75,7 @@ func sampleIncident(v *triage.Verdict) triage.Incident {
 func TestHostileLabelsAreEscaped(t *testing.T) {
 	const hostile = `<script>alert(1)</script>"><img src=x onerror=alert(2)>`
 	v := notifytest.Anomaly()
-	v.Scope = triage.Scope{Selector: `model_name="` + hostile + `"`, Labels: map[string]string{"model_name": hostile}}
+	v.Scope = verdict.Scope{Selector: `model_name="` + hostile + `"`, Labels: map[string]string{"model_name": hostile}}
 	v.Causes[0].Title = hostile
 	v.Causes[0].Remediation = []string{"javascript:alert(3)"}
 	v.Warnings = []string{hostile}
@@ -202,7 +203,7 @@ func TestChartWindows(t *testing.T) {
 	for _, tc := range []struct{ window, lead time.Duration }{
 		{time.Minute, 5 * time.Minute}, {10 * time.Minute, 10 * time.Minute}, {3 * time.Hour, time.Hour},
 	} {
-		v := &triage.Verdict{Incident: triage.Window{Start: t0.Add(-tc.window), End: t0}}
+		v := &verdict.Verdict{Incident: verdict.Window{Start: t0.Add(-tc.window), End: t0}}
 		inc, base := ChartWindows(v)
 		if got := inc.End.Sub(inc.Start) - tc.window; got != tc.lead || !inc.End.Equal(t0) {
 			t.Errorf("window %s: lead %s, want %s", tc.window, got, tc.lead)
@@ -308,14 +309,14 @@ func TestAgeText(t *testing.T) {
 
 // fourReplicaVerdict is the anomaly of a scope served by four replicas,
 // with slow requests from traces.
-func fourReplicaVerdict() *triage.Verdict {
+func fourReplicaVerdict() *verdict.Verdict {
 	v := notifytest.Anomaly()
 	v.Targets = nil
 	for _, pod := range []string{"vllm-0", "vllm-1", "vllm-2", "vllm-3"} {
-		v.Targets = append(v.Targets, triage.Target{Labels: map[string]string{"pod": pod}, Signal: "ttft_p95", Value: 2.1, Unit: "seconds"})
+		v.Targets = append(v.Targets, verdict.Target{Labels: map[string]string{"pod": pod}, Signal: "ttft_p95", Value: 2.1, Unit: "seconds"})
 	}
 	for i := range 12 {
-		v.Requests = append(v.Requests, triage.Request{TraceID: strings.Repeat("ab", 16), Pod: v.Targets[i%4].Labels["pod"],
+		v.Requests = append(v.Requests, verdict.Request{TraceID: strings.Repeat("ab", 16), Pod: v.Targets[i%4].Labels["pod"],
 			Start: t0.Add(-time.Duration(i) * time.Second), E2E: 9, TTFT: 3, Dominant: "queue",
 			Parts: map[string]float64{"queue": 2.5, "prefill": 0.5, "decode": 6}})
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/whyslow/whyslow/notifiers/render"
 	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // Annotations whyslow sets. The cause is an annotation, not a label, so a
@@ -123,8 +124,8 @@ func alertOf(in triage.Incident, endsAt time.Time, link func(triage.Incident) st
 		}
 	}
 	sev := in.Severity
-	if sev == "" || sev == triage.SeverityNone {
-		sev = triage.SeverityWarning
+	if sev == "" || sev == verdict.SeverityNone {
+		sev = verdict.SeverityWarning
 	}
 	labels[AlertNameLabel] = AlertName
 	labels[SeverityLabel] = string(sev)
@@ -138,7 +139,7 @@ func alertOf(in triage.Incident, endsAt time.Time, link func(triage.Incident) st
 	v := in.Verdict
 	if v != nil {
 		set(AnnotationSummary, render.Summary(v))
-		if v.Phase != triage.PhaseNone {
+		if v.Phase != verdict.PhaseNone {
 			set(AnnotationPhase, string(v.Phase))
 		}
 	} else {
@@ -161,7 +162,7 @@ func alertOf(in triage.Incident, endsAt time.Time, link func(triage.Incident) st
 }
 
 // topCause is the incident's top cause in its verdict, or nil.
-func topCause(in triage.Incident) *triage.Cause {
+func topCause(in triage.Incident) *verdict.Cause {
 	if in.Verdict == nil || in.TopCause == "" {
 		return nil
 	}
@@ -175,7 +176,7 @@ func topCause(in triage.Incident) *triage.Cause {
 
 // description is the cause's title, its chain, and one line per piece of
 // evidence (the rules' own sentences, which carry their numbers).
-func description(c triage.Cause) string {
+func description(c verdict.Cause) string {
 	lines := make([]string, 0, len(c.Evidence)+2)
 	if c.Title != "" {
 		lines = append(lines, c.Title)

@@ -10,6 +10,7 @@ import (
 	"github.com/whyslow/whyslow/notifiers/notifytest"
 	"github.com/whyslow/whyslow/notifiers/render"
 	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 var t0 = time.Unix(1700000000, 0).UTC()
@@ -21,9 +22,9 @@ func openIncident() triage.Incident {
 	return triage.Incident{
 		ID:       `model_name="m",namespace="inference"@1699999400`,
 		Key:      `model_name="m",namespace="inference"`,
-		Scope:    triage.Scope{Selector: `model_name="m",namespace="inference"`, Labels: map[string]string{"model_name": "m", "namespace": "inference"}},
+		Scope:    verdict.Scope{Selector: `model_name="m",namespace="inference"`, Labels: map[string]string{"model_name": "m", "namespace": "inference"}},
 		Status:   triage.IncidentOpen,
-		Severity: triage.SeverityCritical,
+		Severity: verdict.SeverityCritical,
 		TopCause: v.Causes[0].ID,
 		OpenedAt: t0.Add(-10 * time.Minute),
 		Verdict:  v,
@@ -130,7 +131,7 @@ func TestAlertsEndsAt(t *testing.T) {
 
 func TestAlertsSeverityAndEmptyFields(t *testing.T) {
 	in := openIncident()
-	in.Severity = triage.SeverityNone
+	in.Severity = verdict.SeverityNone
 	in.Verdict, in.TopCause = nil, ""
 	in.Triggers = []string{"ttft_p95_ratio"}
 	in.Scope.Labels["pod"] = "" // an empty label is no label
@@ -168,7 +169,7 @@ func TestAlertsIdentity(t *testing.T) {
 	if after.Annotations["cause"] != "chunked_prefill_mismatch" || after.Annotations["confidence"] != "0.31" {
 		t.Errorf("annotations after the cause change: %v", after.Annotations)
 	}
-	in.Severity = triage.SeverityWarning
+	in.Severity = verdict.SeverityWarning
 	if Alerts([]triage.Incident{in}, t0, nil, Config{URL: "http://am"})[0].Fingerprint() == before.Fingerprint() {
 		t.Errorf("severity change kept the fingerprint")
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/whyslow/whyslow/internal/secrettest"
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // fakeAM records the POSTs it gets and answers with status (200 by default).
@@ -129,12 +130,12 @@ func TestSenderEscalationEndsOldLabels(t *testing.T) {
 	am := newFakeAM(t)
 	s := newTestSender(t, Config{URL: am.srv.URL}, nil)
 	in := openIncident()
-	in.Severity = triage.SeverityWarning
+	in.Severity = verdict.SeverityWarning
 	s.Sync([]triage.Incident{in}, t0, nil)
 	flush(t, s)
 	oldFP := am.last()[0].Fingerprint()
 
-	in.Severity = triage.SeverityCritical
+	in.Severity = verdict.SeverityCritical
 	at := t0.Add(20 * time.Second)
 	s.Sync([]triage.Incident{in}, at, nil)
 	flush(t, s)

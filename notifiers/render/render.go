@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // Format is an output format.
@@ -62,7 +62,7 @@ type Options struct {
 }
 
 // Render writes v to w in format f.
-func Render(w io.Writer, v *triage.Verdict, f Format, opts Options) error {
+func Render(w io.Writer, v *verdict.Verdict, f Format, opts Options) error {
 	switch f {
 	case FormatText:
 		return Text(w, v, opts)

@@ -18,6 +18,7 @@ import (
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/notifiers/webhook"
 	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // receiver is a real webhook endpoint on loopback that can be taken down.
@@ -321,7 +322,7 @@ func TestE2EOutboxSurvivesRestart(t *testing.T) {
 	}
 	n := &notifiers.Notification{ID: notifiers.MakeID("hook", "inc1", 1, notifiers.TransitionOpen), Receiver: "hook", IncidentID: "inc1",
 		IncidentKey: `model_name="m"|kv_cache_pressure|opened|1`, Kind: notifiers.TransitionOpen, Sequence: 1, CreatedAt: clock.Now(),
-		Verdict: &triage.Verdict{SchemaVersion: 1, Status: triage.StatusAnomaly}}
+		Verdict: &verdict.Verdict{SchemaVersion: 1, Status: verdict.StatusAnomaly}}
 	if ok, err := st.Outbox.Enqueue(n); !ok || err != nil {
 		t.Fatalf("enqueue: %v %v", ok, err)
 	}

@@ -1,5 +1,7 @@
-// Package triage walks the fixed diagnosis over PromQL signals and builds a Verdict.
-package triage
+// Package verdict holds the data a triage returns: the Verdict and its parts
+// (scope, windows, causes, evidence, attribution, cohort, requests). Data
+// only: the diagnosis that fills it lives in package triage.
+package verdict
 
 import "time"
 
