@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/whyslow/whyslow/internal/accuracy"
+	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/triage"
 )
@@ -110,7 +111,7 @@ func BenchmarkTriage(b *testing.B) {
 
 // timedMetrics sums the time spent answering queries inside triage.
 type timedMetrics struct {
-	triage.Metrics
+	query.Metrics
 	d time.Duration
 }
 

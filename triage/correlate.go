@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 
+	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/verdict"
 )
@@ -69,7 +70,7 @@ const podScope = `max by (%[2]s) (vllm:num_requests_running{%[1]s} or sglang:num
 // running requests, GPU counters) over [Start, End] through PromQL range
 // queries, one sample per pod and step. Signals without data are left out
 // of the samples; an error is returned only when every query failed.
-func PodContext(ctx context.Context, m Metrics, q PodContextQuery) ([]PodSample, []string, error) {
+func PodContext(ctx context.Context, m query.Metrics, q PodContextQuery) ([]PodSample, []string, error) {
 	if q.TargetLabel == "" {
 		q.TargetLabel = "pod"
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/promql/parser"
 
+	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -577,7 +578,7 @@ func (d *Detector) Config() DetectConfig { return d.cfg }
 // Evaluate runs every trigger at time at and returns one Detection per scope
 // that has data, sorted by key. A query error fails the evaluation; the
 // pending state is left untouched then.
-func (d *Detector) Evaluate(ctx context.Context, m Metrics, at time.Time) ([]Detection, error) {
+func (d *Detector) Evaluate(ctx context.Context, m query.Metrics, at time.Time) ([]Detection, error) {
 	return d.EvaluateSince(ctx, m, at, time.Time{})
 }
 
@@ -587,7 +588,7 @@ func (d *Detector) Evaluate(ctx context.Context, m Metrics, at time.Time) ([]Det
 // (ChooseBaseline over the long window), from MinHistory (twice the long
 // window when longer) on; with less they are off, and the absolute
 // conditions (above, below) still fire.
-func (d *Detector) EvaluateSince(ctx context.Context, m Metrics, at, since time.Time) ([]Detection, error) {
+func (d *Detector) EvaluateSince(ctx context.Context, m query.Metrics, at, since time.Time) ([]Detection, error) {
 	choice := ChooseBaseline(d.cfg.Baseline, d.cfg.LongWindow, since, at)
 	offset := choice.Offset
 	baseAt := at.Add(-offset)
@@ -789,7 +790,7 @@ func (d *Detector) EvaluateSince(ctx context.Context, m Metrics, at, since time.
 // learnedBaseline evaluates t's baseline at each of points and sets, per
 // scope, the highest value among the windows with enough requests (with
 // its request count) and the highest mean.
-func (d *Detector) learnedBaseline(ctx context.Context, m Metrics, t Trigger, points []time.Time, set func(key string, v, n, mean *float64)) error {
+func (d *Detector) learnedBaseline(ctx context.Context, m query.Metrics, t Trigger, points []time.Time, set func(key string, v, n, mean *float64)) error {
 	best := map[string]*float64{}
 	count := map[string]*float64{}
 	means := map[string]*float64{}
@@ -862,12 +863,12 @@ func (t Trigger) holds(v, base, mean, baseMean *float64) (string, bool) {
 }
 
 // query evaluates t over window at time at and returns finite values by scope key.
-func (d *Detector) query(ctx context.Context, m Metrics, t Trigger, window time.Duration, at time.Time) (map[string]float64, error) {
+func (d *Detector) query(ctx context.Context, m query.Metrics, t Trigger, window time.Duration, at time.Time) (map[string]float64, error) {
 	return d.queryExpr(ctx, m, d.cfg.expr(t, window), at)
 }
 
 // queryExpr evaluates expr at time at and returns finite values by scope key.
-func (d *Detector) queryExpr(ctx context.Context, m Metrics, expr string, at time.Time) (map[string]float64, error) {
+func (d *Detector) queryExpr(ctx context.Context, m query.Metrics, expr string, at time.Time) (map[string]float64, error) {
 	vec, _, err := m.Query(ctx, expr, at)
 	if err != nil {
 		return nil, err

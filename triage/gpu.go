@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -136,7 +137,7 @@ type gpuInference struct {
 // their GPU counters (one instant query at the end of the incident window).
 // When several classes serve the scope, the most common wins and the detail
 // says so. A failed query or no GPU counters leave the class unknown.
-func inferGPU(ctx context.Context, m Metrics, selector, target, window string, at time.Time) gpuInference {
+func inferGPU(ctx context.Context, m query.Metrics, selector, target, window string, at time.Time) gpuInference {
 	var inf gpuInference
 	vec, warns, err := m.Query(ctx, gpuModelExpr(selector, target, window), at)
 	inf.warnings = warns

@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"time"
+
+	"github.com/whyslow/whyslow/query"
 )
 
 // historySeries are the series whose presence marks an engine's history:
@@ -28,7 +30,7 @@ const historySteps = 720
 // when any engine series has samples from from on, the zero time when
 // none has any in the range. With ChooseBaseline it shrinks a baseline to
 // the history a fresh Prometheus holds.
-func HistoryStart(ctx context.Context, m Metrics, selector string, from, to time.Time) (time.Time, error) {
+func HistoryStart(ctx context.Context, m query.Metrics, selector string, from, to time.Time) (time.Time, error) {
 	if !to.After(from) {
 		return time.Time{}, nil
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/promql/parser"
 
+	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/verdict"
 )
@@ -194,7 +195,7 @@ func (d *diagnosis) presentNear(sels []string) bool {
 // spanOf is the stretch of the search range in which any of the selectors
 // has samples, to the precision of one step of a range query, asked of m
 // (Options.Shared for selectors without the scope's).
-func (d *diagnosis) spanOf(m Metrics, sels []string) (span, bool, error) {
+func (d *diagnosis) spanOf(m query.Metrics, sels []string) (span, bool, error) {
 	if len(sels) == 0 {
 		return span{}, false, nil
 	}

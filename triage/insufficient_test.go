@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/common/model"
 
+	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/verdict"
@@ -105,7 +106,7 @@ func TestInsufficientReason(t *testing.T) {
 			code: verdict.InsufficientSignal, want: []string{"ttft_mean (TTFT mean)", "incident window", "vllm:time_to_first_token_seconds_sum"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var m Metrics = rangeMetrics{newDetectTestMetrics(t, tc.load)}
+			var m query.Metrics = rangeMetrics{newDetectTestMetrics(t, tc.load)}
 			if tc.exact {
 				m = spanned{m.(rangeMetrics), t0, t0.Add(90 * time.Minute)}
 			}

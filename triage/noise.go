@@ -78,15 +78,15 @@ func baselineNoise(ctx context.Context, opts *Options, rs *rules.Ruleset, baseAt
 	if len(sigs) == 1 {
 		return nil, 0
 	}
-	qs := make([][]*query, len(sigs))
-	var all []*query
+	qs := make([][]*signalQuery, len(sigs))
+	var all []*signalQuery
 	for i, s := range sigs {
 		expr, err := s.Render(opts.Selector, subStr, nil)
 		if err != nil {
 			return nil, 0
 		}
 		for j := range k {
-			q := &query{signal: s, expr: expr, at: baseAt.Add(-time.Duration(j) * sub), window: "baseline noise"}
+			q := &signalQuery{signal: s, expr: expr, at: baseAt.Add(-time.Duration(j) * sub), window: "baseline noise"}
 			qs[i] = append(qs[i], q)
 			all = append(all, q)
 		}

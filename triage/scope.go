@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/whyslow/whyslow/query"
+	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -24,7 +26,7 @@ const engineSeries = `__name__=~"vllm:.+|sglang:.+|trtllm_.+"`
 // be empty) at time at, sorted. Series without a model name are not
 // counted. It is one cheap query, for the daemon and `why` to tell whether
 // a scope mixes several models.
-func ScopeModels(ctx context.Context, m Metrics, selector string, at time.Time) ([]string, error) {
+func ScopeModels(ctx context.Context, m query.Metrics, selector string, at time.Time) ([]string, error) {
 	sel := engineSeries + `, ` + ModelLabel + `!=""`
 	if s := strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(selector), "{"), "}")); s != "" {
 		sel = s + ", " + sel
@@ -72,7 +74,7 @@ func MixedModelsWarning(selector string, models []string) string {
 // CheckMixedModels adds MixedModelsWarning to v when the scope of v mixes
 // several models at v.At. A failing query is no evidence either way and
 // adds nothing.
-func CheckMixedModels(ctx context.Context, m Metrics, v *verdict.Verdict) {
+func CheckMixedModels(ctx context.Context, m query.Metrics, v *verdict.Verdict) {
 	if v == nil || m == nil {
 		return
 	}
@@ -83,4 +85,17 @@ func CheckMixedModels(ctx context.Context, m Metrics, v *verdict.Verdict) {
 	if w := MixedModelsWarning(v.Scope.Selector, models); w != "" {
 		v.Warnings = appendWarnings(v.Warnings, w)
 	}
+}
+
+// NewestSamplesExpr is the PromQL for the newest sample time (unix
+// seconds) by the groupBy labels of the series that say an engine is there
+// (the vector selectors of the rulesets' detect expressions, with selector
+// added): a scope whose value stays put has had no sample since.
+func NewestSamplesExpr(rss []*rules.Ruleset, selector string, groupBy []string) string {
+	sels := engineSelectors(rss, selector)
+	parts := make([]string, len(sels))
+	for i, s := range sels {
+		parts[i] = "timestamp(" + s + ")"
+	}
+	return "max by (" + strings.Join(groupBy, ", ") + ") (" + strings.Join(parts, " or ") + ")"
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 
+	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/verdict"
 )
@@ -24,7 +25,7 @@ import (
 // Options configure one triage. Zero values get defaults.
 type Options struct {
 	// Metrics answers the PromQL (embedded store or remote Prometheus). Required.
-	Metrics Metrics
+	Metrics query.Metrics
 	// Ruleset, when set, is used as is (its engine wins over Engine).
 	Ruleset *rules.Ruleset
 	// Rulesets are the candidates when Ruleset is nil: the one whose engine
@@ -84,7 +85,7 @@ type Options struct {
 	// (an insufficient-data diagnosis's engine checks) instead of Metrics,
 	// so triages sharing one (a SharedQueries) run them once. It must hold
 	// the data Metrics does.
-	Shared Metrics
+	Shared query.Metrics
 }
 
 // ErrNoData means no metrics source answered any query.
@@ -154,8 +155,8 @@ func scopeLabels(sel string) (map[string]string, error) {
 	return out, nil
 }
 
-// query is one PromQL evaluation of the triage.
-type query struct {
+// signalQuery is one PromQL evaluation of the triage.
+type signalQuery struct {
 	signal  *rules.Signal
 	expr    string
 	at      time.Time
@@ -169,8 +170,8 @@ type query struct {
 // runQueries evaluates the queries with bounded concurrency: n goroutines
 // take them in turn. A goroutine per query would grow a fresh stack for
 // every PromQL evaluation (a tenth of a fleet cycle's CPU).
-func runQueries(ctx context.Context, m Metrics, qs []*query, n int) {
-	run := func(q *query) {
+func runQueries(ctx context.Context, m query.Metrics, qs []*signalQuery, n int) {
+	run := func(q *signalQuery) {
 		if q.err = ctx.Err(); q.err != nil {
 			return
 		}
@@ -259,21 +260,21 @@ func Run(ctx context.Context, opts Options) (*verdict.Verdict, error) {
 	}
 
 	// One query per signal and window, plus the per-target views: rendered once.
-	var qs []*query
+	var qs []*signalQuery
 	baseAt := opts.At.Add(-opts.Baseline)
 	for _, s := range rs.Signals {
 		expr, err := s.Render(opts.Selector, win, nil)
 		if err != nil {
 			return nil, fmt.Errorf("triage: signal %s: %w", s.Name, err)
 		}
-		qs = append(qs, &query{signal: s, expr: expr, at: opts.At, window: "incident"},
-			&query{signal: s, expr: expr, at: baseAt, window: "baseline"})
+		qs = append(qs, &signalQuery{signal: s, expr: expr, at: opts.At, window: "incident"},
+			&signalQuery{signal: s, expr: expr, at: baseAt, window: "baseline"})
 		if s.Targets {
 			texpr, err := s.Render(opts.Selector, win, opts.TargetLabels)
 			if err != nil {
 				return nil, fmt.Errorf("triage: signal %s: %w", s.Name, err)
 			}
-			qs = append(qs, &query{signal: s, expr: texpr, at: opts.At, window: "targets"})
+			qs = append(qs, &signalQuery{signal: s, expr: texpr, at: opts.At, window: "targets"})
 		}
 	}
 	// The GPU class, when not given, comes from the GPU counters: one more
@@ -487,7 +488,7 @@ func pickRuleset(ctx context.Context, opts *Options, win string) (*rules.Ruleset
 	default:
 		pool = opts.Rulesets
 	}
-	var qs []*query
+	var qs []*signalQuery
 	var cands, engineOf []*rules.Ruleset
 	for _, rs := range pool {
 		variants := rs.Shapes
@@ -502,7 +503,7 @@ func pickRuleset(ctx context.Context, opts *Options, win string) (*rules.Ruleset
 			if err != nil {
 				return nil, nil, fmt.Errorf("triage: detect %s: %w", c.Engine, err)
 			}
-			qs = append(qs, &query{signal: c.Detect, expr: expr, at: opts.At, window: "incident"})
+			qs = append(qs, &signalQuery{signal: c.Detect, expr: expr, at: opts.At, window: "incident"})
 			cands, engineOf = append(cands, c), append(engineOf, rs)
 		}
 	}

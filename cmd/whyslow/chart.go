@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/whyslow/whyslow/notifiers/chart"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -16,7 +16,7 @@ import (
 // and queue depth over the incident and baseline windows) from m and writes
 // it as PNG to path, atomically: `whyslow why --chart FILE`. m must still be
 // open (for a bundle, before the embedded store is closed).
-func writeChart(ctx context.Context, m triage.Metrics, v *verdict.Verdict, path string) error {
+func writeChart(ctx context.Context, m query.Metrics, v *verdict.Verdict, path string) error {
 	d, err := chart.ForVerdict(ctx, m, v, chart.Options{})
 	if err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	"github.com/whyslow/whyslow/collectors/bundle"
 	"github.com/whyslow/whyslow/collectors/store"
 	"github.com/whyslow/whyslow/notifiers/render"
+	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/triage"
@@ -258,10 +259,10 @@ func checkChartPath(path string) error {
 }
 
 // finishFunc runs after the triage while its metrics source is still open.
-type finishFunc func(ctx context.Context, m triage.Metrics, v *verdict.Verdict) error
+type finishFunc func(ctx context.Context, m query.Metrics, v *verdict.Verdict) error
 
 // finish writes the --html and --chart files, if asked for.
-func (f *whyFlags) finish(ctx context.Context, m triage.Metrics, v *verdict.Verdict) error {
+func (f *whyFlags) finish(ctx context.Context, m query.Metrics, v *verdict.Verdict) error {
 	if err := f.html.write(ctx, m, v); err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/whyslow/whyslow/collectors/tracequery"
 	"github.com/whyslow/whyslow/notifiers/render"
+	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/triage"
 	"github.com/whyslow/whyslow/verdict"
 )
@@ -271,7 +272,7 @@ func requestContext(ctx context.Context, f *whyFlags, reqs []triage.RequestBreak
 		}
 	}
 	q := triage.PodContextQuery{Selector: f.selector, Pods: pods, Start: lo.Add(-time.Minute), End: hi}
-	var m triage.Metrics
+	var m query.Metrics
 	if f.bundle != "" {
 		b, st, _, err := openBundle(ctx, f.bundle)
 		if err != nil {

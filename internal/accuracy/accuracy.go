@@ -12,6 +12,7 @@ import (
 	"github.com/whyslow/whyslow/collectors/bundle"
 	"github.com/whyslow/whyslow/collectors/store"
 	"github.com/whyslow/whyslow/internal/sim"
+	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/triage"
 	"github.com/whyslow/whyslow/verdict"
@@ -91,7 +92,7 @@ func Load(ctx context.Context, b *sim.Bundle) (*store.Store, error) {
 }
 
 // Options returns the triage options a bundle implies.
-func Options(b *sim.Bundle, m triage.Metrics, rss []*rules.Ruleset) triage.Options {
+func Options(b *sim.Bundle, m query.Metrics, rss []*rules.Ruleset) triage.Options {
 	inc := b.Incident
 	return triage.Options{
 		Metrics:  m,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/whyslow/whyslow/collectors/bundle"
 	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/triage"
@@ -31,7 +32,7 @@ type truthFile struct {
 }
 
 // bundleOptions returns the triage options a loaded bundle implies.
-func bundleOptions(b *bundle.Bundle, m triage.Metrics, rss []*rules.Ruleset) triage.Options {
+func bundleOptions(b *bundle.Bundle, m query.Metrics, rss []*rules.Ruleset) triage.Options {
 	opts := triage.Options{Metrics: m, Rulesets: rss, Engine: "auto"}
 	if inc := b.Incident; inc != nil {
 		opts.At, opts.Window, opts.Baseline = inc.At, inc.Window, inc.Baseline

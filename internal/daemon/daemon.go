@@ -28,6 +28,7 @@ import (
 	"github.com/whyslow/whyslow/internal/httplimit"
 	"github.com/whyslow/whyslow/internal/redact"
 	"github.com/whyslow/whyslow/notifiers"
+	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/triage"
 	"github.com/whyslow/whyslow/verdict"
@@ -65,7 +66,7 @@ type TriageRequest struct {
 	SLOs string
 	// Shared, when set, answers the triage's queries over every scope
 	// (triage.Options.Shared): the cycle's, so its triages run those once.
-	Shared triage.Metrics
+	Shared query.Metrics
 }
 
 // TriageFunc runs one triage against the daemon's metrics.
@@ -86,7 +87,7 @@ type Outbox interface {
 // Options wires a Daemon. Metrics, Scraper, Triage and Outbox are required.
 type Options struct {
 	Config  Config
-	Metrics triage.Metrics
+	Metrics query.Metrics
 	Scraper Scraper
 	Triage  TriageFunc
 	Outbox  Outbox
@@ -157,7 +158,7 @@ type Daemon struct {
 	triages     atomic.Pointer[chan struct{}] // slots for ad-hoc, alert and Slack triages
 	budget      *httplimit.Budget
 	down        map[string]time.Time  // target → down since; guarded by viewMu
-	metrics     triage.Metrics        // opts.Metrics
+	metrics     query.Metrics         // opts.Metrics
 	lastTriaged map[string]time.Time  // open incident key → its last detector triage (guarded by work)
 	reusable    map[string]lastTriage // open incident key → what its last verdict was made of (guarded by work)
 	closed      bool
@@ -335,7 +336,7 @@ func (d *Daemon) triageOpen(ctx context.Context, cfg Config, at, cycleStart time
 	defer cancel()
 	newest := d.newestSamples(ctx, cfg, at, keys, detected)
 	spans := d.spansSeen()
-	shared := triage.NewSharedQueries(d.metrics)
+	shared := query.NewSharedQueries(d.metrics)
 	var mu sync.Mutex
 	out := map[string]*verdict.Verdict{}
 	made := map[string]*lastTriage{} // key → its new triage (nil: failed, or unknown freshness)

@@ -11,18 +11,19 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/whyslow/whyslow/collectors/remote"
+	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/triage"
 )
 
 // QueryCounter counts the queries that go through it, for the cycle's
 // whyslow_cycle_queries. It is safe for concurrent use.
 type QueryCounter struct {
-	m triage.Metrics
+	m query.Metrics
 	n atomic.Int64
 }
 
 // CountQueries wraps m.
-func CountQueries(m triage.Metrics) *QueryCounter { return &QueryCounter{m: m} }
+func CountQueries(m query.Metrics) *QueryCounter { return &QueryCounter{m: m} }
 
 // Query implements triage.Metrics.
 func (c *QueryCounter) Query(ctx context.Context, expr string, at time.Time) (model.Vector, []string, error) {
@@ -53,7 +54,7 @@ func (d *Daemon) queries() int64 {
 // daemon's readiness and its "targets down" gaps mean the same as a
 // sidecar's.
 type PrometheusProbe struct {
-	Metrics triage.Metrics
+	Metrics query.Metrics
 	// Name is the source as logs and metrics show it (a redacted URL).
 	Name string
 }

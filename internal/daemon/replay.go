@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/notifiers"
+	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/triage"
 )
 
@@ -18,7 +19,7 @@ type ReplayOptions struct {
 	// source, receivers, data dir and listeners are not used.
 	Config Config
 	// Metrics hold the past: a Prometheus (remote) or a bundle's store.
-	Metrics triage.Metrics
+	Metrics query.Metrics
 	// Traces, when set, add the per-request step to the triages.
 	Traces triage.Traces
 	// HistoryStart is where the metrics start (a bundle's first sample);

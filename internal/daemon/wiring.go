@@ -29,6 +29,7 @@ import (
 	"github.com/whyslow/whyslow/notifiers/outbox"
 	"github.com/whyslow/whyslow/notifiers/slack"
 	"github.com/whyslow/whyslow/notifiers/webhook"
+	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/triage"
@@ -40,7 +41,7 @@ import (
 // Each request reads only the rulesets its engine needs (all three for
 // auto), compiled once per process on first use; engine's are compiled
 // now, so a broken one fails at start.
-func TriageWith(m triage.Metrics, traces triage.Traces, engine string) (TriageFunc, error) {
+func TriageWith(m query.Metrics, traces triage.Traces, engine string) (TriageFunc, error) {
 	if _, err := rulesets.For(engine); err != nil {
 		return nil, fmt.Errorf("load rulesets: %w", err)
 	}
@@ -150,7 +151,7 @@ func NewStack(o StackOptions) (*Stack, error) {
 		obDir = filepath.Join(cfg.DataDir, "outbox")
 	}
 	// A fleet daemon reads its Prometheus; a sidecar its own store.
-	var source triage.Metrics
+	var source query.Metrics
 	if cfg.Fleet() {
 		rc, err := RemoteClient(cfg.Source.Prometheus)
 		if err != nil {
@@ -339,7 +340,7 @@ func verdictURL(external, selector string) string {
 // receiver when none but Alertmanager ones are configured) and returns them
 // with their names in config order.
 // metrics feeds the Slack receivers' charts (nil: no chart).
-func BuildReceivers(rcs []ReceiverConfig, o StackOptions, metrics triage.Metrics) (map[string]notifiers.Notifier, []string, error) {
+func BuildReceivers(rcs []ReceiverConfig, o StackOptions, metrics query.Metrics) (map[string]notifiers.Notifier, []string, error) {
 	var notified []ReceiverConfig
 	for _, rc := range rcs {
 		if rc.Alertmanager == nil { // fed incidents, not notifications (NewStack's AlertSenders)

@@ -23,7 +23,7 @@ import (
 
 	"github.com/prometheus/common/model"
 
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -163,7 +163,7 @@ func orderFor(exprs []string, engine string) []string {
 // Build runs the range queries for selector over both windows and returns
 // the chart data. A panel with no data in either window stays empty; an
 // error is returned only when no panel got any data and a query failed.
-func Build(ctx context.Context, m triage.Metrics, selector string, incident, baseline verdict.Window, o Options) (Data, error) {
+func Build(ctx context.Context, m query.Metrics, selector string, incident, baseline verdict.Window, o Options) (Data, error) {
 	if m == nil {
 		return Data{}, errors.New("build chart: no metrics source")
 	}
@@ -211,7 +211,7 @@ func Build(ctx context.Context, m triage.Metrics, selector string, incident, bas
 
 // ForVerdict builds the chart of a verdict: its scope over its incident and
 // baseline windows, titled with its scope and status.
-func ForVerdict(ctx context.Context, m triage.Metrics, v *verdict.Verdict, o Options) (Data, error) {
+func ForVerdict(ctx context.Context, m query.Metrics, v *verdict.Verdict, o Options) (Data, error) {
 	if v == nil {
 		return Data{}, errors.New("build chart: nil verdict")
 	}
@@ -228,7 +228,7 @@ func ForVerdict(ctx context.Context, m triage.Metrics, v *verdict.Verdict, o Opt
 
 // PNGFunc returns a function that renders a verdict's chart as PNG from m:
 // the Slack receiver's chart source.
-func PNGFunc(m triage.Metrics, o Options) func(ctx context.Context, v *verdict.Verdict) ([]byte, error) {
+func PNGFunc(m query.Metrics, o Options) func(ctx context.Context, v *verdict.Verdict) ([]byte, error) {
 	return func(ctx context.Context, v *verdict.Verdict) ([]byte, error) {
 		d, err := ForVerdict(ctx, m, v, o)
 		if err != nil {
@@ -259,7 +259,7 @@ func title(v *verdict.Verdict) string {
 }
 
 // queryRange runs one range query and returns its first series' points.
-func queryRange(ctx context.Context, m triage.Metrics, expr string, w verdict.Window, step time.Duration) ([]Point, error) {
+func queryRange(ctx context.Context, m query.Metrics, expr string, w verdict.Window, step time.Duration) ([]Point, error) {
 	mat, _, err := m.QueryRange(ctx, expr, w.Start, w.End, step)
 	if err != nil {
 		return nil, err

@@ -1,21 +1,31 @@
-package triage
+// Package query holds the one read path for metrics: Metrics (PromQL at a
+// time) and SharedQueries, the cache that runs each distinct query of a
+// daemon cycle once.
+package query
 
 import (
 	"context"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/common/model"
-
-	"github.com/whyslow/whyslow/rules"
 )
+
+// Metrics answers PromQL. The embedded store and a remote Prometheus both
+// implement it, so a ruleset behaves the same on a bundle and in production.
+type Metrics interface {
+	// Query runs an instant query at the given time. Warnings are returned
+	// alongside a result and surface in the verdict.
+	Query(ctx context.Context, expr string, at time.Time) (model.Vector, []string, error)
+	// QueryRange runs a range query over [start, end] at the given step.
+	QueryRange(ctx context.Context, expr string, start, end time.Time, step time.Duration) (model.Matrix, []string, error)
+}
 
 // SharedQueries is a Metrics that runs each distinct query once (same
 // expression and time, or same range and step) and gives every later
 // caller that answer. The daemon hands one to the triages of a cycle
-// (Options.Shared): the queries of a diagnosis that read every scope's
+// (triage.Options.Shared): the queries of a diagnosis that read every scope's
 // series then run once per cycle, not once per scope. Safe for concurrent
 // use; callers must not modify the samples.
 type SharedQueries struct {
@@ -99,17 +109,4 @@ func (s *SharedQueries) answer(ctx context.Context, k sharedKey, run func(*share
 			return a
 		}
 	}
-}
-
-// NewestSamplesExpr is the PromQL for the newest sample time (unix
-// seconds) by the groupBy labels of the series that say an engine is there
-// (the vector selectors of the rulesets' detect expressions, with selector
-// added): a scope whose value stays put has had no sample since.
-func NewestSamplesExpr(rss []*rules.Ruleset, selector string, groupBy []string) string {
-	sels := engineSelectors(rss, selector)
-	parts := make([]string, len(sels))
-	for i, s := range sels {
-		parts[i] = "timestamp(" + s + ")"
-	}
-	return "max by (" + strings.Join(groupBy, ", ") + ") (" + strings.Join(parts, " or ") + ")"
 }
