@@ -15,6 +15,7 @@ import (
 
 	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/rules"
+	"github.com/whyslow/whyslow/span"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -198,7 +199,7 @@ func correlate(ctx context.Context, opts *Options, rs *rules.Ruleset, facts rule
 		reason, summary := "no traced llm_request span in the incident window", "no traced requests in the incident window"
 		if all > 0 {
 			reason = fmt.Sprintf("%d traced requests in the incident window, none of the scope {%s} "+
-				"(by the spans' %s, %s or pod)", all, opts.Selector, AttrResponseModel, AttrRequestModel)
+				"(by the spans' %s, %s or pod)", all, opts.Selector, span.AttrResponseModel, span.AttrRequestModel)
 			summary = "no traced requests of the scope in the incident window"
 		}
 		c.gaps = append(c.gaps, verdict.DataGap{Signal: "traces", Window: "incident", Reason: reason})
@@ -315,7 +316,7 @@ func (c *correlation) fill(v *verdict.Verdict) {
 func tracedRequests(ctx context.Context, t Traces, w verdict.Window) ([]RequestBreakdown, error) {
 	spans, err := t.SpansBetween(ctx, w.Start.Add(-traceLookback), w.End, 0)
 	if err != nil {
-		if errors.Is(err, ErrUnsupported) {
+		if errors.Is(err, span.ErrUnsupported) {
 			return nil, fmt.Errorf("the trace source cannot search by time: %w", err)
 		}
 		return nil, err

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/whyslow/whyslow/rulesets"
+	"github.com/whyslow/whyslow/span"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -44,15 +45,15 @@ func (f *rangeFake) QueryRange(_ context.Context, expr string, start, end time.T
 
 // spanTraces is an in-memory Traces over a slice of spans.
 type spanTraces struct {
-	spans []Span
+	spans []span.Span
 	err   error
 }
 
-func (s *spanTraces) SpansBetween(_ context.Context, start, end time.Time, limit int) ([]Span, error) {
+func (s *spanTraces) SpansBetween(_ context.Context, start, end time.Time, limit int) ([]span.Span, error) {
 	if s.err != nil {
 		return nil, s.err
 	}
-	var out []Span
+	var out []span.Span
 	for _, sp := range s.spans {
 		if sp.StartUnixNano >= start.UnixNano() && sp.StartUnixNano < end.UnixNano() {
 			out = append(out, sp)
@@ -61,15 +62,17 @@ func (s *spanTraces) SpansBetween(_ context.Context, start, end time.Time, limit
 	return out, nil
 }
 
-func (s *spanTraces) Trace(context.Context, TraceID) ([]Span, error) { return nil, ErrTraceNotFound }
+func (s *spanTraces) Trace(context.Context, span.TraceID) ([]span.Span, error) {
+	return nil, span.ErrTraceNotFound
+}
 
-func (s *spanTraces) ByRequestID(context.Context, string) ([]Span, error) { return nil, nil }
+func (s *spanTraces) ByRequestID(context.Context, string) ([]span.Span, error) { return nil, nil }
 
 // stallSpans builds 48 requests on pods a and b, one every 5 s from
 // from; with long, a 60k-token prompt on pod a prefills for 40 s from
 // from+60s and the requests of pod a that arrive meanwhile queue behind it.
-func stallSpans(from time.Time, long bool, trace byte) []Span {
-	var out []Span
+func stallSpans(from time.Time, long bool, trace byte) []span.Span {
+	var out []span.Span
 	for i := 0; i < 48; i++ {
 		start := from.Add(time.Duration(i) * 5 * time.Second)
 		pod := []string{"a", "b"}[i%2]
@@ -81,11 +84,11 @@ func stallSpans(from time.Time, long bool, trace byte) []Span {
 			queue = (100*time.Second - off).Seconds()
 		}
 		e2e := queue + prefill + 1
-		out = append(out, Span{
-			TraceID: TraceID{0: trace, 15: byte(i + 1)}, SpanID: SpanID{7: 1}, Name: SpanLLMRequest,
+		out = append(out, span.Span{
+			TraceID: span.TraceID{0: trace, 15: byte(i + 1)}, SpanID: span.SpanID{7: 1}, Name: span.SpanLLMRequest,
 			StartUnixNano: start.UnixNano(), EndUnixNano: start.Add(rqDur(e2e)).UnixNano(),
 			Attrs:    v1Engine("r", prompt, queue, prefill, 1, e2e),
-			Resource: Attrs{StringAttr("k8s.pod.name", "vllm-"+pod)},
+			Resource: span.Attrs{span.StringAttr("k8s.pod.name", "vllm-"+pod)},
 		})
 	}
 	return out
@@ -207,24 +210,24 @@ func TestPodContextErrors(t *testing.T) {
 // a request whose spans do not say is kept only when the scope does not
 // constrain that label.
 func TestRequestScope(t *testing.T) {
-	engine := func(trace byte, pod string, extra ...Attr) Span {
-		s := mkSpan(spanSpec{name: SpanLLMRequest, id: 2, trace: trace, start: ms(10), end: ms(1010), pod: pod,
+	engine := func(trace byte, pod string, extra ...span.Attr) span.Span {
+		s := mkSpan(spanSpec{name: span.SpanLLMRequest, id: 2, trace: trace, start: ms(10), end: ms(1010), pod: pod,
 			attrs: append(v1Engine("r", 100, 0.1, 0.2, 0.7, 1), extra...)})
 		if pod != "" {
-			s.Resource = append(s.Resource, StringAttr(AttrNamespace, "prod"))
+			s.Resource = append(s.Resource, span.StringAttr(span.AttrNamespace, "prod"))
 		}
 		return s
 	}
-	gateway := func(trace byte, model string) Span {
-		return mkSpan(spanSpec{name: SpanGatewayRequest, id: 1, trace: trace, start: 0, end: ms(1020),
-			attrs: Attrs{StringAttr(AttrRequestModel, model)}})
+	gateway := func(trace byte, model string) span.Span {
+		return mkSpan(spanSpec{name: span.SpanGatewayRequest, id: 1, trace: trace, start: 0, end: ms(1020),
+			attrs: span.Attrs{span.StringAttr(span.AttrRequestModel, model)}})
 	}
-	spans := []Span{
-		engine(1, "vllm-8b-0", StringAttr(AttrResponseModel, "llama-8b")),
-		engine(2, "vllm-70b-0", StringAttr(AttrResponseModel, "llama-70b"), StringAttr(AttrRequestModel, "llama-8b")),
+	spans := []span.Span{
+		engine(1, "vllm-8b-0", span.StringAttr(span.AttrResponseModel, "llama-8b")),
+		engine(2, "vllm-70b-0", span.StringAttr(span.AttrResponseModel, "llama-70b"), span.StringAttr(span.AttrRequestModel, "llama-8b")),
 		gateway(3, "llama-70b"),
 		engine(3, "vllm-70b-1"),
-		engine(4, "vllm-8b-1", StringAttr(AttrRequestModel, "llama-8b")),
+		engine(4, "vllm-8b-1", span.StringAttr(span.AttrRequestModel, "llama-8b")),
 		engine(5, ""), // says nothing: no model, no pod, no namespace
 	}
 	spans[3].ParentID = spans[2].SpanID

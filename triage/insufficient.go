@@ -33,8 +33,8 @@ const (
 	spanAfter  = 24 * time.Hour
 )
 
-// span is the stretch of time some series have samples in.
-type span struct{ start, end time.Time }
+// dataSpan is the stretch of time some series have samples in.
+type dataSpan struct{ start, end time.Time }
 
 // diagnosis finds why a triage had too little data. Its queries run only
 // for an insufficient verdict.
@@ -43,7 +43,7 @@ type diagnosis struct {
 	opts      *Options
 	rs        *rules.Ruleset // nil when no engine was detected
 	now, base map[string]float64
-	search    span
+	search    dataSpan
 	// exact says search is the source's own data range (DataSpanner).
 	exact bool
 }
@@ -52,14 +52,14 @@ type diagnosis struct {
 // of the InsufficientCode constants. A check whose query fails is skipped.
 func diagnoseInsufficient(ctx context.Context, opts *Options, rs *rules.Ruleset, now, base map[string]float64) *verdict.InsufficientReason {
 	d := &diagnosis{ctx: ctx, opts: opts, rs: rs, now: now, base: base,
-		search: span{opts.At.Add(-spanBefore), opts.At.Add(spanAfter)}}
+		search: dataSpan{opts.At.Add(-spanBefore), opts.At.Add(spanAfter)}}
 	if ds, ok := opts.Metrics.(DataSpanner); ok {
 		start, end := ds.DataSpan()
 		if start.IsZero() && end.IsZero() {
 			return &verdict.InsufficientReason{Code: verdict.InsufficientNoEngine,
 				Message: "the source holds no samples at all: check that the bundle's metrics.om (or the scraped endpoint) has data"}
 		}
-		d.search, d.exact = span{start, end}, true
+		d.search, d.exact = dataSpan{start, end}, true
 	}
 	if r := d.engineReason(); r != nil {
 		return r
@@ -195,9 +195,9 @@ func (d *diagnosis) presentNear(sels []string) bool {
 // spanOf is the stretch of the search range in which any of the selectors
 // has samples, to the precision of one step of a range query, asked of m
 // (Options.Shared for selectors without the scope's).
-func (d *diagnosis) spanOf(m query.Metrics, sels []string) (span, bool, error) {
+func (d *diagnosis) spanOf(m query.Metrics, sels []string) (dataSpan, bool, error) {
 	if len(sels) == 0 {
-		return span{}, false, nil
+		return dataSpan{}, false, nil
 	}
 	length := d.search.end.Sub(d.search.start)
 	step := max(time.Second, (length / 2000).Round(time.Second))
@@ -208,7 +208,7 @@ func (d *diagnosis) spanOf(m query.Metrics, sels []string) (span, bool, error) {
 	}
 	mat, _, err := m.QueryRange(d.ctx, strings.Join(parts, " or "), d.search.start, d.search.end.Add(step), step)
 	if err != nil {
-		return span{}, false, err
+		return dataSpan{}, false, err
 	}
 	var first, last time.Time
 	for _, ss := range mat {
@@ -223,11 +223,11 @@ func (d *diagnosis) spanOf(m query.Metrics, sels []string) (span, bool, error) {
 		}
 	}
 	if first.IsZero() {
-		return span{}, false, nil
+		return dataSpan{}, false, nil
 	}
 	// A point at t stands for samples in (t - step, t]: the span is exact
 	// to one step.
-	sp := span{first, last}
+	sp := dataSpan{first, last}
 	if sp.start.Before(d.search.start) {
 		sp.start = d.search.start
 	}
@@ -326,11 +326,11 @@ func containsString(ss []string, s string) bool {
 }
 
 // scopedSpan is where the scope's engine series have samples.
-func (d *diagnosis) scopedSpan() (span, bool) {
+func (d *diagnosis) scopedSpan() (dataSpan, bool) {
 	pool := d.enginePool()
 	sp, ok, err := d.spanOf(d.opts.Metrics, engineSelectors(pool, d.opts.Selector))
 	if err != nil {
-		return span{}, false
+		return dataSpan{}, false
 	}
 	return sp, ok
 }
@@ -339,7 +339,7 @@ func (d *diagnosis) scopedSpan() (span, bool) {
 // message lists.
 const maxLabelValues = 10
 
-func (d *diagnosis) selectorReason(_ span, found bool) *verdict.InsufficientReason {
+func (d *diagnosis) selectorReason(_ dataSpan, found bool) *verdict.InsufficientReason {
 	if found || strings.TrimSpace(d.opts.Selector) == "" {
 		return nil
 	}
@@ -401,8 +401,8 @@ func (d *diagnosis) labelValues(name string, sels []string, rng string, at time.
 	return out
 }
 
-func (d *diagnosis) windowReason(data span) *verdict.InsufficientReason {
-	inc := span{d.opts.At.Add(-d.opts.Window), d.opts.At}
+func (d *diagnosis) windowReason(data dataSpan) *verdict.InsufficientReason {
+	inc := dataSpan{d.opts.At.Add(-d.opts.Window), d.opts.At}
 	if !data.end.Before(inc.start) && !data.start.After(inc.end) {
 		return nil
 	}
@@ -411,7 +411,7 @@ func (d *diagnosis) windowReason(data span) *verdict.InsufficientReason {
 		stamp(inc.start), stamp(inc.end), stamp(data.start), stamp(data.end), data.end.UTC().Format(time.RFC3339))}
 }
 
-func (d *diagnosis) baselineReason(data span) *verdict.InsufficientReason {
+func (d *diagnosis) baselineReason(data dataSpan) *verdict.InsufficientReason {
 	bs := d.opts.At.Add(-d.opts.Baseline - d.opts.Window)
 	be := d.opts.At.Add(-d.opts.Baseline)
 	ss := ""

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/whyslow/whyslow/span"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -41,7 +42,7 @@ var requestParts = []RequestPart{PartBeforeEngine, PartQueue, PartPrefill, PartD
 // RequestBreakdown is where one request's time went, from its spans. All
 // durations are seconds.
 type RequestBreakdown struct {
-	TraceID   TraceID
+	TraceID   span.TraceID
 	RequestID string
 	// Pod is the engine pod that decoded the request; PrefillPod the pod that
 	// ran its prefill under prefill/decode disaggregation.
@@ -139,11 +140,11 @@ func (b *RequestBreakdown) Request() verdict.Request {
 func rqRound(v float64) float64 { return math.Round(v*1e6) / 1e6 }
 
 // isEngineSpan reports whether s is a vLLM request span.
-func isEngineSpan(s *Span) bool {
-	if s.Name == SpanLLMRequest {
+func isEngineSpan(s *span.Span) bool {
+	if s.Name == span.SpanLLMRequest {
 		return true
 	}
-	_, ok := s.Attrs.Get(AttrE2E)
+	_, ok := s.Attrs.Get(span.AttrE2E)
 	return ok
 }
 
@@ -153,9 +154,9 @@ func isEngineSpan(s *Span) bool {
 // disaggregation the prefill pod's span is folded into the decode request.
 // Spans may come in any order and from many traces; the result is sorted by
 // Start.
-func BuildRequests(spans []Span) []RequestBreakdown {
-	byTrace := map[TraceID][]*Span{}
-	var order []TraceID
+func BuildRequests(spans []span.Span) []RequestBreakdown {
+	byTrace := map[span.TraceID][]*span.Span{}
+	var order []span.TraceID
 	for i := range spans {
 		id := spans[i].TraceID
 		if _, ok := byTrace[id]; !ok {
@@ -171,28 +172,28 @@ func BuildRequests(spans []Span) []RequestBreakdown {
 	return out
 }
 
-func buildTrace(spans []*Span) []RequestBreakdown {
-	byID := make(map[SpanID]*Span, len(spans))
-	var engines []*Span
+func buildTrace(spans []*span.Span) []RequestBreakdown {
+	byID := make(map[span.SpanID]*span.Span, len(spans))
+	var engines []*span.Span
 	pdTrace := false
 	for _, s := range spans {
 		byID[s.SpanID] = s
 		if isEngineSpan(s) {
 			engines = append(engines, s)
 		}
-		if s.Name == SpanPDProxyPrefill || s.Name == SpanPDProxyDecode {
+		if s.Name == span.SpanPDProxyPrefill || s.Name == span.SpanPDProxyDecode {
 			pdTrace = true
 		}
 	}
 	if len(engines) == 0 {
 		return nil
 	}
-	slices.SortFunc(engines, func(a, b *Span) int { return int(rqSign(a.StartUnixNano - b.StartUnixNano)) })
+	slices.SortFunc(engines, func(a, b *span.Span) int { return int(rqSign(a.StartUnixNano - b.StartUnixNano)) })
 	// Under P/D the prefill pod's llm_request (max_tokens 1, or under the
 	// sidecar's prefill span) precedes the decode pod's one.
-	prefillOf := map[*Span]*Span{}
+	prefillOf := map[*span.Span]*span.Span{}
 	if pdTrace && len(engines) >= 2 {
-		var kept []*Span
+		var kept []*span.Span
 		for i := 0; i < len(engines); i++ {
 			e := engines[i]
 			if i+1 < len(engines) && isPrefillLeg(e, byID) {
@@ -220,16 +221,16 @@ func rqSign(x int64) int64 {
 	return 0
 }
 
-func isPrefillLeg(e *Span, byID map[SpanID]*Span) bool {
+func isPrefillLeg(e *span.Span, byID map[span.SpanID]*span.Span) bool {
 	for p, n := byID[e.ParentID], 0; p != nil && n < 64; p, n = byID[p.ParentID], n+1 {
-		if p.Name == SpanPDProxyPrefill {
+		if p.Name == span.SpanPDProxyPrefill {
 			return true
 		}
-		if p.Name == SpanPDProxyDecode {
+		if p.Name == span.SpanPDProxyDecode {
 			return false
 		}
 	}
-	ct, ok := e.Attrs.Number(AttrCompletionTokens)
+	ct, ok := e.Attrs.Number(span.AttrCompletionTokens)
 	return ok && ct <= 1
 }
 
@@ -254,20 +255,20 @@ func (n engineNumbers) frontend() float64 {
 	return f
 }
 
-func readEngine(e *Span) engineNumbers {
+func readEngine(e *span.Span) engineNumbers {
 	var n engineNumbers
 	n.source = "v1"
-	e2e, ok := e.Attrs.Number(AttrE2E)
+	e2e, ok := e.Attrs.Number(span.AttrE2E)
 	if !ok {
 		e2e = e.Duration().Seconds()
 		n.source = "span"
 	}
 	n.e2e = e2e
-	n.ttft, _ = e.Attrs.Number(AttrTTFT)
-	n.queue, _ = e.Attrs.Number(AttrTimeInQueue)
+	n.ttft, _ = e.Attrs.Number(span.AttrTTFT)
+	n.queue, _ = e.Attrs.Number(span.AttrTimeInQueue)
 	var okP, okD bool
-	n.prefill, okP = e.Attrs.Number(AttrTimeInPrefill)
-	n.decode, okD = e.Attrs.Number(AttrTimeInDecode)
+	n.prefill, okP = e.Attrs.Number(span.AttrTimeInPrefill)
+	n.decode, okD = e.Attrs.Number(span.AttrTimeInDecode)
 	if !okP || !okD {
 		if n.source == "v1" {
 			n.source = "v0"
@@ -282,7 +283,7 @@ func readEngine(e *Span) engineNumbers {
 	return n
 }
 
-func podOf(s *Span) string {
+func podOf(s *span.Span) string {
 	for _, k := range []string{"k8s.pod.name", "service.instance.id", "host.name"} {
 		if a, ok := s.Attr(k); ok && a.Text() != "" {
 			return a.Text()
@@ -294,45 +295,45 @@ func podOf(s *Span) string {
 // modelOf returns the model of an engine span: its own
 // gen_ai.response.model or gen_ai.request.model, the prefill leg's, or the
 // gen_ai.request.model of the nearest span above it (or of the gateway).
-func modelOf(e, prefillLeg, gateway *Span, byID map[SpanID]*Span) string {
-	for _, s := range []*Span{e, prefillLeg} {
+func modelOf(e, prefillLeg, gateway *span.Span, byID map[span.SpanID]*span.Span) string {
+	for _, s := range []*span.Span{e, prefillLeg} {
 		if s == nil {
 			continue
 		}
-		for _, k := range []string{AttrResponseModel, AttrRequestModel} {
+		for _, k := range []string{span.AttrResponseModel, span.AttrRequestModel} {
 			if a, ok := s.Attr(k); ok && a.Text() != "" {
 				return a.Text()
 			}
 		}
 	}
 	for p, n := byID[e.ParentID], 0; p != nil && n < 64; p, n = byID[p.ParentID], n+1 {
-		if a, ok := p.Attr(AttrRequestModel); ok && a.Text() != "" {
+		if a, ok := p.Attr(span.AttrRequestModel); ok && a.Text() != "" {
 			return a.Text()
 		}
 	}
 	if gateway != nil {
-		if a, ok := gateway.Attr(AttrRequestModel); ok {
+		if a, ok := gateway.Attr(span.AttrRequestModel); ok {
 			return a.Text()
 		}
 	}
 	return ""
 }
 
-func buildRequest(e, prefillLeg *Span, spans []*Span, byID map[SpanID]*Span) RequestBreakdown {
+func buildRequest(e, prefillLeg *span.Span, spans []*span.Span, byID map[span.SpanID]*span.Span) RequestBreakdown {
 	en := readEngine(e)
 	b := RequestBreakdown{
 		TraceID:           e.TraceID,
-		RequestID:         e.Attrs.String(AttrRequestID),
+		RequestID:         e.Attrs.String(span.AttrRequestID),
 		Pod:               podOf(e),
 		Source:            en.source,
 		Error:             e.Error,
 		Parts:             map[RequestPart]float64{},
 		BeforeEngineParts: map[string]float64{},
 	}
-	if v, ok := e.Attrs.Number(AttrPromptTokens); ok {
+	if v, ok := e.Attrs.Number(span.AttrPromptTokens); ok {
 		b.PromptTokens = int(v)
 	}
-	if v, ok := e.Attrs.Number(AttrCompletionTokens); ok {
+	if v, ok := e.Attrs.Number(span.AttrCompletionTokens); ok {
 		b.CompletionTokens = int(v)
 	}
 	// The span starts at the API server's arrival; the engine core queued
@@ -357,7 +358,7 @@ func buildRequest(e, prefillLeg *Span, spans []*Span, byID map[SpanID]*Span) Req
 			engineTTFT = rqSec(e.StartUnixNano-engStart) + en.ttft
 		}
 		if b.PromptTokens == 0 {
-			if v, ok := prefillLeg.Attrs.Number(AttrPromptTokens); ok {
+			if v, ok := prefillLeg.Attrs.Number(span.AttrPromptTokens); ok {
 				b.PromptTokens = int(v)
 			}
 		}
@@ -374,10 +375,10 @@ func buildRequest(e, prefillLeg *Span, spans []*Span, byID map[SpanID]*Span) Req
 	// The outermost span: the root of the engine span's ancestry, or a root
 	// span of the trace that was running when the engine started.
 	outer := e
-	var gateway *Span
+	var gateway *span.Span
 	for p, n := byID[e.ParentID], 0; p != nil && n < 64; p, n = byID[p.ParentID], n+1 {
 		outer = p
-		if p.Name == SpanGatewayRequest && gateway == nil {
+		if p.Name == span.SpanGatewayRequest && gateway == nil {
 			gateway = p
 		}
 	}
@@ -390,10 +391,10 @@ func buildRequest(e, prefillLeg *Span, spans []*Span, byID map[SpanID]*Span) Req
 		}
 	}
 	if gateway == nil {
-		gateway = rqEnclosing(spans, SpanGatewayRequest, engStart)
+		gateway = rqEnclosing(spans, span.SpanGatewayRequest, engStart)
 	}
 	b.Model = modelOf(e, prefillLeg, gateway, byID)
-	if a, ok := e.Attr(AttrNamespace); ok {
+	if a, ok := e.Attr(span.AttrNamespace); ok {
 		b.Namespace = a.Text()
 	}
 	if outer == e && gateway != nil {
@@ -423,7 +424,7 @@ func buildRequest(e, prefillLeg *Span, spans []*Span, byID map[SpanID]*Span) Req
 }
 
 // rqEnclosing returns the first span with the name running at t.
-func rqEnclosing(spans []*Span, name string, t int64) *Span {
+func rqEnclosing(spans []*span.Span, name string, t int64) *span.Span {
 	for _, s := range spans {
 		if s.Name == name && s.StartUnixNano <= t && s.EndUnixNano >= t {
 			return s
@@ -435,19 +436,19 @@ func rqEnclosing(spans []*Span, name string, t int64) *Span {
 // splitBeforeEngine splits before_engine using gateway and llm-d spans that
 // ran between the outer start and the engine's arrival, and collects router
 // scores. frontend is the engine API server's own share (api_server).
-func (b *RequestBreakdown) splitBeforeEngine(outer, gateway *Span, spans []*Span, from, to int64, frontend float64) {
+func (b *RequestBreakdown) splitBeforeEngine(outer, gateway *span.Span, spans []*span.Span, from, to int64, frontend float64) {
 	upstream := b.Parts[PartBeforeEngine] - frontend
 	if upstream <= 0 && gateway == nil && frontend <= 0 {
 		return
 	}
-	var orch *Span
+	var orch *span.Span
 	var scoring, picking float64
 	for _, s := range spans {
 		if s.StartUnixNano < from || s.StartUnixNano > to {
 			continue
 		}
 		switch {
-		case s.Name == SpanGatewayOrchestration:
+		case s.Name == span.SpanGatewayOrchestration:
 			if orch == nil {
 				orch = s
 			}
@@ -457,7 +458,7 @@ func (b *RequestBreakdown) splitBeforeEngine(outer, gateway *Span, spans []*Span
 		case strings.HasPrefix(s.Name, eppSpanPrefix):
 			picking += s.Duration().Seconds()
 		}
-		if s.Name == SpanGatewayRequest || s.Name == SpanGatewayOrchestration {
+		if s.Name == span.SpanGatewayRequest || s.Name == span.SpanGatewayOrchestration {
 			for _, a := range s.Attrs {
 				if strings.Contains(a.Key, "score") {
 					if v, ok := a.Number(); ok {
@@ -501,7 +502,7 @@ func (b *RequestBreakdown) splitBeforeEngine(outer, gateway *Span, spans []*Span
 	}
 }
 
-func (b *RequestBreakdown) addScores(scorer string, attrs Attrs) {
+func (b *RequestBreakdown) addScores(scorer string, attrs span.Attrs) {
 	for _, a := range attrs {
 		name, ok := strings.CutPrefix(a.Key, "llm_d.scorer.")
 		if !ok {

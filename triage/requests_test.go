@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/whyslow/whyslow/span"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -16,18 +17,18 @@ type spanSpec struct {
 	name          string
 	id, parent    byte
 	start, end    time.Duration // from rqT0
-	attrs         Attrs
+	attrs         span.Attrs
 	pod           string
 	trace         byte
-	kind          SpanKind
+	kind          span.SpanKind
 	errorStatus   bool
-	resourceAttrs Attrs
+	resourceAttrs span.Attrs
 }
 
-func mkSpan(s spanSpec) Span {
-	sp := Span{
-		TraceID:       TraceID{15: s.trace},
-		SpanID:        SpanID{7: s.id},
+func mkSpan(s spanSpec) span.Span {
+	sp := span.Span{
+		TraceID:       span.TraceID{15: s.trace},
+		SpanID:        span.SpanID{7: s.id},
 		Name:          s.name,
 		Kind:          s.kind,
 		StartUnixNano: rqT0.Add(s.start).UnixNano(),
@@ -36,25 +37,25 @@ func mkSpan(s spanSpec) Span {
 		Error:         s.errorStatus,
 	}
 	if s.parent != 0 {
-		sp.ParentID = SpanID{7: s.parent}
+		sp.ParentID = span.SpanID{7: s.parent}
 	}
 	if s.pod != "" {
-		sp.Resource = Attrs{StringAttr("service.name", "vllm"), StringAttr("k8s.pod.name", s.pod)}
+		sp.Resource = span.Attrs{span.StringAttr("service.name", "vllm"), span.StringAttr("k8s.pod.name", s.pod)}
 	}
 	return sp
 }
 
 // v1Engine returns vLLM V1 llm_request attributes.
-func v1Engine(reqID string, prompt int, queue, prefill, decode, e2e float64) Attrs {
-	return Attrs{
-		StringAttr(AttrRequestID, reqID),
-		IntAttr(AttrPromptTokens, int64(prompt)),
-		IntAttr(AttrCompletionTokens, 100),
-		FloatAttr(AttrTimeInQueue, queue),
-		FloatAttr(AttrTimeInPrefill, prefill),
-		FloatAttr(AttrTimeInDecode, decode),
-		FloatAttr(AttrTTFT, queue+prefill),
-		FloatAttr(AttrE2E, e2e),
+func v1Engine(reqID string, prompt int, queue, prefill, decode, e2e float64) span.Attrs {
+	return span.Attrs{
+		span.StringAttr(span.AttrRequestID, reqID),
+		span.IntAttr(span.AttrPromptTokens, int64(prompt)),
+		span.IntAttr(span.AttrCompletionTokens, 100),
+		span.FloatAttr(span.AttrTimeInQueue, queue),
+		span.FloatAttr(span.AttrTimeInPrefill, prefill),
+		span.FloatAttr(span.AttrTimeInDecode, decode),
+		span.FloatAttr(span.AttrTTFT, queue+prefill),
+		span.FloatAttr(span.AttrE2E, e2e),
 	}
 }
 
@@ -84,18 +85,18 @@ func TestBuildRequests(t *testing.T) {
 		{
 			name: "V0 attributes derive prefill and decode",
 			spans: []spanSpec{{name: "llm_request", id: 1, start: 0, end: ms(3000), pod: "vllm-0",
-				attrs: Attrs{FloatAttr(AttrTimeInQueue, 1.5), FloatAttr(AttrTTFT, 2.0), FloatAttr(AttrE2E, 3.0), FloatAttr("gen_ai.latency.time_in_scheduler", 0.01)}}},
+				attrs: span.Attrs{span.FloatAttr(span.AttrTimeInQueue, 1.5), span.FloatAttr(span.AttrTTFT, 2.0), span.FloatAttr(span.AttrE2E, 3.0), span.FloatAttr("gen_ai.latency.time_in_scheduler", 0.01)}}},
 			wantParts: map[RequestPart]float64{PartQueue: 1.5, PartPrefill: 0.5, PartDecode: 1.0},
 			dominant:  PartQueue, e2e: 3.0, ttft: 2.0, pod: "vllm-0", source: "v0",
 		},
 		{
 			name: "client and llm-d gateway around the engine",
 			spans: []spanSpec{
-				{name: "POST /v1/chat/completions", id: 1, start: 0, end: ms(5000), kind: SpanKindClient},
-				{name: "gateway.request", id: 2, parent: 1, start: ms(100), end: ms(4900), kind: SpanKindServer},
+				{name: "POST /v1/chat/completions", id: 1, start: 0, end: ms(5000), kind: span.SpanKindClient},
+				{name: "gateway.request", id: 2, parent: 1, start: ms(100), end: ms(4900), kind: span.SpanKindServer},
 				{name: "gateway.request_orchestration", id: 3, parent: 2, start: ms(1100), end: ms(1400)},
 				{name: "llm_d.epp.scorer.prefix_cache", id: 4, parent: 3, start: ms(1150), end: ms(1250),
-					attrs: Attrs{FloatAttr("llm_d.scorer.score.max", 0.9), IntAttr("llm_d.scorer.candidate_endpoints", 4), StringAttr("llm_d.scorer.result", "ok")}},
+					attrs: span.Attrs{span.FloatAttr("llm_d.scorer.score.max", 0.9), span.IntAttr("llm_d.scorer.candidate_endpoints", 4), span.StringAttr("llm_d.scorer.result", "ok")}},
 				{name: "llm_request", id: 5, parent: 2, start: ms(1500), end: ms(3500), pod: "vllm-2",
 					attrs: v1Engine("r2", 800, 0.2, 0.3, 1.5, 2.0)},
 			},
@@ -110,8 +111,8 @@ func TestBuildRequests(t *testing.T) {
 				{name: "gateway.request", id: 1, start: 0, end: ms(3000)},
 				{name: "llm_d.pd_proxy.prefill", id: 2, parent: 1, start: ms(100), end: ms(1100)},
 				{name: "llm_request", id: 3, parent: 2, start: ms(100), end: ms(1100), pod: "prefill-0",
-					attrs: Attrs{StringAttr(AttrRequestID, "p"), IntAttr(AttrPromptTokens, 9000), IntAttr(AttrCompletionTokens, 1),
-						FloatAttr(AttrTimeInQueue, 0.2), FloatAttr(AttrTimeInPrefill, 0.8), FloatAttr(AttrTimeInDecode, 0), FloatAttr(AttrTTFT, 1.0), FloatAttr(AttrE2E, 1.0)}},
+					attrs: span.Attrs{span.StringAttr(span.AttrRequestID, "p"), span.IntAttr(span.AttrPromptTokens, 9000), span.IntAttr(span.AttrCompletionTokens, 1),
+						span.FloatAttr(span.AttrTimeInQueue, 0.2), span.FloatAttr(span.AttrTimeInPrefill, 0.8), span.FloatAttr(span.AttrTimeInDecode, 0), span.FloatAttr(span.AttrTTFT, 1.0), span.FloatAttr(span.AttrE2E, 1.0)}},
 				{name: "llm_d.pd_proxy.decode", id: 4, parent: 1, start: ms(1200), end: ms(3000)},
 				{name: "llm_request", id: 5, parent: 4, start: ms(1200), end: ms(3000), pod: "decode-0",
 					attrs: v1Engine("d", 9000, 0.1, 0.1, 1.6, 1.8)},
@@ -122,7 +123,7 @@ func TestBuildRequests(t *testing.T) {
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			var spans []Span
+			var spans []span.Span
 			for _, s := range c.spans {
 				s.trace = byte(i + 1)
 				spans = append(spans, mkSpan(s))
@@ -169,8 +170,8 @@ func TestBuildRequests(t *testing.T) {
 
 // fleet builds n requests spread over pods, 100 ms apart, each 1 s long
 // with a 0.1 s TTFT, and lets mod change any of them.
-func fleet(n int, pods []string, mod func(i int, s *spanSpec)) []Span {
-	var out []Span
+func fleet(n int, pods []string, mod func(i int, s *spanSpec)) []span.Span {
+	var out []span.Span
 	for i := 0; i < n; i++ {
 		s := spanSpec{name: "llm_request", id: 1, trace: byte(i + 1), start: ms(100 * i), end: ms(100*i + 1000),
 			pod: pods[i%len(pods)], attrs: v1Engine("r", 500, 0.02, 0.08, 0.9, 1.0)}
@@ -216,7 +217,7 @@ func TestCorrelateRequests(t *testing.T) {
 	pods := []string{"vllm-0", "vllm-1", "vllm-2", "vllm-3"}
 	cases := []struct {
 		name      string
-		spans     []Span
+		spans     []span.Span
 		in        CorrelationInput
 		wantCause []string
 		wantNote  string
@@ -243,8 +244,8 @@ func TestCorrelateRequests(t *testing.T) {
 		},
 		{
 			name: "gateway delay outside the engine",
-			spans: func() []Span {
-				var out []Span
+			spans: func() []span.Span {
+				var out []span.Span
 				for i := 0; i < 12; i++ {
 					base := ms(500 * i)
 					tr := byte(i + 1)

@@ -16,6 +16,7 @@ import (
 	"github.com/whyslow/whyslow/collectors/tracequery"
 	"github.com/whyslow/whyslow/notifiers/render"
 	"github.com/whyslow/whyslow/query"
+	"github.com/whyslow/whyslow/span"
 	"github.com/whyslow/whyslow/triage"
 	"github.com/whyslow/whyslow/verdict"
 )
@@ -113,24 +114,24 @@ type pagedTempo struct{ *tracequery.Tempo }
 // SpansBetween implements triage.Traces: without a limit it returns every
 // span that started in [start, end) of the traces holding an llm_request
 // span in it, as a traces.jsonl of the same spans would.
-func (p pagedTempo) SpansBetween(ctx context.Context, start, end time.Time, limit int) ([]triage.Span, error) {
+func (p pagedTempo) SpansBetween(ctx context.Context, start, end time.Time, limit int) ([]span.Span, error) {
 	if limit > 0 {
 		return p.Tempo.SpansBetween(ctx, start, end, limit)
 	}
-	done := map[triage.TraceID]bool{}
-	var out []triage.Span
+	done := map[span.TraceID]bool{}
+	var out []span.Span
 	for from := start; ; {
 		page, err := p.Tempo.SpansBetween(ctx, from, end, 0)
 		if err != nil {
 			return nil, err
 		}
-		byTrace := map[triage.TraceID][]triage.Span{}
+		byTrace := map[span.TraceID][]span.Span{}
 		// first: each trace's first llm_request span in the page, the span
 		// the search matched it by.
-		first := map[triage.TraceID]int64{}
+		first := map[span.TraceID]int64{}
 		for _, s := range page {
 			byTrace[s.TraceID] = append(byTrace[s.TraceID], s)
-			if t, ok := first[s.TraceID]; s.Name == triage.SpanLLMRequest && (!ok || s.StartUnixNano < t) {
+			if t, ok := first[s.TraceID]; s.Name == span.SpanLLMRequest && (!ok || s.StartUnixNano < t) {
 				first[s.TraceID] = s.StartUnixNano
 			}
 		}
@@ -147,7 +148,7 @@ func (p pagedTempo) SpansBetween(ctx context.Context, start, end time.Time, limi
 				if err != nil {
 					return nil, err
 				}
-				spans = slices.DeleteFunc(all, func(s triage.Span) bool {
+				spans = slices.DeleteFunc(all, func(s span.Span) bool {
 					return s.StartUnixNano < start.UnixNano() || s.StartUnixNano >= end.UnixNano()
 				})
 			}
@@ -164,7 +165,7 @@ func (p pagedTempo) SpansBetween(ctx context.Context, start, end time.Time, limi
 		}
 		from = next
 	}
-	triage.SortByStart(out)
+	span.SortByStart(out)
 	return out, nil
 }
 
@@ -208,10 +209,10 @@ func whyRequest(ctx context.Context, f *whyFlags) ([]verdict.Request, error) {
 	if tr == nil {
 		return nil, errors.New("--trace-id and --request-id need traces: --traces SOURCE, or a --bundle with traces.jsonl")
 	}
-	var spans []triage.Span
+	var spans []span.Span
 	what := ""
 	if f.traces.traceID != "" {
-		id, err := triage.ParseTraceID(strings.ToLower(f.traces.traceID))
+		id, err := span.ParseTraceID(strings.ToLower(f.traces.traceID))
 		if err != nil {
 			return nil, fmt.Errorf("--trace-id: %w", err)
 		}
@@ -227,10 +228,10 @@ func whyRequest(ctx context.Context, f *whyFlags) ([]verdict.Request, error) {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 		if len(byReq) == 0 {
-			return nil, fmt.Errorf("%s: no span carries %s=%q", what, triage.AttrRequestID, f.traces.requestID)
+			return nil, fmt.Errorf("%s: no span carries %s=%q", what, span.AttrRequestID, f.traces.requestID)
 		}
 		// The whole traces of the request's spans: gateway and client too.
-		seen := map[triage.TraceID]bool{}
+		seen := map[span.TraceID]bool{}
 		for _, s := range byReq {
 			if seen[s.TraceID] {
 				continue

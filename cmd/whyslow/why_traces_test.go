@@ -15,6 +15,7 @@ import (
 	"github.com/whyslow/whyslow/collectors/otlp"
 	"github.com/whyslow/whyslow/collectors/spanstore"
 	"github.com/whyslow/whyslow/collectors/tracequery"
+	"github.com/whyslow/whyslow/span"
 	"github.com/whyslow/whyslow/triage"
 	"github.com/whyslow/whyslow/verdict"
 )
@@ -234,16 +235,16 @@ func TestWhyTracesOfTheScope(t *testing.T) {
 		s.Attrs = slices.Clone(s.Attrs)
 		for i, a := range s.Attrs {
 			switch {
-			case a.Key == triage.AttrRequestModel:
-				s.Attrs[i] = triage.StringAttr(a.Key, big)
+			case a.Key == span.AttrRequestModel:
+				s.Attrs[i] = span.StringAttr(a.Key, big)
 			case strings.HasPrefix(a.Key, "gen_ai.latency."):
-				s.Attrs[i] = triage.FloatAttr(a.Key, 10*a.Float())
+				s.Attrs[i] = span.FloatAttr(a.Key, 10*a.Float())
 			}
 		}
-		if s.Name == triage.SpanLLMRequest {
+		if s.Name == span.SpanLLMRequest {
 			s.EndUnixNano = s.StartUnixNano + 10*(s.EndUnixNano-s.StartUnixNano)
-			s.Attrs = append(s.Attrs, triage.StringAttr(triage.AttrResponseModel, big))
-			s.Resource = triage.Attrs{triage.StringAttr("service.name", "vllm"), triage.StringAttr("k8s.pod.name", "vllm-llama-70b-0")}
+			s.Attrs = append(s.Attrs, span.StringAttr(span.AttrResponseModel, big))
+			s.Resource = span.Attrs{span.StringAttr("service.name", "vllm"), span.StringAttr("k8s.pod.name", "vllm-llama-70b-0")}
 		}
 		mixed = append(mixed, s)
 	}

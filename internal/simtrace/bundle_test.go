@@ -10,6 +10,7 @@ import (
 
 	"github.com/whyslow/whyslow/collectors/tracequery"
 	"github.com/whyslow/whyslow/internal/sim"
+	"github.com/whyslow/whyslow/span"
 	"github.com/whyslow/whyslow/triage"
 )
 
@@ -29,19 +30,19 @@ func TestFrontendDelayInTraces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var engine, gateway *triage.Span
+	var engine, gateway *span.Span
 	for i := range spans {
 		switch spans[i].Name {
-		case triage.SpanLLMRequest:
+		case span.SpanLLMRequest:
 			engine = &spans[i]
-		case triage.SpanGatewayRequest:
+		case span.SpanGatewayRequest:
 			gateway = &spans[i]
 		}
 	}
 	if engine == nil || gateway == nil {
 		t.Fatalf("spans %+v", spans)
 	}
-	if ttft, _ := engine.Attrs.Number(triage.AttrTTFT); !near(ttft, 2.3) || engine.Start() != a {
+	if ttft, _ := engine.Attrs.Number(span.AttrTTFT); !near(ttft, 2.3) || engine.Start() != a {
 		t.Errorf("llm_request TTFT %v from %v, want 2.3 s from the API server's arrival", ttft, engine.Start())
 	}
 	if gateway.Duration() < 3300*time.Millisecond {
