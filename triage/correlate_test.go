@@ -3,7 +3,6 @@ package triage
 import (
 	"context"
 	"errors"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -68,6 +67,10 @@ func (s *spanTraces) Trace(context.Context, span.TraceID) ([]span.Span, error) {
 
 func (s *spanTraces) ByRequestID(context.Context, string) ([]span.Span, error) { return nil, nil }
 
+// podContextSignals is how many pod context signals requests.PodContext
+// reads, one range query each.
+const podContextSignals = 7
+
 // stallSpans builds 48 requests on pods a and b, one every 5 s from
 // from; with long, a 60k-token prompt on pod a prefills for 40 s from
 // from+60s and the requests of pod a that arrive meanwhile queue behind it.
@@ -84,10 +87,19 @@ func stallSpans(from time.Time, long bool, trace byte) []span.Span {
 			queue = (100*time.Second - off).Seconds()
 		}
 		e2e := queue + prefill + 1
+		// vLLM V1 llm_request attributes.
+		attrs := span.Attrs{span.StringAttr(span.AttrRequestID, "r"), span.IntAttr(span.AttrPromptTokens, int64(prompt)),
+			span.IntAttr(span.AttrCompletionTokens, 100)}
+		for _, a := range []struct {
+			k string
+			v float64
+		}{{span.AttrTimeInQueue, queue}, {span.AttrTimeInPrefill, prefill}, {span.AttrTimeInDecode, 1}, {span.AttrTTFT, queue + prefill}, {span.AttrE2E, e2e}} {
+			attrs = append(attrs, span.FloatAttr(a.k, a.v))
+		}
 		out = append(out, span.Span{
 			TraceID: span.TraceID{0: trace, 15: byte(i + 1)}, SpanID: span.SpanID{7: 1}, Name: span.SpanLLMRequest,
-			StartUnixNano: start.UnixNano(), EndUnixNano: start.Add(rqDur(e2e)).UnixNano(),
-			Attrs:    v1Engine("r", prompt, queue, prefill, 1, e2e),
+			StartUnixNano: start.UnixNano(), EndUnixNano: start.Add(time.Duration(e2e * float64(time.Second))).UnixNano(),
+			Attrs:    attrs,
 			Resource: span.Attrs{span.StringAttr("k8s.pod.name", "vllm-"+pod)},
 		})
 	}
@@ -189,86 +201,9 @@ func TestCorrelateStep(t *testing.T) {
 				r.Context["whyslow_gpu_sm_clock_mhz"] != 1980 {
 				t.Errorf("slowest request = %+v", r)
 			}
-			if len(m.ranges) != len(podContextExprs) {
-				t.Errorf("%d range queries, want %d", len(m.ranges), len(podContextExprs))
+			if len(m.ranges) != podContextSignals {
+				t.Errorf("%d range queries, want %d", len(m.ranges), podContextSignals)
 			}
 		})
-	}
-}
-
-func TestPodContextErrors(t *testing.T) {
-	m := &fakeMetrics{}
-	_, _, err := PodContext(context.Background(), m, PodContextQuery{Start: at, End: at.Add(time.Minute)})
-	if err == nil || !strings.Contains(err.Error(), "pod context") {
-		t.Errorf("err = %v", err)
-	}
-}
-
-// TestRequestScope keeps the traced requests of the scope: by the model the
-// spans name (the engine span's gen_ai.response.model, else a
-// gen_ai.request.model, the gateway's included), the pod and the namespace;
-// a request whose spans do not say is kept only when the scope does not
-// constrain that label.
-func TestRequestScope(t *testing.T) {
-	engine := func(trace byte, pod string, extra ...span.Attr) span.Span {
-		s := mkSpan(spanSpec{name: span.SpanLLMRequest, id: 2, trace: trace, start: ms(10), end: ms(1010), pod: pod,
-			attrs: append(v1Engine("r", 100, 0.1, 0.2, 0.7, 1), extra...)})
-		if pod != "" {
-			s.Resource = append(s.Resource, span.StringAttr(span.AttrNamespace, "prod"))
-		}
-		return s
-	}
-	gateway := func(trace byte, model string) span.Span {
-		return mkSpan(spanSpec{name: span.SpanGatewayRequest, id: 1, trace: trace, start: 0, end: ms(1020),
-			attrs: span.Attrs{span.StringAttr(span.AttrRequestModel, model)}})
-	}
-	spans := []span.Span{
-		engine(1, "vllm-8b-0", span.StringAttr(span.AttrResponseModel, "llama-8b")),
-		engine(2, "vllm-70b-0", span.StringAttr(span.AttrResponseModel, "llama-70b"), span.StringAttr(span.AttrRequestModel, "llama-8b")),
-		gateway(3, "llama-70b"),
-		engine(3, "vllm-70b-1"),
-		engine(4, "vllm-8b-1", span.StringAttr(span.AttrRequestModel, "llama-8b")),
-		engine(5, ""), // says nothing: no model, no pod, no namespace
-	}
-	spans[3].ParentID = spans[2].SpanID
-	reqs := BuildRequests(spans)
-	if len(reqs) != 5 {
-		t.Fatalf("%d requests, want 5", len(reqs))
-	}
-	cases := []struct {
-		selector string
-		want     []byte // traces kept
-	}{
-		{``, []byte{1, 2, 3, 4, 5}},
-		{`model_name="llama-8b"`, []byte{1, 4}},
-		{`model_name="llama-70b"`, []byte{2, 3}},
-		{`model_name=~"llama-.*"`, []byte{1, 2, 3, 4}},
-		{`model_name!="llama-70b"`, []byte{1, 4, 5}},
-		{`model_name=~"llama-70b|"`, []byte{2, 3, 5}},
-		{`model="llama-8b"`, []byte{1, 4}},
-		{`pod="vllm-70b-1"`, []byte{3}},
-		{`pod=~"vllm-70b-.*", model_name="llama-70b"`, []byte{2, 3}},
-		{`namespace="prod"`, []byte{1, 2, 3, 4}},
-		{`job="vllm", instance="10.0.0.1:8000"`, []byte{1, 2, 3, 4, 5}}, // no mapping: no filter
-		{`kubernetes_pod_name="vllm-8b-0"`, []byte{1}},                  // the scope's target label
-	}
-	for _, c := range cases {
-		t.Run(c.selector, func(t *testing.T) {
-			sc, err := newRequestScope(c.selector, []string{"kubernetes_pod_name", "instance"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []byte
-			for _, r := range sc.filter(reqs) {
-				got = append(got, r.TraceID[15])
-			}
-			slices.Sort(got)
-			if !slices.Equal(got, c.want) {
-				t.Errorf("kept traces %v, want %v", got, c.want)
-			}
-		})
-	}
-	if _, err := newRequestScope(`model_name=`, nil); err == nil {
-		t.Error("a bad selector parsed")
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/whyslow/whyslow/collectors/tracequery"
 	"github.com/whyslow/whyslow/notifiers/render"
 	"github.com/whyslow/whyslow/query"
+	"github.com/whyslow/whyslow/requests"
 	"github.com/whyslow/whyslow/span"
 	"github.com/whyslow/whyslow/triage"
 	"github.com/whyslow/whyslow/verdict"
@@ -244,9 +245,9 @@ func whyRequest(ctx context.Context, f *whyFlags) ([]verdict.Request, error) {
 			spans = append(spans, all...)
 		}
 	}
-	built := triage.BuildRequests(spans)
+	built := requests.BuildRequests(spans)
 	if f.traces.requestID != "" {
-		built = slices.DeleteFunc(built, func(b triage.RequestBreakdown) bool { return b.RequestID != f.traces.requestID })
+		built = slices.DeleteFunc(built, func(b requests.RequestBreakdown) bool { return b.RequestID != f.traces.requestID })
 	}
 	if len(built) == 0 {
 		return nil, fmt.Errorf("%s: no llm_request span (the engine's span) found", what)
@@ -255,12 +256,12 @@ func whyRequest(ctx context.Context, f *whyFlags) ([]verdict.Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	return triage.ExplainRequests(built, samples, 0), nil
+	return requests.ExplainRequests(built, samples, 0), nil
 }
 
 // requestContext reads the pods' metrics around the requests from the
 // metrics source, when one is given (--bundle or --prometheus).
-func requestContext(ctx context.Context, f *whyFlags, reqs []triage.RequestBreakdown) ([]triage.PodSample, error) {
+func requestContext(ctx context.Context, f *whyFlags, reqs []requests.RequestBreakdown) ([]requests.PodSample, error) {
 	if f.bundle == "" && f.prometheus == "" {
 		return nil, nil
 	}
@@ -272,7 +273,7 @@ func requestContext(ctx context.Context, f *whyFlags, reqs []triage.RequestBreak
 			pods = append(pods, r.Pod)
 		}
 	}
-	q := triage.PodContextQuery{Selector: f.selector, Pods: pods, Start: lo.Add(-time.Minute), End: hi}
+	q := requests.PodContextQuery{Selector: f.selector, Pods: pods, Start: lo.Add(-time.Minute), End: hi}
 	var m query.Metrics
 	if f.bundle != "" {
 		b, st, _, err := openBundle(ctx, f.bundle)
@@ -291,7 +292,7 @@ func requestContext(ctx context.Context, f *whyFlags, reqs []triage.RequestBreak
 		}
 		m = c
 	}
-	samples, _, err := triage.PodContext(ctx, m, q)
+	samples, _, err := requests.PodContext(ctx, m, q)
 	if err != nil {
 		// The breakdown stands without the context.
 		fmt.Fprintf(os.Stderr, "whyslow why: pod context: %v\n", err)

@@ -15,8 +15,8 @@ import (
 	"github.com/whyslow/whyslow/collectors/otlp"
 	"github.com/whyslow/whyslow/collectors/spanstore"
 	"github.com/whyslow/whyslow/collectors/tracequery"
+	"github.com/whyslow/whyslow/requests"
 	"github.com/whyslow/whyslow/span"
-	"github.com/whyslow/whyslow/triage"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -188,7 +188,7 @@ func TestPagedTempoReadsWholeWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantReqs := triage.BuildRequests(want)
+	wantReqs := requests.BuildRequests(want)
 	if len(wantReqs) <= 3*40 {
 		t.Fatalf("%d requests: too few to page", len(wantReqs))
 	}
@@ -197,7 +197,7 @@ func TestPagedTempoReadsWholeWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gotReqs := triage.BuildRequests(got)
+	gotReqs := requests.BuildRequests(got)
 	if len(gotReqs) != len(wantReqs) {
 		t.Fatalf("%d requests paged, %d in the file", len(gotReqs), len(wantReqs))
 	}
@@ -211,7 +211,7 @@ func TestPagedTempoReadsWholeWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := len(triage.BuildRequests(one)); n >= len(wantReqs) {
+	if n := len(requests.BuildRequests(one)); n >= len(wantReqs) {
 		t.Errorf("one search found %d of %d requests: the test does not page", n, len(wantReqs))
 	}
 }

@@ -1,4 +1,7 @@
-package triage
+// Package requests builds the request model from spans (where each traced
+// request spent its time) and correlates the slowest requests with their
+// pods' metrics, as evidence for the diagnosis.
+package requests
 
 import (
 	"fmt"
@@ -682,9 +685,10 @@ type Correlation struct {
 	Notes []string
 }
 
-// Correlation step and rule names.
+// Correlation step and rule names; CorrelateStep is the walk step whose
+// evidence the requests add.
 const (
-	correlateStep = "correlate"
+	CorrelateStep = "correlate"
 	causePrefill  = "prefill_contention"
 	causeOutside  = "outside_engine"
 	causeImbal    = "load_imbalance"
@@ -727,7 +731,7 @@ func CorrelateRequests(in CorrelationInput) Correlation {
 
 func (c *Correlation) add(cause, rule string, now, base *float64, weight float64, text string) {
 	c.Evidence[cause] = append(c.Evidence[cause], verdict.Evidence{
-		Step: correlateStep, Rule: rule, Now: now, Baseline: base,
+		Step: CorrelateStep, Rule: rule, Now: now, Baseline: base,
 		Weight: math.Round(weight*100) / 100, Text: text,
 	})
 }
@@ -1178,4 +1182,44 @@ func (c *Correlation) reconcileTTFT(all []RequestBreakdown, server *float64, q f
 	default:
 		c.Notes = append(c.Notes, fmt.Sprintf("server-side TTFT %s %.3fs disagrees with the %d traced requests' engine TTFT %s %.3fs: traces may be sampled (llm-d samples 10%% by default), cover other pods, or the window edges differ", qs, *server, len(eng), qs, e))
 	}
+}
+
+// ExplainRequests returns the verdict form of the requests, each joined to
+// its pod's latest sample at or before the time the engine queued it
+// (within tolerance; 0 means one minute).
+func ExplainRequests(reqs []RequestBreakdown, samples []PodSample, tolerance time.Duration) []verdict.Request {
+	if tolerance <= 0 {
+		tolerance = time.Minute
+	}
+	out := make([]verdict.Request, 0, len(reqs))
+	for i := range reqs {
+		r := reqs[i].Request()
+		if s := rqSampleAt(samples, reqs[i].Pod, reqs[i].EngineStart, tolerance); s != nil {
+			r.Context = s.Values
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// InWindow keeps the requests that started or finished in [w.Start,
+// w.End): those the window's metrics saw.
+func InWindow(reqs []RequestBreakdown, w verdict.Window) []RequestBreakdown {
+	var out []RequestBreakdown
+	for _, r := range reqs {
+		end := r.Start.Add(rqDur(r.E2E))
+		if r.Start.Before(w.End) && !end.Before(w.Start) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
 }
