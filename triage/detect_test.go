@@ -7,53 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/model"
-	"github.com/prometheus/prometheus/model/labels"
-	"github.com/prometheus/prometheus/promql"
-	"github.com/prometheus/prometheus/promql/promqltest"
-	"github.com/prometheus/prometheus/storage"
-
+	"github.com/whyslow/whyslow/query/querytest"
 	"github.com/whyslow/whyslow/verdict"
 )
-
-// detectTestMetrics answers PromQL over a promqltest storage.
-type detectTestMetrics struct {
-	engine *promql.Engine
-	store  storage.Queryable
-}
-
-func newDetectTestMetrics(t *testing.T, load string) *detectTestMetrics {
-	t.Helper()
-	st := promqltest.LoadedStorage(t, load)
-	t.Cleanup(func() { st.Close() })
-	eng := promql.NewEngine(promql.EngineOpts{MaxSamples: 50_000_000, Timeout: time.Minute, LookbackDelta: 5 * time.Minute})
-	return &detectTestMetrics{engine: eng, store: st}
-}
-
-func (m *detectTestMetrics) Query(ctx context.Context, expr string, at time.Time) (model.Vector, []string, error) {
-	q, err := m.engine.NewInstantQuery(ctx, m.store, nil, expr, at)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer q.Close()
-	res := q.Exec(ctx)
-	if res.Err != nil {
-		return nil, nil, res.Err
-	}
-	v, err := res.Vector()
-	if err != nil {
-		return nil, nil, err
-	}
-	out := make(model.Vector, 0, len(v))
-	for _, s := range v {
-		out = append(out, &model.Sample{Metric: toModelMetric(s.Metric), Value: model.SampleValue(s.F), Timestamp: model.TimeFromUnixNano(at.UnixNano())})
-	}
-	return out, nil, nil
-}
-
-func (m *detectTestMetrics) QueryRange(context.Context, string, time.Time, time.Time, time.Duration) (model.Matrix, []string, error) {
-	return nil, nil, fmt.Errorf("not used")
-}
 
 // ttftLoad builds TTFT histograms for scope "bad" (healthy for 70 minutes,
 // then every new request lands in (0.25, 1]) and scope "ok" (healthy
@@ -77,7 +33,7 @@ func ttftLoad() string {
 }
 
 func TestDetectTTFTFiresWithinIntervals(t *testing.T) {
-	m := newDetectTestMetrics(t, ttftLoad())
+	m := querytest.New(t, ttftLoad())
 	d, err := NewDetector(DetectConfig{Triggers: []Trigger{{Name: "ttft", Signal: SignalTTFTP95, Ratio: 2, MinIncrease: 0.1}}})
 	if err != nil {
 		t.Fatal(err)
@@ -133,7 +89,7 @@ func TestDetectTTFTFiresWithinIntervals(t *testing.T) {
 }
 
 func TestDetectForHold(t *testing.T) {
-	m := newDetectTestMetrics(t, ttftLoad())
+	m := querytest.New(t, ttftLoad())
 	hold := 10 * time.Minute
 	d, err := NewDetector(DetectConfig{Triggers: []Trigger{{Name: "ttft", Signal: SignalTTFTP95, Ratio: 2, For: &hold}}})
 	if err != nil {
@@ -161,7 +117,7 @@ func TestDetectSuccessRateAndQueue(t *testing.T) {
   vllm:num_requests_waiting{model_name="m"} 0+0x100 0+3x100
   vllm:num_requests_waiting{model_name="n"} 0+0x200
 `
-	m := newDetectTestMetrics(t, load)
+	m := querytest.New(t, load)
 	d, err := NewDetector(DetectConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -287,7 +243,7 @@ func TestDetectMinRequests(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := newDetectTestMetrics(t, tt.load)
+			m := querytest.New(t, tt.load)
 			d, err := NewDetector(DetectConfig{})
 			if err != nil {
 				t.Fatal(err)
@@ -328,7 +284,7 @@ func TestDetectMinRequests(t *testing.T) {
 			fmt.Fprintf(&b, "  vllm:time_to_first_token_seconds_bucket{model_name=\"m\",le=%q} 0+%sx840 70+%sx120\n", le, fast, slow)
 		}
 		fmt.Fprintf(&b, "  vllm:time_to_first_token_seconds_count{model_name=\"m\"} 0+0.0833x840 70+2x120\n")
-		m := newDetectTestMetrics(t, b.String())
+		m := querytest.New(t, b.String())
 		d, err := NewDetector(DetectConfig{})
 		if err != nil {
 			t.Fatal(err)
@@ -389,7 +345,7 @@ func itlLoad() string {
 }
 
 func TestDetectTPOTMeanRatioIgnoresBucketSteps(t *testing.T) {
-	m := newDetectTestMetrics(t, itlLoad())
+	m := querytest.New(t, itlLoad())
 	tpot := DefaultTriggers()[1]
 	noMean := tpot
 	noMean.MeanRatio = 0
@@ -492,7 +448,7 @@ func freshLoad() string {
 // trigger compares with the history there is (at least MinHistory), and
 // an absolute trigger fires without any baseline.
 func TestDetectFreshSidecar(t *testing.T) {
-	m := newDetectTestMetrics(t, freshLoad())
+	m := querytest.New(t, freshLoad())
 	d, err := NewDetector(DetectConfig{For: time.Nanosecond})
 	if err != nil {
 		t.Fatal(err)
@@ -558,7 +514,7 @@ func TestDetectFreshSidecar(t *testing.T) {
 // shortened to it); with three minutes of history nothing is compared.
 func TestDetectMinutesAfterRestart(t *testing.T) {
 	// 10 requests every 5 s; from sample 72 (minute 6) each takes 0.25–1 s.
-	m := newDetectTestMetrics(t, `load 5s
+	m := querytest.New(t, `load 5s
   vllm:time_to_first_token_seconds_bucket{model_name="m",le="0.1"} 0+10x72 720+0x24
   vllm:time_to_first_token_seconds_bucket{model_name="m",le="0.25"} 0+10x72 720+0x24
   vllm:time_to_first_token_seconds_bucket{model_name="m",le="1"} 0+10x96
@@ -612,7 +568,7 @@ func TestDetectMinutesAfterRestart(t *testing.T) {
 // never matches one target's HTTP counters to another's model, and a
 // target serving two models attributes its 5xx to neither (no query error).
 func TestDetectHTTPFailuresPerTarget(t *testing.T) {
-	m := newDetectTestMetrics(t, `load 5s
+	m := querytest.New(t, `load 5s
   vllm:request_success_total{model_name="a",instance="h:1",finished_reason="stop"} 0+9x100
   vllm:request_success_total{model_name="a",instance="h:1",finished_reason="abort"} 0+1x100
   vllm:num_requests_running{model_name="a",instance="h:1"} 4+0x100
@@ -648,8 +604,3 @@ func TestDetectHTTPFailuresPerTarget(t *testing.T) {
 }
 
 // toModelMetric converts a PromQL engine's labels to the client's metric.
-func toModelMetric(ls labels.Labels) model.Metric {
-	met := model.Metric{}
-	ls.Range(func(l labels.Label) { met[model.LabelName(l.Name)] = model.LabelValue(l.Value) })
-	return met
-}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/whyslow/whyslow/query/querytest"
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/verdict"
@@ -56,7 +57,7 @@ func TestTRTLLMWithoutPrefixFamiliesIsAGap(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The map, over real series: prompt tokens and requests, nothing else.
-	m := newDetectTestMetrics(t, `load 15s
+	m := querytest.New(t, `load 15s
   trtllm_prompt_tokens_total{model_name="m"} 0+3000x80
   trtllm_e2e_request_latency_seconds_count{model_name="m"} 0+3x80
   trtllm_e2e_request_latency_seconds_sum{model_name="m"} 0+6x80
@@ -79,7 +80,7 @@ func TestTRTLLMWithoutPrefixFamiliesIsAGap(t *testing.T) {
 		}
 	}
 	// A sanity check that the same expression reads the family when it exists.
-	m = newDetectTestMetrics(t, `load 15s
+	m = querytest.New(t, `load 15s
   trtllm_prompt_tokens_total{model_name="m"} 0+3000x80
   trtllm_prompt_cached_tokens_total{model_name="m"} 0+1000x80
 `)

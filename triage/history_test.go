@@ -4,13 +4,15 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/whyslow/whyslow/query/querytest"
 )
 
 // TestHistoryStart: the first sample of an engine series in the range, to
 // one step; the range's start when the history begins earlier; zero when
 // the range holds none, or none of the selector's.
 func TestHistoryStart(t *testing.T) {
-	m := rangeMetrics{newDetectTestMetrics(t, `load 5s
+	m := querytest.Range{Metrics: querytest.New(t, `load 5s
   vllm:time_to_first_token_seconds_count{model_name="m"} _x24 0+10x96
   unrelated_total 0+1x200
 `)}

@@ -7,45 +7,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/model"
-
 	"github.com/whyslow/whyslow/query"
+	"github.com/whyslow/whyslow/query/querytest"
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/verdict"
 )
 
-// rangeMetrics adds range queries to the promqltest-backed detectTestMetrics.
-type rangeMetrics struct{ *detectTestMetrics }
-
-func (m rangeMetrics) QueryRange(ctx context.Context, expr string, start, end time.Time, step time.Duration) (model.Matrix, []string, error) {
-	q, err := m.engine.NewRangeQuery(ctx, m.store, nil, expr, start, end, step)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer q.Close()
-	res := q.Exec(ctx)
-	if res.Err != nil {
-		return nil, nil, res.Err
-	}
-	mat, err := res.Matrix()
-	if err != nil {
-		return nil, nil, err
-	}
-	out := make(model.Matrix, 0, len(mat))
-	for _, s := range mat {
-		ss := &model.SampleStream{Metric: toModelMetric(s.Metric)}
-		for _, p := range s.Floats {
-			ss.Values = append(ss.Values, model.SamplePair{Timestamp: model.Time(p.T), Value: model.SampleValue(p.F)})
-		}
-		out = append(out, ss)
-	}
-	return out, nil, nil
-}
-
-// spanned is rangeMetrics that knows its data range, as the embedded store does.
+// spanned is querytest.Range that knows its data range, as the embedded store does.
 type spanned struct {
-	rangeMetrics
+	querytest.Range
 	start, end time.Time
 }
 
@@ -106,9 +77,9 @@ func TestInsufficientReason(t *testing.T) {
 			code: verdict.InsufficientSignal, want: []string{"ttft_mean (TTFT mean)", "incident window", "vllm:time_to_first_token_seconds_sum"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var m query.Metrics = rangeMetrics{newDetectTestMetrics(t, tc.load)}
+			var m query.Metrics = querytest.Range{Metrics: querytest.New(t, tc.load)}
 			if tc.exact {
-				m = spanned{m.(rangeMetrics), t0, t0.Add(90 * time.Minute)}
+				m = spanned{m.(querytest.Range), t0, t0.Add(90 * time.Minute)}
 			}
 			opts := Options{Metrics: m, Rulesets: all, At: t0.Add(tc.at), Selector: tc.selector, Engine: tc.engine, GPU: "H100"}
 			if tc.engine == "vllm" {

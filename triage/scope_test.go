@@ -6,11 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/whyslow/whyslow/query/querytest"
 	"github.com/whyslow/whyslow/verdict"
 )
 
 func TestScopeModels(t *testing.T) {
-	m := newDetectTestMetrics(t, `load 5s
+	m := querytest.New(t, `load 5s
   vllm:num_requests_running{model_name="llama-8b",pod="a"} 1+0x20
   vllm:num_requests_running{model_name="llama-70b",pod="b"} 1+0x20
   sglang:num_running_reqs{model_name="qwen",pod="c"} 1+0x20

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/common/model"
 
+	"github.com/whyslow/whyslow/query/querytest"
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/verdict"
@@ -298,7 +299,7 @@ func TestHeadlineBucket(t *testing.T) {
   vllm:time_to_first_token_seconds_sum{model_name="a"} 0+0.1x400
   vllm:time_to_first_token_seconds_count{model_name="a"} 0+1x400
 `
-	m := rangeMetrics{newDetectTestMetrics(t, load)}
+	m := querytest.Range{Metrics: querytest.New(t, load)}
 	v, err := Run(context.Background(), Options{Metrics: m, Ruleset: rs, At: time.Unix(0, 0).Add(90 * time.Minute), GPU: "H100"})
 	if err != nil {
 		t.Fatal(err)
