@@ -5,6 +5,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/whyslow/whyslow/detect"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -25,7 +26,7 @@ const (
 // CohortWindow of each other. dets are the detector's scopes (all of them,
 // firing or not), groupBy its scope labels. Alert-only incidents have no
 // detector scope and are left out.
-func FindCohorts(incidents []Incident, dets []Detection, groupBy []string, at time.Time) map[string]*verdict.Cohort {
+func FindCohorts(incidents []Incident, dets []detect.Detection, groupBy []string, at time.Time) map[string]*verdict.Cohort {
 	open := map[string]Incident{}
 	for _, in := range incidents {
 		if in.Status == IncidentOpen && in.Detected {

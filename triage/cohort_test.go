@@ -6,16 +6,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/whyslow/whyslow/detect"
 	"github.com/whyslow/whyslow/verdict"
 )
 
-func cohortFixture(ns []string) ([]Detection, map[string]verdict.Scope) {
-	var dets []Detection
+func cohortFixture(ns []string) ([]detect.Detection, map[string]verdict.Scope) {
+	var dets []detect.Detection
 	scopes := map[string]verdict.Scope{}
 	for i, n := range ns {
 		key := fmt.Sprintf("namespace=%q,model_name=\"m%d\"", n, i)
 		sc := verdict.Scope{Selector: key, Labels: map[string]string{"namespace": n, "model_name": fmt.Sprintf("m%d", i)}}
-		dets = append(dets, Detection{Key: key, Scope: sc})
+		dets = append(dets, detect.Detection{Key: key, Scope: sc})
 		scopes[key] = sc
 	}
 	return dets, scopes

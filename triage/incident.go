@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/whyslow/whyslow/detect"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -328,7 +329,7 @@ func (t *Tracker) Incidents() []Incident {
 // open, a trigger whose condition holds again (pending) keeps it firing, so
 // a signal that dips for a few scrapes inside the incident neither resolves
 // it nor waits out the hold again while the resolve countdown runs.
-func (t *Tracker) Observe(d Detection, at time.Time) []Event {
+func (t *Tracker) Observe(d detect.Detection, at time.Time) []Event {
 	in := t.open[d.Key]
 	holding := in != nil && in.Detected && len(d.Holding()) > 0
 	if d.Firing || holding {
@@ -342,7 +343,7 @@ func (t *Tracker) Observe(d Detection, at time.Time) []Event {
 			in.Triggers = d.Holding()
 		}
 		in.ClearSince = time.Time{}
-		if severityRank(d.Severity) > severityRank(in.Severity) {
+		if d.Severity.Rank() > in.Severity.Rank() {
 			in.Severity = d.Severity
 		}
 		in.UpdatedAt = at
@@ -420,7 +421,7 @@ func (t *Tracker) Record(key string, v *verdict.Verdict, at time.Time) []Event {
 	}
 	top := topCause(v)
 	if in.Notified.Count == 0 {
-		if severityRank(v.Severity) > severityRank(in.Severity) {
+		if v.Severity.Rank() > in.Severity.Rank() {
 			in.Severity = v.Severity
 		}
 		// Wait a little for a verdict that names a cause.
@@ -432,13 +433,13 @@ func (t *Tracker) Record(key string, v *verdict.Verdict, at time.Time) []Event {
 	}
 
 	// A verdict severity above the notified one must hold to count.
-	if severityRank(v.Severity) > severityRank(in.Notified.Severity) {
+	if v.Severity.Rank() > in.Notified.Severity.Rank() {
 		if v.Severity == in.PendingSeverity {
 			in.PendingSeverityCount++
 		} else {
 			in.PendingSeverity, in.PendingSeverityCount = v.Severity, 1
 		}
-		if in.PendingSeverityCount >= t.cfg.CauseHold && severityRank(v.Severity) > severityRank(in.Severity) {
+		if in.PendingSeverityCount >= t.cfg.CauseHold && v.Severity.Rank() > in.Severity.Rank() {
 			in.Severity = v.Severity
 		}
 	} else {
@@ -459,7 +460,7 @@ func (t *Tracker) Record(key string, v *verdict.Verdict, at time.Time) []Event {
 		}
 	}
 
-	if severityRank(in.Severity) > severityRank(in.Notified.Severity) {
+	if in.Severity.Rank() > in.Notified.Severity.Rank() {
 		cause := in.Notified.Cause
 		if in.PendingCause != "" && in.PendingCount >= t.cfg.CauseHold {
 			cause = in.PendingCause
@@ -535,7 +536,7 @@ func (t *Tracker) AlertFiring(key string, scope verdict.Scope, a AlertRef, sev v
 		in.Alerts = map[string]AlertRef{}
 	}
 	in.Alerts[a.Fingerprint] = a
-	if severityRank(sev) > severityRank(in.Severity) {
+	if sev.Rank() > in.Severity.Rank() {
 		in.Severity = sev
 	}
 	in.UpdatedAt = at

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/whyslow/whyslow/detect"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -12,11 +13,11 @@ var incT0 = time.Unix(1700000000, 0)
 
 func incAt(i int) time.Time { return incT0.Add(time.Duration(i) * 5 * time.Second) }
 
-func detection(firing bool, sev verdict.Severity) Detection {
-	d := Detection{Key: `model_name="m"`, Scope: verdict.Scope{Selector: `model_name="m"`, Labels: map[string]string{"model_name": "m"}}, Firing: firing, Severity: verdict.SeverityNone}
+func detection(firing bool, sev verdict.Severity) detect.Detection {
+	d := detect.Detection{Key: `model_name="m"`, Scope: verdict.Scope{Selector: `model_name="m"`, Labels: map[string]string{"model_name": "m"}}, Firing: firing, Severity: verdict.SeverityNone}
 	if firing {
 		d.Severity = sev
-		d.Triggers = []TriggerResult{{Name: "ttft_p95", State: TriggerFiring, Severity: sev}}
+		d.Triggers = []detect.TriggerResult{{Name: "ttft_p95", State: detect.TriggerFiring, Severity: sev}}
 	}
 	return d
 }
@@ -288,9 +289,9 @@ func TestIncidentEnumsString(t *testing.T) {
 }
 
 func TestTrackerPendingKeepsOpenIncidentFiring(t *testing.T) {
-	pending := func() Detection {
+	pending := func() detect.Detection {
 		d := detection(false, verdict.SeverityNone)
-		d.Triggers = []TriggerResult{{Name: "tpot_p95", State: TriggerPending, Severity: verdict.SeverityWarning}}
+		d.Triggers = []detect.TriggerResult{{Name: "tpot_p95", State: detect.TriggerPending, Severity: verdict.SeverityWarning}}
 		return d
 	}
 	tr := NewTracker(IncidentConfig{ResolveAfter: time.Minute})

@@ -40,6 +40,17 @@ const (
 	SeverityCritical Severity = "critical"
 )
 
+// Rank orders severities: none 0, warning 1, critical 2.
+func (s Severity) Rank() int {
+	switch s {
+	case SeverityWarning:
+		return 1
+	case SeverityCritical:
+		return 2
+	}
+	return 0
+}
+
 // EngineShape names the shipped form of an engine's metrics a triage read.
 type EngineShape struct {
 	Name  string `json:"name"`

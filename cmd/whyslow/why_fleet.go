@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/common/model"
 
+	"github.com/whyslow/whyslow/detect"
 	"github.com/whyslow/whyslow/notifiers/render"
 	"github.com/whyslow/whyslow/triage"
 	"github.com/whyslow/whyslow/verdict"
@@ -132,7 +133,7 @@ func runWhyFleet(ctx context.Context, f *whyFlags, stdout, stderr io.Writer) int
 // ranking and the triages compare with the history there is
 // (triage.ChooseBaseline) and say so.
 func rankFleet(ctx context.Context, opts triage.Options, groupBy []string, since time.Time, window time.Duration) (*fleetReport, error) {
-	cfg := triage.DetectConfig{GroupBy: groupBy, Selector: opts.Selector, Baseline: opts.Baseline}
+	cfg := detect.DetectConfig{GroupBy: groupBy, Selector: opts.Selector, Baseline: opts.Baseline}
 	if window > 0 {
 		cfg.LongWindow, cfg.ShortWindow = window, (window / 2).Round(time.Millisecond)
 	}
@@ -148,7 +149,7 @@ func rankFleet(ctx context.Context, opts triage.Options, groupBy []string, since
 		return nil, fmt.Errorf("--baseline %s is shorter than the window %s, so the windows overlap",
 			model.Duration(cfg.Baseline), model.Duration(max(cfg.LongWindow, triageWindow)))
 	}
-	det, err := triage.NewDetector(cfg)
+	det, err := detect.NewDetector(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -166,14 +167,14 @@ func rankFleet(ctx context.Context, opts triage.Options, groupBy []string, since
 	if err := shippedRulesets(&opts); err != nil {
 		return nil, err
 	}
-	choice := triage.ChooseBaseline(cfg.Baseline, cfg.LongWindow, since, opts.At)
+	choice := detect.ChooseBaseline(cfg.Baseline, cfg.LongWindow, since, opts.At)
 	rep := &fleetReport{At: opts.At.UTC(), GroupBy: cfg.GroupBy, Window: model.Duration(cfg.LongWindow).String(),
 		Note: choice.Note(), Scopes: len(dets)}
 	if choice.Offset > 0 {
 		rep.Baseline = model.Duration(choice.Offset).String()
 	}
 	// The triages compare with the history there is too (as the daemon's).
-	tchoice := triage.ChooseBaseline(cfg.Baseline, triageWindow, since, opts.At)
+	tchoice := detect.ChooseBaseline(cfg.Baseline, triageWindow, since, opts.At)
 	opts.Baseline = cfg.Baseline
 	if tchoice.Offset > 0 {
 		opts.Baseline = tchoice.Offset
@@ -184,7 +185,7 @@ func rankFleet(ctx context.Context, opts triage.Options, groupBy []string, since
 		}
 		r := rankedScope{Scope: d.Scope, Severity: d.Severity}
 		for _, t := range d.Triggers {
-			if t.State != triage.TriggerFiring {
+			if t.State != detect.TriggerFiring {
 				continue
 			}
 			r.Triggers = append(r.Triggers, t.Name+": "+t.Reason)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/whyslow/whyslow/detect"
 	"github.com/whyslow/whyslow/internal/daemon"
 	"github.com/whyslow/whyslow/internal/sim"
 	"github.com/whyslow/whyslow/rules"
@@ -125,7 +126,7 @@ func RunEarly(ctx context.Context, c Case, rss []*rules.Ruleset, o EarlyOptions)
 		return nil, fmt.Errorf("%s: load: %w", c, err)
 	}
 	defer st.Close()
-	det, err := triage.NewDetector(cfg.Detect)
+	det, err := detect.NewDetector(cfg.Detect)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", c, err)
 	}
@@ -135,7 +136,7 @@ func RunEarly(ctx context.Context, c Case, rss []*rules.Ruleset, o EarlyOptions)
 	// The recording ends at the bundle's `at`; the triages after the fire
 	// time need data up to max(n-1, wait) intervals later.
 	end := b.Incident.At.Add(-time.Duration(max(n-1, wait)) * step)
-	var scope triage.Detection
+	var scope detect.Detection
 	// The first evaluation is at the onset: a condition already holding
 	// then is noise the detector caught before the cause began (reported
 	// as PendingAtOnset); the `for` hold counts from there.
@@ -147,7 +148,7 @@ func RunEarly(ctx context.Context, c Case, rss []*rules.Ruleset, o EarlyOptions)
 		for _, d := range dets {
 			if at.Equal(res.Onset) {
 				for _, tr := range d.Triggers {
-					if tr.State != triage.TriggerInactive {
+					if tr.State != detect.TriggerInactive {
 						res.PendingAtOnset = append(res.PendingAtOnset, tr.Name)
 					}
 				}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/whyslow/whyslow/collectors/remote"
 	"github.com/whyslow/whyslow/collectors/spanstore"
+	"github.com/whyslow/whyslow/detect"
 	"github.com/whyslow/whyslow/internal/redact"
 	"github.com/whyslow/whyslow/notifiers/alertmanager"
 	"github.com/whyslow/whyslow/notifiers/logsink"
@@ -95,7 +96,7 @@ type Config struct {
 	// Triage sets the windows of the triage the daemon runs.
 	Triage TriageConfig `yaml:"triage,omitempty" json:"triage,omitempty"`
 	// Detect configures the triggers.
-	Detect triage.DetectConfig `yaml:"detect,omitempty" json:"detect,omitempty"`
+	Detect detect.DetectConfig `yaml:"detect,omitempty" json:"detect,omitempty"`
 	// Incidents sets the noise controls.
 	Incidents triage.IncidentConfig `yaml:"incidents,omitempty" json:"incidents,omitempty"`
 	// Alerts configures the Alertmanager webhook intake.

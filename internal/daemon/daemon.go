@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 
 	"github.com/whyslow/whyslow/collectors/scrape"
+	"github.com/whyslow/whyslow/detect"
 	"github.com/whyslow/whyslow/internal/httplimit"
 	"github.com/whyslow/whyslow/internal/redact"
 	"github.com/whyslow/whyslow/notifiers"
@@ -150,7 +151,7 @@ type Daemon struct {
 	opts        Options
 	log         *slog.Logger
 	secrets     *redact.Secrets
-	detector    *triage.Detector
+	detector    *detect.Detector
 	tracker     *triage.Tracker
 	stats       *stats
 	scraped     atomic.Bool                   // a scrape has succeeded
@@ -201,7 +202,7 @@ func New(opts Options) (*Daemon, error) {
 	// Whatever logger comes in, the daemon's lines go through the redaction
 	// layer (a triage error may quote a URL with a token).
 	opts.Logger = slog.New(redact.Handler(opts.Logger.Handler(), opts.Secrets))
-	det, err := triage.NewDetector(cfg.Detect)
+	det, err := detect.NewDetector(cfg.Detect)
 	if err != nil {
 		return nil, fmt.Errorf("new daemon: %w", err)
 	}
@@ -565,7 +566,7 @@ func (d *Daemon) runTriage(ctx context.Context, source string, req TriageRequest
 func (d *Daemon) prepare(req TriageRequest) (_ TriageRequest, learning string) {
 	req = withEngineFacts(d.Config(), req)
 	if since := d.HistorySince(); !since.IsZero() {
-		c := triage.ChooseBaseline(req.Baseline, req.Window, since, req.At)
+		c := detect.ChooseBaseline(req.Baseline, req.Window, since, req.At)
 		if c.Offset > 0 {
 			req.Baseline = c.Offset
 		}
@@ -688,7 +689,7 @@ func (d *Daemon) CheckReload(cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("reload: %w", err)
 	}
-	if _, err := triage.NewDetector(cfg.Detect); err != nil {
+	if _, err := detect.NewDetector(cfg.Detect); err != nil {
 		return fmt.Errorf("reload: %w", err)
 	}
 	return nil
@@ -705,7 +706,7 @@ func (d *Daemon) Reload(cfg Config, scraper Scraper, receivers []string) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("reload: %w", err)
 	}
-	det, err := triage.NewDetector(cfg.Detect)
+	det, err := detect.NewDetector(cfg.Detect)
 	if err != nil {
 		return fmt.Errorf("reload: %w", err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 
 	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/detect"
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/triage"
@@ -195,7 +196,7 @@ func testConfig() Config {
 		Listen: "127.0.0.1:9109",
 		// A one-interval hold: these tests are about the incident lifecycle
 		// (the default hold is covered in package triage and the e2e tests).
-		Detect:    triage.DetectConfig{Baseline: 10 * time.Minute, For: 5 * time.Second},
+		Detect:    detect.DetectConfig{Baseline: 10 * time.Minute, For: 5 * time.Second},
 		Incidents: triage.IncidentConfig{ResolveAfter: time.Minute},
 		Triage:    TriageConfig{Window: time.Minute, Baseline: 10 * time.Minute},
 	}
@@ -475,7 +476,7 @@ func TestAPIBadInput(t *testing.T) {
 func TestReloadAllOrNothing(t *testing.T) {
 	h := newHarness(t, testConfig())
 	bad := testConfig()
-	bad.Detect.Triggers = []triage.Trigger{{Name: "x", Signal: "nope", Ratio: 2}}
+	bad.Detect.Triggers = []detect.Trigger{{Name: "x", Signal: "nope", Ratio: 2}}
 	bad.API.Token = "new"
 	if err := h.d.Reload(bad, nil, nil); err == nil {
 		t.Fatal("bad reload accepted")

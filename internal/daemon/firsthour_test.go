@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/detect"
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/notifiers/render"
 	"github.com/whyslow/whyslow/triage"
@@ -73,8 +74,8 @@ func TestDaemonFreshSidecarUsesItsHistory(t *testing.T) {
 // is learning.
 func TestDaemonLearningBaseline(t *testing.T) {
 	cfg := freshConfig()
-	cfg.Detect.Triggers = []triage.Trigger{{Name: "ttft_abs", Signal: triage.SignalTTFTP95, Above: ptrTo(0.2)},
-		{Name: "ttft_ratio", Signal: triage.SignalTTFTP95, Ratio: 2}}
+	cfg.Detect.Triggers = []detect.Trigger{{Name: "ttft_abs", Signal: detect.SignalTTFTP95, Above: ptrTo(0.2)},
+		{Name: "ttft_ratio", Signal: detect.SignalTTFTP95, Ratio: 2}}
 	h := newHarness(t, cfg)
 	h.ticks(t, 1*12)
 	h.eng.setSlow(true)
@@ -105,7 +106,7 @@ func TestDaemonLearningBaseline(t *testing.T) {
 // rendered, says so.
 func TestDaemonMinutesAfterRestart(t *testing.T) {
 	cfg := freshConfig()
-	cfg.Detect.Triggers = []triage.Trigger{triage.DefaultTriggers()[0]} // ttft_p95: ratio 2, at least 20 requests
+	cfg.Detect.Triggers = []detect.Trigger{detect.DefaultTriggers()[0]} // ttft_p95: ratio 2, at least 20 requests
 	h := newHarness(t, cfg)
 	first := h.now.Add(5 * time.Second)
 	h.ticks(t, 6*12)

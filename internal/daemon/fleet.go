@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/whyslow/whyslow/collectors/remote"
+	"github.com/whyslow/whyslow/detect"
 	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/triage"
 )
@@ -112,7 +113,7 @@ func (f *fleetStats) collectors() []prometheus.Collector {
 }
 
 // observeCycle records one finished cycle.
-func (s *stats) observeCycle(dets []triage.Detection, took time.Duration, queries int64) {
+func (s *stats) observeCycle(dets []detect.Detection, took time.Duration, queries int64) {
 	firing := 0
 	for _, d := range dets {
 		if d.Firing {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/whyslow/whyslow/detect"
 	"github.com/whyslow/whyslow/internal/amtest"
 	"github.com/whyslow/whyslow/internal/fleettest"
 	"github.com/whyslow/whyslow/internal/promtest"
@@ -59,7 +60,7 @@ func TestFleetAlertmanagerHA(t *testing.T) {
 			Causes: []verdict.Cause{{ID: cause, Rank: 1, Score: 0.9, Confidence: 0.8, Title: cause}}}, nil
 	}
 	cfg := Config{Source: SourceConfig{Prometheus: &PrometheusSource{URL: prom}}, Listen: "127.0.0.1:0", OTLP: OTLPDisabled(),
-		Detect:    triage.DetectConfig{GroupBy: []string{"namespace", "model_name"}},
+		Detect:    detect.DetectConfig{GroupBy: []string{"namespace", "model_name"}},
 		Incidents: triage.IncidentConfig{ResolveAfter: 30 * time.Second, CauseHold: 1}}
 	type replica struct {
 		d      *Daemon
@@ -173,7 +174,7 @@ func TestFleetStack(t *testing.T) {
 	am := amtest.Start(ctx, t, amtest.WebhookConfig(rcv.URL, "alertname", "namespace"))
 
 	cfg := Config{Source: SourceConfig{Prometheus: &PrometheusSource{URL: prom}}, Listen: "127.0.0.1:0", OTLP: OTLPDisabled(),
-		Detect:    triage.DetectConfig{GroupBy: []string{"namespace", "model_name"}},
+		Detect:    detect.DetectConfig{GroupBy: []string{"namespace", "model_name"}},
 		Receivers: []ReceiverConfig{{Name: "am", Alertmanager: &alertmanager.Config{URL: am}}}}
 	stack, err := NewStack(StackOptions{Config: cfg, Logger: quietLogger(), LogWriter: io.Discard})
 	if err != nil {

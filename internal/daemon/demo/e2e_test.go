@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/whyslow/whyslow/detect"
 	"github.com/whyslow/whyslow/internal/daemon"
 	"github.com/whyslow/whyslow/internal/sim"
 	"github.com/whyslow/whyslow/notifiers"
@@ -77,11 +78,11 @@ func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func newTestEnv(t *testing.T, scenario string, rcv *receiver, dataDir string) *Env {
 	t.Helper()
-	return newTestEnvDetect(t, scenario, rcv, dataDir, triage.DetectConfig{})
+	return newTestEnvDetect(t, scenario, rcv, dataDir, detect.DetectConfig{})
 }
 
 // newTestEnvDetect is newTestEnv with detector settings (zero: defaults).
-func newTestEnvDetect(t *testing.T, scenario string, rcv *receiver, dataDir string, detect triage.DetectConfig) *Env {
+func newTestEnvDetect(t *testing.T, scenario string, rcv *receiver, dataDir string, detect detect.DetectConfig) *Env {
 	t.Helper()
 	return newTestEnvWith(t, rcv, EnvOptions{Scenario: scenario, Config: daemon.Config{Detect: detect, DataDir: dataDir}})
 }
@@ -165,7 +166,7 @@ func TestE2EIncidentScenarios(t *testing.T) {
 			ctx := context.Background()
 			// The daemon's detector without the hold: when the signal
 			// crosses both the short and the confirming (long) window.
-			shadow, err := triage.NewDetector(triage.DetectConfig{For: time.Nanosecond})
+			shadow, err := detect.NewDetector(detect.DetectConfig{For: time.Nanosecond})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -271,10 +272,10 @@ func TestE2EIncidentScenarios(t *testing.T) {
 func TestE2EHealthyHourIsQuiet(t *testing.T) {
 	type quietCase struct {
 		scenario string
-		detect   triage.DetectConfig
+		detect   detect.DetectConfig
 	}
-	scenarios := []quietCase{{"healthy", triage.DetectConfig{For: 90 * time.Second}}, {"healthy_busy", triage.DetectConfig{}},
-		{"healthy_burst", triage.DetectConfig{For: 90 * time.Second}}}
+	scenarios := []quietCase{{"healthy", detect.DetectConfig{For: 90 * time.Second}}, {"healthy_busy", detect.DetectConfig{}},
+		{"healthy_burst", detect.DetectConfig{For: 90 * time.Second}}}
 	if testing.Short() {
 		scenarios = scenarios[:1]
 	}

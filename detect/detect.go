@@ -1,4 +1,7 @@
-package triage
+// Package detect decides when to triage: the detector evaluates a few
+// PromQL triggers per scope against a learned baseline and says which
+// scopes fire.
+package detect
 
 import (
 	"context"
@@ -761,7 +764,7 @@ func (d *Detector) EvaluateSince(ctx context.Context, m query.Metrics, at, since
 				if at.Sub(since) >= hold {
 					tr.State = TriggerFiring
 					det.Firing = true
-					if severityRank(t.Severity) > severityRank(det.Severity) {
+					if t.Severity.Rank() > det.Severity.Rank() {
 						det.Severity = t.Severity
 					}
 				}
@@ -920,14 +923,4 @@ func (d *Detector) scopeOf(key string) verdict.Scope {
 		}
 	}
 	return s
-}
-
-func severityRank(s verdict.Severity) int {
-	switch s {
-	case verdict.SeverityWarning:
-		return 1
-	case verdict.SeverityCritical:
-		return 2
-	}
-	return 0
 }
