@@ -18,10 +18,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/model"
 
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/internal/httplimit"
 	"github.com/whyslow/whyslow/notifiers/alertmanager"
 	"github.com/whyslow/whyslow/notifiers/render"
-	"github.com/whyslow/whyslow/triage"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -120,7 +120,7 @@ func (d *Daemon) handleIncidents(w http.ResponseWriter, r *http.Request) {
 		d.writeError(w, http.StatusBadRequest, fmt.Errorf("status: %q (want open or resolved)", status))
 		return
 	}
-	out := []triage.Incident{}
+	out := []incident.Incident{}
 	for _, in := range d.Incidents() {
 		if status == "" || in.Status.String() == status {
 			if in.Verdict != nil {
@@ -411,7 +411,7 @@ func (d *Daemon) IngestAlerts(ctx context.Context, p *AlertmanagerPayload, at ti
 	var todo []alertTriage
 
 	d.work.Lock()
-	var events []triage.Event
+	var events []incident.Event
 	toTriage := map[string]verdict.Scope{}
 	touched := map[string]bool{}
 	open := d.openAlertIncidents()
@@ -439,7 +439,7 @@ func (d *Daemon) IngestAlerts(ctx context.Context, p *AlertmanagerPayload, at ti
 			if !d.tracker.Open(key) {
 				open++
 			}
-			d.tracker.AlertFiring(key, scope, triage.AlertRef{
+			d.tracker.AlertFiring(key, scope, incident.AlertRef{
 				Fingerprint: a.Fingerprint, Name: a.Labels["alertname"], StartsAt: a.StartsAt, Labels: a.Labels,
 			}, alertSeverity(a.Labels), at)
 			toTriage[key] = scope
@@ -455,7 +455,7 @@ func (d *Daemon) IngestAlerts(ctx context.Context, p *AlertmanagerPayload, at ti
 	}
 	sort.Strings(res.Incidents)
 	for key, scope := range toTriage {
-		if in, ok := d.tracker.Get(key); ok && in.Status == triage.IncidentOpen {
+		if in, ok := d.tracker.Get(key); ok && in.Status == incident.IncidentOpen {
 			todo = append(todo, alertTriage{key: key, incident: in.ID, scope: scope})
 		}
 	}
@@ -488,7 +488,7 @@ func (d *Daemon) IngestAlerts(ctx context.Context, p *AlertmanagerPayload, at ti
 	events = nil
 	for _, r := range done {
 		// The incident may have resolved (and another opened) meanwhile.
-		if in, ok := d.tracker.Get(r.key); ok && in.ID == r.incident && in.Status == triage.IncidentOpen {
+		if in, ok := d.tracker.Get(r.key); ok && in.ID == r.incident && in.Status == incident.IncidentOpen {
 			events = append(events, d.tracker.Record(r.key, r.v, at)...)
 		}
 	}
@@ -535,7 +535,7 @@ func (d *Daemon) openAlertIncidents() int {
 // line, so a restart does not keep triaging them every cycle.
 func (d *Daemon) pruneAlertIncidents(at time.Time) {
 	cfg := d.Config()
-	var keep, drop []triage.Incident
+	var keep, drop []incident.Incident
 	for _, key := range d.tracker.OpenKeys() {
 		in, _ := d.tracker.Get(key)
 		if in.Detected || len(in.Alerts) == 0 {
@@ -558,7 +558,7 @@ func (d *Daemon) pruneAlertIncidents(at time.Time) {
 	if len(drop) == 0 {
 		return
 	}
-	var events []triage.Event
+	var events []incident.Event
 	for _, in := range drop {
 		fps := make([]string, 0, len(in.Alerts))
 		for fp := range in.Alerts {

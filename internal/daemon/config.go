@@ -12,6 +12,7 @@ import (
 	"github.com/whyslow/whyslow/collectors/remote"
 	"github.com/whyslow/whyslow/collectors/spanstore"
 	"github.com/whyslow/whyslow/detect"
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/internal/redact"
 	"github.com/whyslow/whyslow/notifiers/alertmanager"
 	"github.com/whyslow/whyslow/notifiers/logsink"
@@ -98,7 +99,7 @@ type Config struct {
 	// Detect configures the triggers.
 	Detect detect.DetectConfig `yaml:"detect,omitempty" json:"detect,omitempty"`
 	// Incidents sets the noise controls.
-	Incidents triage.IncidentConfig `yaml:"incidents,omitempty" json:"incidents,omitempty"`
+	Incidents incident.IncidentConfig `yaml:"incidents,omitempty" json:"incidents,omitempty"`
 	// Alerts configures the Alertmanager webhook intake.
 	Alerts AlertsConfig `yaml:"alerts,omitempty" json:"alerts,omitempty"`
 	// Receivers are where notifications go.

@@ -26,6 +26,7 @@ import (
 
 	"github.com/whyslow/whyslow/collectors/scrape"
 	"github.com/whyslow/whyslow/detect"
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/internal/httplimit"
 	"github.com/whyslow/whyslow/internal/redact"
 	"github.com/whyslow/whyslow/notifiers"
@@ -135,7 +136,7 @@ type Options struct {
 // AlertSender keeps an alert manager in step with the incidents
 // (*alertmanager.Sender). Sync must not block.
 type AlertSender interface {
-	Sync(incidents []triage.Incident, at time.Time, link func(triage.Incident) string)
+	Sync(incidents []incident.Incident, at time.Time, link func(incident.Incident) string)
 }
 
 // Daemon is the sidecar loop and its API state. Changes to the incident
@@ -152,7 +153,7 @@ type Daemon struct {
 	log         *slog.Logger
 	secrets     *redact.Secrets
 	detector    *detect.Detector
-	tracker     *triage.Tracker
+	tracker     *incident.Tracker
 	stats       *stats
 	scraped     atomic.Bool                   // a scrape has succeeded
 	history     atomic.Int64                  // unix ns of the first successful scrape the store holds; 0: none yet
@@ -168,7 +169,7 @@ type Daemon struct {
 
 	viewMu   sync.RWMutex
 	verdicts map[string]*verdict.Verdict // last verdict per scope key
-	view     []triage.Incident
+	view     []incident.Incident
 	gaps     []verdict.DataGap // from the sources' last cycle
 	problems map[string]string // readiness problems by key (see Problems)
 }
@@ -211,7 +212,7 @@ func New(opts Options) (*Daemon, error) {
 		log:         opts.Logger.With("component", "daemon"),
 		secrets:     opts.Secrets,
 		detector:    det,
-		tracker:     triage.NewTracker(cfg.Incidents),
+		tracker:     incident.NewTracker(cfg.Incidents),
 		budget:      httplimit.NewBudget(bodyBudget),
 		down:        map[string]time.Time{},
 		metrics:     opts.Metrics,
@@ -275,7 +276,7 @@ func (d *Daemon) Tick(ctx context.Context, at time.Time) error {
 		d.log.Error("Detection failed", "err", err)
 		return fmt.Errorf("tick at %s: %w", at.Format(time.RFC3339), err)
 	}
-	var events []triage.Event
+	var events []incident.Event
 	seen := map[string]bool{}
 	for _, det := range dets {
 		seen[det.Key] = true
@@ -293,7 +294,7 @@ func (d *Daemon) Tick(ctx context.Context, at time.Time) error {
 		}
 	}
 	verdicts := d.triageOpen(ctx, cfg, at, cycleStart, seen)
-	cohorts := triage.FindCohorts(d.tracker.Incidents(), dets, cfg.Detect.GroupBy, at)
+	cohorts := incident.FindCohorts(d.tracker.Incidents(), dets, cfg.Detect.GroupBy, at)
 	for _, key := range d.tracker.OpenKeys() {
 		v, ok := verdicts[key]
 		if !ok {
@@ -316,7 +317,7 @@ func (d *Daemon) syncAlerts(at time.Time) {
 		return
 	}
 	external := d.Config().API.ExternalURL
-	link := func(in triage.Incident) string { return verdictURL(external, in.Scope.Selector) }
+	link := func(in incident.Incident) string { return verdictURL(external, in.Scope.Selector) }
 	incs := d.tracker.Incidents()
 	for _, s := range d.opts.AlertSenders {
 		s.Sync(incs, at, link)
@@ -661,10 +662,10 @@ func (d *Daemon) publish() {
 }
 
 // Incidents returns the open incidents followed by the resolved ones.
-func (d *Daemon) Incidents() []triage.Incident {
+func (d *Daemon) Incidents() []incident.Incident {
 	d.viewMu.RLock()
 	defer d.viewMu.RUnlock()
-	return append([]triage.Incident(nil), d.view...)
+	return append([]incident.Incident(nil), d.view...)
 }
 
 // Verdict returns the latest verdict for a scope selector (any matcher order).
@@ -791,14 +792,14 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 func promqlParser() parser.Parser { return parser.NewParser(parser.Options{}) }
 
 // notificationFor builds one receiver's notification for an incident event.
-func notificationFor(ev triage.Event, receiver, externalURL string, at time.Time) *notifiers.Notification {
+func notificationFor(ev incident.Event, receiver, externalURL string, at time.Time) *notifiers.Notification {
 	kind := notifiers.TransitionUpdate
 	switch ev.Kind {
-	case triage.EventOpened:
+	case incident.EventOpened:
 		kind = notifiers.TransitionOpen
-	case triage.EventResolved:
+	case incident.EventResolved:
 		kind = notifiers.TransitionResolve
-	case triage.EventRepeated:
+	case incident.EventRepeated:
 		kind = notifiers.TransitionRepeat
 	}
 	v := ev.Incident.Verdict

@@ -19,9 +19,9 @@ import (
 
 	"github.com/whyslow/whyslow/collectors/store"
 	"github.com/whyslow/whyslow/detect"
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/rules"
-	"github.com/whyslow/whyslow/triage"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -197,7 +197,7 @@ func testConfig() Config {
 		// A one-interval hold: these tests are about the incident lifecycle
 		// (the default hold is covered in package triage and the e2e tests).
 		Detect:    detect.DetectConfig{Baseline: 10 * time.Minute, For: 5 * time.Second},
-		Incidents: triage.IncidentConfig{ResolveAfter: time.Minute},
+		Incidents: incident.IncidentConfig{ResolveAfter: time.Minute},
 		Triage:    TriageConfig{Window: time.Minute, Baseline: 10 * time.Minute},
 	}
 }
@@ -276,7 +276,7 @@ func TestDaemonIncidentLifecycle(t *testing.T) {
 		t.Fatalf("notifications: %s", got)
 	}
 	incs := h.d.Incidents()
-	if len(incs) != 1 || incs[0].Status != triage.IncidentResolved {
+	if len(incs) != 1 || incs[0].Status != incident.IncidentResolved {
 		t.Fatalf("incidents = %+v", incs)
 	}
 	// The top-cause gauge is gone once resolved; counters are there.
@@ -328,7 +328,7 @@ func TestDaemonPersistsIncidents(t *testing.T) {
 		t.Fatal(err)
 	}
 	incs := h2.Incidents()
-	if len(incs) != 1 || incs[0].Status != triage.IncidentOpen || incs[0].TopCause != "queue_saturation" {
+	if len(incs) != 1 || incs[0].Status != incident.IncidentOpen || incs[0].TopCause != "queue_saturation" {
 		t.Fatalf("restored incidents = %+v", incs)
 	}
 }
@@ -412,7 +412,7 @@ func TestAPIAlertmanagerIntake(t *testing.T) {
 		t.Fatalf("resolved: %d %s", code, body)
 	}
 	incs = h.d.Incidents()
-	if len(incs) != 1 || incs[0].Status != triage.IncidentResolved {
+	if len(incs) != 1 || incs[0].Status != incident.IncidentResolved {
 		t.Fatalf("after resolve: %+v", incs)
 	}
 	if got := h.ob.kinds(); got != "open:queue_saturation resolve:queue_saturation" {

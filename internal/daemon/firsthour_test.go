@@ -12,9 +12,9 @@ import (
 
 	"github.com/whyslow/whyslow/collectors/store"
 	"github.com/whyslow/whyslow/detect"
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/notifiers/render"
-	"github.com/whyslow/whyslow/triage"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -192,7 +192,7 @@ func TestDaemonTopCauseFollowsVerdict(t *testing.T) {
 	h.tri.mu.Unlock()
 	h.ticks(t, 2)
 	in := h.d.Incidents()[0]
-	if in.Status != triage.IncidentOpen || in.TopCause != "" {
+	if in.Status != incident.IncidentOpen || in.TopCause != "" {
 		t.Errorf("incident %s top_cause %q after a verdict without a cause", in.Status, in.TopCause)
 	}
 	body := h.get(t, "/metrics", "", http.StatusOK)
@@ -242,7 +242,7 @@ func TestDaemonStoppedEngineIncidentResolves(t *testing.T) {
 	a.setDown(true)
 	h.ticks(t, 10*12)
 	incs = h.d.Incidents()
-	if len(incs) != 1 || incs[0].Status != triage.IncidentResolved {
+	if len(incs) != 1 || incs[0].Status != incident.IncidentResolved {
 		t.Fatalf("incident of the stopped engine is %s after 10 minutes", incs[0].Status)
 	}
 	if r := incs[0].ResolveReason; !strings.Contains(r, "engine-a down since") || incs[0].Condition.Reason != "DataGone" {

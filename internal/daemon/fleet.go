@@ -12,8 +12,8 @@ import (
 
 	"github.com/whyslow/whyslow/collectors/remote"
 	"github.com/whyslow/whyslow/detect"
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/query"
-	"github.com/whyslow/whyslow/triage"
 )
 
 // QueryCounter counts the queries that go through it, for the cycle's
@@ -131,15 +131,15 @@ func (s *stats) observeCycle(dets []detect.Detection, took time.Duration, querie
 // matches them to the engines' series), its top cause and severity. The
 // scope labels vary with the configuration, so the metric is unchecked.
 type openIncidents struct {
-	incs atomic.Pointer[[]triage.Incident]
+	incs atomic.Pointer[[]incident.Incident]
 }
 
 var openIncidentHelp = "1 per open incident, labelled with the scope's labels, the top cause id (unknown before a verdict names one) and the severity."
 
-func (o *openIncidents) set(incs []triage.Incident) {
-	var open []triage.Incident
+func (o *openIncidents) set(incs []incident.Incident) {
+	var open []incident.Incident
 	for _, in := range incs {
-		if in.Status == triage.IncidentOpen {
+		if in.Status == incident.IncidentOpen {
 			open = append(open, in)
 		}
 	}

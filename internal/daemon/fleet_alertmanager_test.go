@@ -13,12 +13,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/whyslow/whyslow/detect"
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/internal/amtest"
 	"github.com/whyslow/whyslow/internal/fleettest"
 	"github.com/whyslow/whyslow/internal/promtest"
 	"github.com/whyslow/whyslow/internal/sim"
 	"github.com/whyslow/whyslow/notifiers/alertmanager"
-	"github.com/whyslow/whyslow/triage"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -61,7 +61,7 @@ func TestFleetAlertmanagerHA(t *testing.T) {
 	}
 	cfg := Config{Source: SourceConfig{Prometheus: &PrometheusSource{URL: prom}}, Listen: "127.0.0.1:0", OTLP: OTLPDisabled(),
 		Detect:    detect.DetectConfig{GroupBy: []string{"namespace", "model_name"}},
-		Incidents: triage.IncidentConfig{ResolveAfter: 30 * time.Second, CauseHold: 1}}
+		Incidents: incident.IncidentConfig{ResolveAfter: 30 * time.Second, CauseHold: 1}}
 	type replica struct {
 		d      *Daemon
 		sender *alertmanager.Sender
@@ -110,10 +110,10 @@ func TestFleetAlertmanagerHA(t *testing.T) {
 			}
 		}
 	}
-	open := func(r replica) []triage.Incident {
-		var out []triage.Incident
+	open := func(r replica) []incident.Incident {
+		var out []incident.Incident
 		for _, in := range r.d.Incidents() {
-			if in.Status == triage.IncidentOpen {
+			if in.Status == incident.IncidentOpen {
 				out = append(out, in)
 			}
 		}
@@ -188,9 +188,9 @@ func TestFleetStack(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var open []triage.Incident
+	var open []incident.Incident
 	for _, in := range stack.Daemon.Incidents() {
-		if in.Status == triage.IncidentOpen {
+		if in.Status == incident.IncidentOpen {
 			open = append(open, in)
 		}
 	}

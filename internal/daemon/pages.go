@@ -16,10 +16,10 @@ import (
 
 	"github.com/prometheus/common/model"
 
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/internal/httplimit"
 	"github.com/whyslow/whyslow/internal/web"
 	"github.com/whyslow/whyslow/notifiers/outbox"
-	"github.com/whyslow/whyslow/triage"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -292,13 +292,13 @@ func (d *Daemon) pageIndex(w http.ResponseWriter, _ *http.Request) {
 }
 
 // incidentByID returns the incident with that id, open or resolved.
-func (d *Daemon) incidentByID(id string) (triage.Incident, bool) {
+func (d *Daemon) incidentByID(id string) (incident.Incident, bool) {
 	for _, in := range d.Incidents() {
 		if in.ID == id {
 			return in, true
 		}
 	}
-	return triage.Incident{}, false
+	return incident.Incident{}, false
 }
 
 // journaler is the outbox's memory of each incident's notifications
@@ -411,15 +411,15 @@ func (d *Daemon) pageVerdict(w http.ResponseWriter, r *http.Request) {
 
 // incidentOf returns the incident of v's scope: the open one, else the
 // newest resolved one.
-func (d *Daemon) incidentOf(v *verdict.Verdict) (triage.Incident, bool) {
+func (d *Daemon) incidentOf(v *verdict.Verdict) (incident.Incident, bool) {
 	want := canonicalSelector(v.Scope.Selector)
-	var found triage.Incident
+	var found incident.Incident
 	ok := false
 	for _, in := range d.Incidents() {
 		if canonicalSelector(in.Scope.Selector) != want {
 			continue
 		}
-		if in.Status == triage.IncidentOpen {
+		if in.Status == incident.IncidentOpen {
 			return in, true
 		}
 		if !ok || in.ResolvedAt.After(found.ResolvedAt) {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/triage"
@@ -39,7 +40,7 @@ type ReplayOptions struct {
 type ReplayResult struct {
 	Notifications []*notifiers.Notification
 	// Incidents are the incidents at the end, open first.
-	Incidents []triage.Incident
+	Incidents []incident.Incident
 	Cycles    int
 	Queries   int64
 	// Failed counts the cycles whose detection failed (the replay goes

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/notifiers/chart"
 	"github.com/whyslow/whyslow/notifiers/notifytest"
-	"github.com/whyslow/whyslow/triage"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -63,10 +63,10 @@ func renderPage(t testing.TB, p Page) string {
 	return b.String()
 }
 
-func sampleIncident(v *verdict.Verdict) triage.Incident {
-	return triage.Incident{ID: "inc-1", Key: v.Scope.Selector, Scope: v.Scope, Status: triage.IncidentOpen,
+func sampleIncident(v *verdict.Verdict) incident.Incident {
+	return incident.Incident{ID: "inc-1", Key: v.Scope.Selector, Scope: v.Scope, Status: incident.IncidentOpen,
 		Severity: v.Severity, TopCause: v.Causes[0].ID, OpenedAt: t0.Add(-3 * time.Minute), Detected: true,
-		Triggers: []string{"ttft_ratio"}, Verdict: v, Notified: triage.Notified{Count: 2}}
+		Triggers: []string{"ttft_ratio"}, Verdict: v, Notified: incident.Notified{Count: 2}}
 }
 
 // TestHostileLabelsAreEscaped: a scope whose labels and selector carry
@@ -81,11 +81,11 @@ func TestHostileLabelsAreEscaped(t *testing.T) {
 	v.Warnings = []string{hostile}
 	in := sampleIncident(v)
 	in.ID = `inc-"><script>alert(4)</script>`
-	in.Alerts = map[string]triage.AlertRef{"fp": {Name: hostile}}
+	in.Alerts = map[string]incident.AlertRef{"fp": {Name: hostile}}
 	site := Site{Prefix: "/whyslow", Now: t0, SignOut: true}
 	section := Verdict(v, charts(v, in.OpenedAt), "")
 	pages := map[string]Page{
-		"index":    Index(site, []triage.Incident{in}, TriageForm{Selector: hostile, Error: hostile}),
+		"index":    Index(site, []incident.Incident{in}, TriageForm{Selector: hostile, Error: hostile}),
 		"incident": IncidentPage{Site: site, Incident: Row(site, in), Timeline: Timeline(in, nil), Verdict: &section},
 		"verdict":  VerdictPage{Site: site, Verdict: section},
 		"login":    LoginPage{Site: site, Next: hostile, Error: hostile},
@@ -229,7 +229,7 @@ func coordOf(t *testing.T, s string) float64 {
 func TestTimeline(t *testing.T) {
 	v := notifytest.Anomaly()
 	in := sampleIncident(v)
-	in.Status, in.ResolvedAt, in.ResolveReason = triage.IncidentResolved, t0.Add(20*time.Minute), "engine-a down"
+	in.Status, in.ResolvedAt, in.ResolveReason = incident.IncidentResolved, t0.Add(20*time.Minute), "engine-a down"
 	at := func(m int) time.Time { return in.OpenedAt.Add(time.Duration(m) * time.Minute) }
 	var notices []Notice
 	for _, recv := range []string{"slack", "hook"} {
@@ -269,15 +269,15 @@ func TestTimeline(t *testing.T) {
 // TestIndexOrder: open incidents newest first, then resolved newest first.
 func TestIndexOrder(t *testing.T) {
 	v := notifytest.Anomaly()
-	mk := func(id string, opened int, resolved bool) triage.Incident {
+	mk := func(id string, opened int, resolved bool) incident.Incident {
 		in := sampleIncident(v)
 		in.ID, in.OpenedAt = id, t0.Add(time.Duration(opened)*time.Minute)
 		if resolved {
-			in.Status, in.ResolvedAt = triage.IncidentResolved, in.OpenedAt.Add(time.Minute)
+			in.Status, in.ResolvedAt = incident.IncidentResolved, in.OpenedAt.Add(time.Minute)
 		}
 		return in
 	}
-	p := Index(Site{Now: t0.Add(time.Hour)}, []triage.Incident{mk("a", 1, false), mk("b", 5, false), mk("c", 2, true), mk("d", 9, true)}, TriageForm{})
+	p := Index(Site{Now: t0.Add(time.Hour)}, []incident.Incident{mk("a", 1, false), mk("b", 5, false), mk("c", 2, true), mk("d", 9, true)}, TriageForm{})
 	ids := func(rows []IncidentRow) string {
 		var s []string
 		for _, r := range rows {

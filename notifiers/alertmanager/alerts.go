@@ -9,8 +9,8 @@ import (
 
 	"github.com/prometheus/common/model"
 
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/notifiers/render"
-	"github.com/whyslow/whyslow/triage"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -66,15 +66,15 @@ func (a Alert) Resolved(t time.Time) bool { return !a.EndsAt.IsZero() && !a.Ends
 // with the same labels (a scope that resolved and opened again) make one
 // alert: the open one, or else the last resolved. The result is sorted by
 // fingerprint. It is pure: time comes in as at.
-func Alerts(incidents []triage.Incident, at time.Time, link func(triage.Incident) string, cfg Config) []Alert {
+func Alerts(incidents []incident.Incident, at time.Time, link func(incident.Incident) string, cfg Config) []Alert {
 	cfg = cfg.WithDefaults()
 	byFP := map[string]Alert{}
 	for _, in := range incidents {
 		var endsAt time.Time
 		switch {
-		case in.Status == triage.IncidentOpen:
+		case in.Status == incident.IncidentOpen:
 			endsAt = at.Add(resendFactor * cfg.ResendInterval)
-		case in.Status == triage.IncidentResolved && !in.ResolvedAt.IsZero() && at.Sub(in.ResolvedAt) <= cfg.ResolvedRetention:
+		case in.Status == incident.IncidentResolved && !in.ResolvedAt.IsZero() && at.Sub(in.ResolvedAt) <= cfg.ResolvedRetention:
 			endsAt = in.ResolvedAt
 		default:
 			continue
@@ -111,7 +111,7 @@ func sortedAlerts(byFP map[string]Alert) []Alert {
 	return out
 }
 
-func alertOf(in triage.Incident, endsAt time.Time, link func(triage.Incident) string, cfg Config) Alert {
+func alertOf(in incident.Incident, endsAt time.Time, link func(incident.Incident) string, cfg Config) Alert {
 	labels := make(map[string]string, len(cfg.Labels)+len(in.Scope.Labels)+2)
 	for k, v := range cfg.Labels {
 		labels[k] = v
@@ -162,7 +162,7 @@ func alertOf(in triage.Incident, endsAt time.Time, link func(triage.Incident) st
 }
 
 // topCause is the incident's top cause in its verdict, or nil.
-func topCause(in triage.Incident) *verdict.Cause {
+func topCause(in incident.Incident) *verdict.Cause {
 	if in.Verdict == nil || in.TopCause == "" {
 		return nil
 	}
@@ -197,7 +197,7 @@ func description(c verdict.Cause) string {
 }
 
 // pendingSummary is the summary of an incident not triaged yet.
-func pendingSummary(in triage.Incident) string {
+func pendingSummary(in incident.Incident) string {
 	s := "Inference latency degraded, triage pending"
 	if len(in.Triggers) > 0 {
 		s += " (triggers: " + strings.Join(in.Triggers, ", ") + ")"

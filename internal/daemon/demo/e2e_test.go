@@ -14,11 +14,11 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/detect"
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/internal/daemon"
 	"github.com/whyslow/whyslow/internal/sim"
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/notifiers/webhook"
-	"github.com/whyslow/whyslow/triage"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -213,7 +213,7 @@ func TestE2EIncidentScenarios(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				if fixed && len(incs) > 0 && incs[0].Status == triage.IncidentResolved {
+				if fixed && len(incs) > 0 && incs[0].Status == incident.IncidentResolved {
 					break
 				}
 			}

@@ -1,4 +1,7 @@
-package triage
+// Package incident tracks incidents per scope: opening on the detector's
+// firing, the verdicts that follow, notifications, resolution, and the
+// cohorts of scopes that slow together.
+package incident
 
 import (
 	"encoding/json"

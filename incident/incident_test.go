@@ -1,4 +1,4 @@
-package triage
+package incident
 
 import (
 	"strings"
@@ -33,7 +33,7 @@ func verdictOf(sev verdict.Severity, causes ...string) *verdict.Verdict {
 	return v
 }
 
-// step is one tick of a scripted incident.
+// step is one tick of a scripted
 type step struct {
 	firing  bool
 	sev     verdict.Severity
@@ -295,7 +295,7 @@ func TestTrackerPendingKeepsOpenIncidentFiring(t *testing.T) {
 		return d
 	}
 	tr := NewTracker(IncidentConfig{ResolveAfter: time.Minute})
-	// A pending trigger alone does not open an incident.
+	// A pending trigger alone does not open an
 	if evs := tr.Observe(pending(), incAt(0)); len(evs) != 0 || tr.Open(`model_name="m"`) {
 		t.Fatalf("pending opened an incident: %v", evs)
 	}
