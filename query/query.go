@@ -25,7 +25,7 @@ type Metrics interface {
 // SharedQueries is a Metrics that runs each distinct query once (same
 // expression and time, or same range and step) and gives every later
 // caller that answer. The daemon hands one to the triages of a cycle
-// (triage.Options.Shared): the queries of a diagnosis that read every scope's
+// (diagnose.Options.Shared): the queries of a diagnosis that read every scope's
 // series then run once per cycle, not once per scope. Safe for concurrent
 // use; callers must not modify the samples.
 type SharedQueries struct {

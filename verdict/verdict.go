@@ -1,6 +1,6 @@
 // Package verdict holds the data a triage returns: the Verdict and its parts
 // (scope, windows, causes, evidence, attribution, cohort, requests). Data
-// only: the diagnosis that fills it lives in package triage.
+// only: the diagnosis that fills it lives in package diagnose.
 package verdict
 
 import "time"
@@ -81,7 +81,7 @@ type Verdict struct {
 	// Headline holds the TTFT/TPOT split and the other top-line numbers.
 	Headline []Comparison `json:"headline"`
 	// Attribution splits the change of TTFT and inter-token latency into
-	// parts in seconds, with the unexplained remainder (attribution.go);
+	// parts in seconds, with the unexplained remainder (diagnose/attribution.go);
 	// nil when neither latency rose.
 	Attribution *Attribution `json:"attribution,omitempty"`
 	Causes      []Cause      `json:"causes"`
@@ -95,7 +95,7 @@ type Verdict struct {
 	Targets  []Target  `json:"targets,omitempty"`
 	DataGaps []DataGap `json:"data_gaps"`
 	// InsufficientReason says why the status is insufficient_data and what
-	// to do (insufficient.go); nil for any other status.
+	// to do (diagnose/insufficient.go); nil for any other status.
 	InsufficientReason *InsufficientReason `json:"insufficient_reason,omitempty"`
 	// Warnings are passed through from the metrics source (e.g. Prometheus query warnings).
 	Warnings []string `json:"warnings,omitempty"`

@@ -8,10 +8,10 @@ import (
 	"os"
 	"strings"
 
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/internal/daemon/demo"
 	"github.com/whyslow/whyslow/internal/sim"
 	"github.com/whyslow/whyslow/notifiers/render"
-	"github.com/whyslow/whyslow/triage"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -115,7 +115,7 @@ func demoVerdict(ctx context.Context, scenario string, seed int64, keep string, 
 	if err := b.WriteDir(dir, false); err != nil {
 		return nil, sim.Truth{}, fmt.Errorf("write bundle: %w", err)
 	}
-	opts := triage.Options{Engine: "auto", Explain: explain}
+	opts := diagnose.Options{Engine: "auto", Explain: explain}
 	if err := loadRulesets(&opts, nil); err != nil {
 		return nil, sim.Truth{}, err
 	}

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/whyslow/whyslow/collectors/bundle"
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/internal/sim"
-	"github.com/whyslow/whyslow/triage"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -36,7 +36,7 @@ func TestWhyBundleKeepSameVerdict(t *testing.T) {
 				}
 				return buf.String()
 			}
-			opts := triage.Options{Explain: true}
+			opts := diagnose.Options{Explain: true}
 			if err := loadRulesets(&opts, nil); err != nil {
 				t.Fatal(err)
 			}

@@ -14,8 +14,8 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/whyslow/whyslow/detect"
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/notifiers/render"
-	"github.com/whyslow/whyslow/triage"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -131,8 +131,8 @@ func runWhyFleet(ctx context.Context, f *whyFlags, stdout, stderr io.Writer) int
 // with the baseline opts.Baseline back (0: 1h). The history starts at
 // since (zero: asked of the source): with less than the baseline, the
 // ranking and the triages compare with the history there is
-// (triage.ChooseBaseline) and say so.
-func rankFleet(ctx context.Context, opts triage.Options, groupBy []string, since time.Time, window time.Duration) (*fleetReport, error) {
+// (detect.ChooseBaseline) and say so.
+func rankFleet(ctx context.Context, opts diagnose.Options, groupBy []string, since time.Time, window time.Duration) (*fleetReport, error) {
 	cfg := detect.DetectConfig{GroupBy: groupBy, Selector: opts.Selector, Baseline: opts.Baseline}
 	if window > 0 {
 		cfg.LongWindow, cfg.ShortWindow = window, (window / 2).Round(time.Millisecond)
@@ -156,7 +156,7 @@ func rankFleet(ctx context.Context, opts triage.Options, groupBy []string, since
 	if since.IsZero() {
 		// A remote Prometheus: how much of the baseline it holds.
 		from := opts.At.Add(-cfg.Baseline - max(cfg.LongWindow, triageWindow))
-		if since, err = triage.HistoryStart(ctx, opts.Metrics, opts.Selector, from, opts.At); err != nil {
+		if since, err = diagnose.HistoryStart(ctx, opts.Metrics, opts.Selector, from, opts.At); err != nil {
 			return nil, err
 		}
 	}
@@ -215,7 +215,7 @@ func rankFleet(ctx context.Context, opts triage.Options, groupBy []string, since
 			defer func() { <-slots; wg.Done() }()
 			o := opts
 			o.Selector = r.Scope.Selector
-			v, err := triage.Run(ctx, o)
+			v, err := diagnose.Run(ctx, o)
 			if err != nil {
 				r.Error = err.Error()
 				return

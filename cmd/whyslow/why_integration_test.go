@@ -12,9 +12,9 @@ import (
 
 	"github.com/whyslow/whyslow/collectors/scrape"
 	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/internal/promtest"
 	"github.com/whyslow/whyslow/internal/sim"
-	"github.com/whyslow/whyslow/triage"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -114,11 +114,11 @@ func TestWhyPrometheusMatchesEmbedded(t *testing.T) {
 	}
 
 	// The embedded path, with the same options.
-	opts := triage.Options{Metrics: st, Engine: "vllm", At: at, Window: window, Baseline: baseline}
+	opts := diagnose.Options{Metrics: st, Engine: "vllm", At: at, Window: window, Baseline: baseline}
 	if err := shippedRulesets(&opts); err != nil {
 		t.Fatal(err)
 	}
-	embV, err := triage.Run(ctx, opts)
+	embV, err := diagnose.Run(ctx, opts)
 	if err != nil {
 		t.Fatalf("embedded triage: %v", err)
 	}

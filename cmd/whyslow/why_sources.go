@@ -16,8 +16,8 @@ import (
 	"github.com/whyslow/whyslow/collectors/remote"
 	"github.com/whyslow/whyslow/collectors/scrape"
 	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/internal/redact"
-	"github.com/whyslow/whyslow/triage"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -26,7 +26,7 @@ const sampleInterval = time.Second
 
 // whyScrape samples bare engine endpoints and compares the sample window
 // with the engines' lifetime averages from their cumulative counters.
-func whyScrape(ctx context.Context, f *whyFlags, opts triage.Options) (*verdict.Verdict, error) {
+func whyScrape(ctx context.Context, f *whyFlags, opts diagnose.Options) (*verdict.Verdict, error) {
 	if !opts.At.IsZero() || opts.Window != 0 || opts.Baseline != 0 {
 		return nil, errors.New("--at, --window and --baseline do not apply to --scrape: the window is the --sample taken now, the baseline the engine's lifetime")
 	}
@@ -178,7 +178,7 @@ func foldGaugeGaps(gaps []verdict.DataGap) []verdict.DataGap {
 }
 
 // whyServer asks a running whyslow daemon to triage (POST /api/v1/triage).
-func whyServer(ctx context.Context, f *whyFlags, opts triage.Options) (*verdict.Verdict, error) {
+func whyServer(ctx context.Context, f *whyFlags, opts diagnose.Options) (*verdict.Verdict, error) {
 	if len(opts.SLOs) > 0 {
 		return nil, errors.New("--slo applies to a triage this process runs; a daemon applies its own (triage.slo in its config)")
 	}
@@ -274,7 +274,7 @@ func remoteClient(f *whyFlags) (*remote.Client, error) {
 }
 
 // whyPrometheus triages against a Prometheus-compatible query API.
-func whyPrometheus(ctx context.Context, f *whyFlags, opts triage.Options) (*verdict.Verdict, error) {
+func whyPrometheus(ctx context.Context, f *whyFlags, opts diagnose.Options) (*verdict.Verdict, error) {
 	c, err := remoteClient(f)
 	if err != nil {
 		return nil, err

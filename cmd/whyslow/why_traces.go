@@ -14,11 +14,11 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/collectors/tracequery"
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/notifiers/render"
 	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/requests"
 	"github.com/whyslow/whyslow/span"
-	"github.com/whyslow/whyslow/triage"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -54,7 +54,7 @@ func (t bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // openTraces returns the trace source the flags name, or nil for none.
-func openTraces(f *whyFlags) (triage.Traces, error) {
+func openTraces(f *whyFlags) (diagnose.Traces, error) {
 	src := f.traces.source
 	if src == "none" {
 		return nil, nil
@@ -112,7 +112,7 @@ const tracePageSize = 1000
 // spans read from a file.
 type pagedTempo struct{ *tracequery.Tempo }
 
-// SpansBetween implements triage.Traces: without a limit it returns every
+// SpansBetween implements diagnose.Traces: without a limit it returns every
 // span that started in [start, end) of the traces holding an llm_request
 // span in it, as a traces.jsonl of the same spans would.
 func (p pagedTempo) SpansBetween(ctx context.Context, start, end time.Time, limit int) ([]span.Span, error) {

@@ -11,10 +11,10 @@ import (
 
 	"github.com/whyslow/whyslow/collectors/bundle"
 	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/internal/sim"
 	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/rules"
-	"github.com/whyslow/whyslow/triage"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -92,9 +92,9 @@ func Load(ctx context.Context, b *sim.Bundle) (*store.Store, error) {
 }
 
 // Options returns the triage options a bundle implies.
-func Options(b *sim.Bundle, m query.Metrics, rss []*rules.Ruleset) triage.Options {
+func Options(b *sim.Bundle, m query.Metrics, rss []*rules.Ruleset) diagnose.Options {
 	inc := b.Incident
-	return triage.Options{
+	return diagnose.Options{
 		Metrics:  m,
 		Rulesets: rss,
 		Engine:   "auto",
@@ -128,7 +128,7 @@ func Run(ctx context.Context, c Case, rss []*rules.Ruleset, explain bool) (*Resu
 	t1 := time.Now()
 	opts := Options(b, st, rss)
 	opts.Explain = explain
-	v, err := triage.Run(ctx, opts)
+	v, err := diagnose.Run(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("%s: triage: %w", c, err)
 	}

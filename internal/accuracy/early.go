@@ -6,10 +6,10 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/detect"
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/internal/daemon"
 	"github.com/whyslow/whyslow/internal/sim"
 	"github.com/whyslow/whyslow/rules"
-	"github.com/whyslow/whyslow/triage"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -45,7 +45,7 @@ func (r *EarlyResult) Intervals(step time.Duration) int {
 
 // AtOpen returns the verdict the daemon notifies when the incident opens:
 // the first one that names a cause (the tracker waits up to OpenWait for
-// one, triage.Tracker.Record), or the last when none does (the tracker then
+// one, incident.Tracker.Record), or the last when none does (the tracker then
 // notifies without a cause). Its index is returned too; nil when the
 // detector never fired.
 func (r *EarlyResult) AtOpen() (*verdict.Verdict, int) {
@@ -173,7 +173,7 @@ func RunEarly(ctx context.Context, c Case, rss []*rules.Ruleset, o EarlyOptions)
 	named := false
 	for k := 0; k < n || (!named && k <= wait); k++ {
 		at := res.Fired.Add(time.Duration(k) * step)
-		v, err := triage.Run(ctx, triage.Options{
+		v, err := diagnose.Run(ctx, diagnose.Options{
 			Metrics: st, Rulesets: rss, Engine: cfg.Engine, Selector: scope.Scope.Selector,
 			At: at, Window: daemon.IncidentWindow(cfg, at.Sub(res.Fired)), Baseline: cfg.Triage.Baseline,
 			Scheduler: cfg.Scheduler.Rules(), GPU: gpu, GPUSource: gpuSource, Explain: o.Explain,

@@ -196,7 +196,7 @@ func TestEarlyAccuracy(t *testing.T) {
 	t.Logf("per scenario:\n%s", b.String())
 	t.Logf("early: top-1 at open %.1f%% (%d/%d); over the triages at fire+0..3: right %.1f%%, a wrong top cause %.1f%% (%d/%d), the rest no cause yet",
 		pct(right, scored), right, scored, pct(allRight, triages), pct(wrongNamed, triages), wrongNamed, triages)
-	// The detector (triage/detect.go) is not under test here: a healthy
+	// The detector (detect/detect.go) is not under test here: a healthy
 	// instance it fires on is reported; the triage's part is to name no
 	// cause for it unless one shows.
 	t.Logf("not scored: %d incident instances whose detector condition already held at the onset (NOISE above)", noise)

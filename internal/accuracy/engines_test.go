@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/internal/sim"
 	"github.com/whyslow/whyslow/rulesets"
-	"github.com/whyslow/whyslow/triage"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -168,7 +168,7 @@ func runEngineCase(ctx context.Context, c engineCase, explain bool) (*Result, bo
 	defer st.Close()
 	opts := Options(b, st, rss)
 	opts.Explain = explain
-	v, err := triage.Run(ctx, opts)
+	v, err := diagnose.Run(ctx, opts)
 	if err != nil {
 		return nil, false, fmt.Errorf("%s: triage: %w", c, err)
 	}

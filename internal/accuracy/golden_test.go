@@ -10,10 +10,10 @@ import (
 
 	"github.com/whyslow/whyslow/collectors/bundle"
 	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/rulesets"
-	"github.com/whyslow/whyslow/triage"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -32,8 +32,8 @@ type truthFile struct {
 }
 
 // bundleOptions returns the triage options a loaded bundle implies.
-func bundleOptions(b *bundle.Bundle, m query.Metrics, rss []*rules.Ruleset) triage.Options {
-	opts := triage.Options{Metrics: m, Rulesets: rss, Engine: "auto"}
+func bundleOptions(b *bundle.Bundle, m query.Metrics, rss []*rules.Ruleset) diagnose.Options {
+	opts := diagnose.Options{Metrics: m, Rulesets: rss, Engine: "auto"}
 	if inc := b.Incident; inc != nil {
 		opts.At, opts.Window, opts.Baseline = inc.At, inc.Window, inc.Baseline
 		opts.Selector, opts.GPU = inc.Selector, inc.GPU
@@ -102,7 +102,7 @@ func TestIncidentBundles(t *testing.T) {
 			if _, err := b.LoadMetrics(ctx, st); err != nil {
 				t.Fatal(err)
 			}
-			v, err := triage.Run(ctx, bundleOptions(b, st, rss))
+			v, err := diagnose.Run(ctx, bundleOptions(b, st, rss))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/whyslow/whyslow/collectors/bundle"
 	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/rules"
-	"github.com/whyslow/whyslow/triage"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -241,7 +241,7 @@ func triageInstance(ctx context.Context, in *Instance, rss []*rules.Ruleset, exp
 	if _, err := bundle.ReadMetrics(ctx, "metrics.om", in.Metrics, st); err != nil {
 		return nil, fmt.Errorf("load: %w", err)
 	}
-	return triage.Run(ctx, triage.Options{Metrics: st, Rulesets: rss, Engine: "auto", At: in.At, Window: in.Window,
+	return diagnose.Run(ctx, diagnose.Options{Metrics: st, Rulesets: rss, Engine: "auto", At: in.At, Window: in.Window,
 		Baseline: in.Baseline, Selector: in.Selector, GPU: in.GPU, Scheduler: in.Scheduler, Explain: explain})
 }
 

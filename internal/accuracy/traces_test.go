@@ -14,11 +14,11 @@ import (
 	"github.com/whyslow/whyslow/collectors/spanstore"
 	"github.com/whyslow/whyslow/collectors/store"
 	"github.com/whyslow/whyslow/collectors/tracequery"
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/internal/sim"
 	"github.com/whyslow/whyslow/internal/simtrace"
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/rulesets"
-	"github.com/whyslow/whyslow/triage"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -66,11 +66,11 @@ func runTraced(ctx context.Context, c Case, rss []*rules.Ruleset) (*tracedResult
 	}
 	defer st.Close()
 	out := &tracedResult{requests: len(kept)}
-	for _, traces := range []triage.Traces{nil, ss} {
+	for _, traces := range []diagnose.Traces{nil, ss} {
 		opts := Options(b, st, rss)
 		opts.Traces = traces
 		opts.Explain = *verboseCase
-		v, err := triage.Run(ctx, opts)
+		v, err := diagnose.Run(ctx, opts)
 		if err != nil {
 			return nil, fmt.Errorf("%s: triage: %w", c, err)
 		}
@@ -223,13 +223,13 @@ func TestBundlesWithTraces(t *testing.T) {
 				t.Fatal(err)
 			}
 			inc := b.Incident
-			opts := triage.Options{Metrics: st, Rulesets: rss, At: inc.At, Window: inc.Window, Baseline: inc.Baseline,
+			opts := diagnose.Options{Metrics: st, Rulesets: rss, At: inc.At, Window: inc.Window, Baseline: inc.Baseline,
 				Selector: inc.Selector, Engine: inc.Engine, GPU: inc.GPU, Traces: tf}
 			if s := inc.Scheduler; s.MaxNumBatchedTokens > 0 {
 				opts.Scheduler = rules.Scheduler{Known: true, ChunkedPrefill: s.ChunkedPrefill != nil && *s.ChunkedPrefill,
 					MaxNumBatchedTokens: s.MaxNumBatchedTokens, MaxNumSeqs: s.MaxNumSeqs, Source: "incident"}
 			}
-			v, err := triage.Run(ctx, opts)
+			v, err := diagnose.Run(ctx, opts)
 			if err != nil {
 				t.Fatal(err)
 			}

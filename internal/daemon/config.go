@@ -12,6 +12,7 @@ import (
 	"github.com/whyslow/whyslow/collectors/remote"
 	"github.com/whyslow/whyslow/collectors/spanstore"
 	"github.com/whyslow/whyslow/detect"
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/internal/redact"
 	"github.com/whyslow/whyslow/notifiers/alertmanager"
@@ -19,7 +20,6 @@ import (
 	"github.com/whyslow/whyslow/notifiers/slack"
 	"github.com/whyslow/whyslow/notifiers/webhook"
 	"github.com/whyslow/whyslow/rules"
-	"github.com/whyslow/whyslow/triage"
 )
 
 // Defaults for Config fields left zero.
@@ -478,7 +478,7 @@ func (c Config) Validate() error {
 		}
 	}
 	for i, s := range c.Triage.SLO {
-		if _, err := triage.ParseSLO(s); err != nil {
+		if _, err := diagnose.ParseSLO(s); err != nil {
 			add(fmt.Sprintf("triage.slo[%d]", i), "%v", err)
 		}
 	}
@@ -513,7 +513,7 @@ func (c Config) Validate() error {
 	if c.Scheduler.MaxNumSeqs < 0 {
 		add("scheduler.max_num_seqs", "must not be negative")
 	}
-	if c.GPU.Class != "" && triage.GPUMemoryGiB(c.GPU.Class) == 0 {
+	if c.GPU.Class != "" && diagnose.GPUMemoryGiB(c.GPU.Class) == 0 {
 		add("gpu.class", "unknown GPU class %q (want e.g. H100, H200, A100, A100-40GB, L40S)", c.GPU.Class)
 	}
 	for name := range c.GPU.Labels {

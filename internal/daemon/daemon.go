@@ -26,13 +26,13 @@ import (
 
 	"github.com/whyslow/whyslow/collectors/scrape"
 	"github.com/whyslow/whyslow/detect"
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/internal/httplimit"
 	"github.com/whyslow/whyslow/internal/redact"
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/rules"
-	"github.com/whyslow/whyslow/triage"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -67,7 +67,7 @@ type TriageRequest struct {
 	// fills them.
 	SLOs string
 	// Shared, when set, answers the triage's queries over every scope
-	// (triage.Options.Shared): the cycle's, so its triages run those once.
+	// (diagnose.Options.Shared): the cycle's, so its triages run those once.
 	Shared query.Metrics
 }
 
@@ -562,7 +562,7 @@ func (d *Daemon) runTriage(ctx context.Context, source string, req TriageRequest
 
 // prepare adds the engine facts to req. With less history in the store
 // than the baseline offset (a fresh sidecar), the baseline shrinks to the
-// history there is (triage.ChooseBaseline); learning is the warning that
+// history there is (detect.ChooseBaseline); learning is the warning that
 // says so.
 func (d *Daemon) prepare(req TriageRequest) (_ TriageRequest, learning string) {
 	req = withEngineFacts(d.Config(), req)
@@ -595,7 +595,7 @@ func (d *Daemon) triagePrepared(ctx context.Context, source string, req TriageRe
 	if learning != "" {
 		v.Warnings = append(v.Warnings, learning)
 	}
-	triage.CheckMixedModels(ctx, d.metrics, v)
+	diagnose.CheckMixedModels(ctx, d.metrics, v)
 	return v, nil
 }
 

@@ -26,13 +26,13 @@ type QueryCounter struct {
 // CountQueries wraps m.
 func CountQueries(m query.Metrics) *QueryCounter { return &QueryCounter{m: m} }
 
-// Query implements triage.Metrics.
+// Query implements query.Metrics.
 func (c *QueryCounter) Query(ctx context.Context, expr string, at time.Time) (model.Vector, []string, error) {
 	c.n.Add(1)
 	return c.m.Query(ctx, expr, at)
 }
 
-// QueryRange implements triage.Metrics.
+// QueryRange implements query.Metrics.
 func (c *QueryCounter) QueryRange(ctx context.Context, expr string, start, end time.Time, step time.Duration) (model.Matrix, []string, error) {
 	c.n.Add(1)
 	return c.m.QueryRange(ctx, expr, start, end, step)

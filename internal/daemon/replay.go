@@ -8,10 +8,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/query"
-	"github.com/whyslow/whyslow/triage"
 )
 
 // ReplayOptions configure Replay.
@@ -22,7 +22,7 @@ type ReplayOptions struct {
 	// Metrics hold the past: a Prometheus (remote) or a bundle's store.
 	Metrics query.Metrics
 	// Traces, when set, add the per-request step to the triages.
-	Traces triage.Traces
+	Traces diagnose.Traces
 	// HistoryStart is where the metrics start (a bundle's first sample);
 	// zero for a Prometheus (its history is taken as long enough).
 	HistoryStart time.Time

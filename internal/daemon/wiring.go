@@ -21,6 +21,7 @@ import (
 	"github.com/whyslow/whyslow/collectors/otlp"
 	"github.com/whyslow/whyslow/collectors/spanstore"
 	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/internal/redact"
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/notifiers/alertmanager"
@@ -32,16 +33,15 @@ import (
 	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/rulesets"
-	"github.com/whyslow/whyslow/triage"
 	"github.com/whyslow/whyslow/verdict"
 )
 
-// TriageWith returns a TriageFunc running the real walk (triage.Run) over m
+// TriageWith returns a TriageFunc running the real walk (diagnose.Run) over m
 // with the shipped rulesets; traces, when not nil, adds the per-request step.
 // Each request reads only the rulesets its engine needs (all three for
 // auto), compiled once per process on first use; engine's are compiled
 // now, so a broken one fails at start.
-func TriageWith(m query.Metrics, traces triage.Traces, engine string) (TriageFunc, error) {
+func TriageWith(m query.Metrics, traces diagnose.Traces, engine string) (TriageFunc, error) {
 	if _, err := rulesets.For(engine); err != nil {
 		return nil, fmt.Errorf("load rulesets: %w", err)
 	}
@@ -52,7 +52,7 @@ func TriageWith(m query.Metrics, traces triage.Traces, engine string) (TriageFun
 		}
 		var slos []verdict.SLO
 		for _, line := range strings.Split(req.SLOs, "\n") {
-			if slo, err := triage.ParseSLO(line); err == nil {
+			if slo, err := diagnose.ParseSLO(line); err == nil {
 				slos = append(slos, slo) // Config.Validate refused the others
 			}
 		}
@@ -60,7 +60,7 @@ func TriageWith(m query.Metrics, traces triage.Traces, engine string) (TriageFun
 		if req.Engine != "auto" && req.Engine != "" {
 			others = func() []*rules.Ruleset { return rulesets.Others(req.Engine) }
 		}
-		return triage.Run(ctx, triage.Options{
+		return diagnose.Run(ctx, diagnose.Options{
 			Metrics: m, Rulesets: rss, OtherEngines: others, At: req.At, Window: req.Window, Baseline: req.Baseline,
 			Selector: req.Selector, Engine: req.Engine, Scheduler: req.Scheduler, GPU: req.GPU, GPUSource: req.GPUSource,
 			Traces: traces, Shared: req.Shared, SLOs: slos,
@@ -201,7 +201,7 @@ func NewStack(o StackOptions) (*Stack, error) {
 		return fail(err)
 	}
 
-	var traces triage.Traces
+	var traces diagnose.Traces
 	if cfg.OTLP.Enabled() {
 		s.Spans, err = spanstore.New(spanstore.Options{MaxSpans: cfg.OTLP.MaxSpans, MaxBytes: cfg.OTLP.MaxBytes,
 			MaxSpanBytes: cfg.OTLP.MaxSpanBytes, MaxQuerySpans: cfg.OTLP.MaxTriageSpans, Registerer: reg})

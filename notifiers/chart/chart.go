@@ -1,7 +1,7 @@
 // Package chart draws the picture on-call engineers look at before reading:
 // TTFT p95, ITL/TPOT p95, KV-cache usage and queue depth, the incident window
 // drawn over the baseline window, as one PNG. Build fetches the curves with
-// range queries from any triage.Metrics; the chart model (model.go) holds
+// range queries from any query.Metrics; the chart model (model.go) holds
 // every rule about the curves' gaps, the axes, their ticks and labels, for
 // this PNG and internal/web's SVG alike; Render draws it (render.go) with
 // the standard library's image packages, golang.org/x/image/vector's

@@ -1,4 +1,4 @@
-// Package render turns a triage.Verdict into text for a terminal, Markdown for
+// Package render turns a verdict.Verdict into text for a terminal, Markdown for
 // webhooks and tickets, or the versioned JSON contract. Renderers decide
 // nothing: they only present what the verdict says.
 package render

@@ -13,7 +13,7 @@ import (
 // the JSON carries every request of the verdict.
 const MaxRequests = 5
 
-// partOrder is the time order of a request's parts (triage.RequestPart);
+// partOrder is the time order of a request's parts (requests.RequestPart);
 // beforeEngineOrder that of the sub-parts of before_engine, which the
 // verdict names "before_engine.<sub-part>".
 var (

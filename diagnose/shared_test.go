@@ -1,4 +1,4 @@
-package triage_test
+package diagnose_test
 
 import (
 	"bytes"
@@ -14,9 +14,9 @@ import (
 
 	"github.com/whyslow/whyslow/collectors/bundle"
 	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/rulesets"
-	"github.com/whyslow/whyslow/triage"
 )
 
 // countedMetrics counts the queries that reach it.
@@ -49,14 +49,14 @@ func TestSharedQueriesKeepVerdicts(t *testing.T) {
 	}
 	variants := []struct {
 		name string
-		edit func(o *triage.Options, incident string)
+		edit func(o *diagnose.Options, incident string)
 	}{
-		{"recorded", func(*triage.Options, string) {}},
-		{"short window", func(o *triage.Options, _ string) { o.Window = 2 * time.Minute }},
-		{"selector matches nothing", func(o *triage.Options, _ string) { o.Selector = `model_name="no-such-model"` }},
-		{"window after the data", func(o *triage.Options, _ string) { o.At = o.At.Add(48 * time.Hour) }},
-		{"no data near the window", func(o *triage.Options, _ string) { o.At = o.At.Add(30 * 24 * time.Hour) }},
-		{"another engine", func(o *triage.Options, incident string) {
+		{"recorded", func(*diagnose.Options, string) {}},
+		{"short window", func(o *diagnose.Options, _ string) { o.Window = 2 * time.Minute }},
+		{"selector matches nothing", func(o *diagnose.Options, _ string) { o.Selector = `model_name="no-such-model"` }},
+		{"window after the data", func(o *diagnose.Options, _ string) { o.At = o.At.Add(48 * time.Hour) }},
+		{"no data near the window", func(o *diagnose.Options, _ string) { o.At = o.At.Add(30 * 24 * time.Hour) }},
+		{"another engine", func(o *diagnose.Options, incident string) {
 			o.Engine = "sglang"
 			if strings.HasPrefix(incident, "sglang") {
 				o.Engine = "vllm"
@@ -80,7 +80,7 @@ func TestSharedQueriesKeepVerdicts(t *testing.T) {
 				t.Fatal(err)
 			}
 			inc := b.Incident
-			base := triage.Options{Rulesets: rss, Engine: "auto", At: inc.At, Window: inc.Window, Baseline: inc.Baseline,
+			base := diagnose.Options{Rulesets: rss, Engine: "auto", At: inc.At, Window: inc.Window, Baseline: inc.Baseline,
 				Selector: inc.Selector, GPU: inc.GPU, Explain: true}
 			if inc.Engine != "" {
 				base.Engine = inc.Engine
@@ -108,9 +108,9 @@ func TestSharedQueriesKeepVerdicts(t *testing.T) {
 	}
 }
 
-func verdictJSON(t *testing.T, ctx context.Context, o triage.Options) []byte {
+func verdictJSON(t *testing.T, ctx context.Context, o diagnose.Options) []byte {
 	t.Helper()
-	v, err := triage.Run(ctx, o)
+	v, err := diagnose.Run(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,5 @@
-// Package triage walks the fixed diagnosis over PromQL signals and builds a Verdict.
-package triage
+// Package diagnose walks the fixed diagnosis over PromQL signals and builds a Verdict.
+package diagnose
 
 import (
 	"context"

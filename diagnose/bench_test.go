@@ -1,4 +1,4 @@
-package triage_test
+package diagnose_test
 
 import (
 	"context"
@@ -8,10 +8,10 @@ import (
 
 	"github.com/prometheus/common/model"
 
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/internal/accuracy"
 	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/rulesets"
-	"github.com/whyslow/whyslow/triage"
 )
 
 // BenchmarkTriage triages one scope on the embedded store (every signal at
@@ -20,7 +20,7 @@ import (
 // first, reporting whyslow's overhead as the ratio of the summed times and
 // as the median of the per-iteration ratios (target ≤ 1.3×):
 //
-//	go test ./triage -run '^$' -bench BenchmarkTriage -benchtime=30x -count=3
+//	go test ./diagnose -run '^$' -bench BenchmarkTriage -benchtime=30x -count=3
 func BenchmarkTriage(b *testing.B) {
 	ctx := context.Background()
 	bun, err := accuracy.Record(ctx, accuracy.Case{Scenario: "kv_pressure", Seed: 7, Names: "v1", GPUSeries: "whyslow"})
@@ -69,7 +69,7 @@ func BenchmarkTriage(b *testing.B) {
 	b.ResetTimer()
 	runTriage := func() time.Duration {
 		t0 := time.Now()
-		if _, err := triage.Run(ctx, opts); err != nil {
+		if _, err := diagnose.Run(ctx, opts); err != nil {
 			b.Fatal(err)
 		}
 		return time.Since(t0)
