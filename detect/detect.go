@@ -593,137 +593,19 @@ func (d *Detector) Evaluate(ctx context.Context, m query.Metrics, at time.Time) 
 // conditions (above, below) still fire.
 func (d *Detector) EvaluateSince(ctx context.Context, m query.Metrics, at, since time.Time) ([]Detection, error) {
 	choice := ChooseBaseline(d.cfg.Baseline, d.cfg.LongWindow, since, at)
-	offset := choice.Offset
-	baseAt := at.Add(-offset)
-	// While learning, one window of the little history there is would be
-	// a noisy reference (the engine's first minutes, a lull): the
-	// baseline is the highest of a few windows spread over the history
-	// (none of the last learnRecent less the window; with less history
-	// than that, the oldest window there is), which only ever makes a
-	// ratio harder to reach.
-	var learnAt []time.Time
-	if choice.Learning && offset > 0 {
-		lo := max(d.cfg.LongWindow, learnRecent-d.cfg.LongWindow)
-		n := 1
-		if offset > lo {
-			n = min(6, 1+int((offset-lo)/d.cfg.LongWindow))
-		}
-		for k := 0; k < n; k++ {
-			off := offset
-			if n > 1 {
-				off = offset - time.Duration(k)*(offset-lo)/time.Duration(n-1)
-			}
-			learnAt = append(learnAt, at.Add(-off))
-		}
-	}
-	type vals struct {
-		short, long, base *float64
-		// Request counts of the windows (nil: not checked or no data).
-		nShort, nLong, nBase *float64
-		// Means of the windows, for MeanRatio (nil: not checked or no data).
-		mShort, mLong, mBase *float64
+	w := evalWindows{at: at, offset: choice.Offset, baseAt: at.Add(-choice.Offset)}
+	if choice.Learning && w.offset > 0 {
+		w.learnAt = d.learnPoints(at, w.offset)
 	}
 	byScope := map[string]*Detection{}
-	results := make([]map[string]vals, len(d.cfg.Triggers))
+	results := make([]map[string]triggerVals, len(d.cfg.Triggers))
 	for i, t := range d.cfg.Triggers {
-		short, err := d.query(ctx, m, t, d.cfg.ShortWindow, at)
+		r, err := d.triggerValues(ctx, m, t, w)
 		if err != nil {
-			return nil, fmt.Errorf("trigger %s: %w", t.Name, err)
+			return nil, err
 		}
-		long, err := d.query(ctx, m, t, d.cfg.LongWindow, at)
-		if err != nil {
-			return nil, fmt.Errorf("trigger %s: %w", t.Name, err)
-		}
-		base := map[string]float64{}
-		if t.Ratio > 0 && offset > 0 && learnAt == nil {
-			b, err := d.query(ctx, m, t, d.cfg.LongWindow, baseAt)
-			if err != nil {
-				return nil, fmt.Errorf("trigger %s baseline: %w", t.Name, err)
-			}
-			base = b
-		}
-		results[i] = map[string]vals{}
-		for key, v := range short {
-			r := results[i][key]
-			r.short = ptr(v)
-			results[i][key] = r
-		}
-		for key, v := range long {
-			r := results[i][key]
-			r.long = ptr(v)
-			results[i][key] = r
-		}
-		for key, v := range base {
-			if r, ok := results[i][key]; ok {
-				r.base = ptr(v)
-				results[i][key] = r
-			}
-		}
-		if t.MinRequests > 0 {
-			vol := t.volumeTemplate()
-			for _, w := range []struct {
-				window time.Duration
-				at     time.Time
-				set    func(r *vals, v float64)
-				skip   bool
-			}{
-				{d.cfg.ShortWindow, at, func(r *vals, v float64) { r.nShort = ptr(v) }, false},
-				{d.cfg.LongWindow, at, func(r *vals, v float64) { r.nLong = ptr(v) }, false},
-				{d.cfg.LongWindow, baseAt, func(r *vals, v float64) { r.nBase = ptr(v) }, t.Ratio == 0 || offset == 0 || learnAt != nil},
-			} {
-				if w.skip {
-					continue
-				}
-				n, err := d.queryExpr(ctx, m, d.cfg.fill(vol, w.window), w.at)
-				if err != nil {
-					return nil, fmt.Errorf("trigger %s request count: %w", t.Name, err)
-				}
-				for key, v := range n {
-					if r, ok := results[i][key]; ok {
-						w.set(&r, v)
-						results[i][key] = r
-					}
-				}
-			}
-		}
-		if t.MeanRatio > 0 {
-			mean := meanExprs[t.Signal]
-			for _, w := range []struct {
-				window time.Duration
-				at     time.Time
-				set    func(r *vals, v float64)
-				skip   bool
-			}{
-				{d.cfg.ShortWindow, at, func(r *vals, v float64) { r.mShort = ptr(v) }, false},
-				{d.cfg.LongWindow, at, func(r *vals, v float64) { r.mLong = ptr(v) }, false},
-				{d.cfg.LongWindow, baseAt, func(r *vals, v float64) { r.mBase = ptr(v) }, offset == 0 || learnAt != nil},
-			} {
-				if w.skip {
-					continue
-				}
-				n, err := d.queryExpr(ctx, m, d.cfg.fill(mean, w.window), w.at)
-				if err != nil {
-					return nil, fmt.Errorf("trigger %s mean: %w", t.Name, err)
-				}
-				for key, v := range n {
-					if r, ok := results[i][key]; ok {
-						w.set(&r, v)
-						results[i][key] = r
-					}
-				}
-			}
-		}
-		if t.Ratio > 0 && learnAt != nil {
-			if err := d.learnedBaseline(ctx, m, t, learnAt, func(key string, v, n, mean *float64) {
-				if r, ok := results[i][key]; ok {
-					r.base, r.nBase, r.mBase = v, n, mean
-					results[i][key] = r
-				}
-			}); err != nil {
-				return nil, err
-			}
-		}
-		for key := range results[i] {
+		results[i] = r
+		for key := range r {
 			if byScope[key] == nil {
 				byScope[key] = &Detection{Key: key, Scope: d.scopeOf(key), Severity: verdict.SeverityNone}
 			}
@@ -731,47 +613,203 @@ func (d *Detector) EvaluateSince(ctx context.Context, m query.Metrics, at, since
 	}
 	live := map[string]bool{}
 	for i, t := range d.cfg.Triggers {
-		hold := d.cfg.For
-		if t.For != nil {
-			hold = *t.For
-		}
 		for key, det := range byScope {
-			r := results[i][key]
-			tr := TriggerResult{Name: t.Name, Short: r.short, Long: r.long, Baseline: r.base, Requests: r.nLong, Severity: t.Severity}
-			short, long, base := r.short, r.long, r.base
-			if t.MinRequests > 0 {
-				// A window with too few requests is no evidence either way.
-				if !enough(r.nShort, t.MinRequests) {
-					short = nil
-				}
-				if !enough(r.nLong, t.MinRequests) {
-					long = nil
-				}
-				if !enough(r.nBase, t.MinRequests) {
-					base = nil
-				}
-			}
-			reason, okShort := t.holds(short, base, r.mShort, r.mBase)
-			_, okLong := t.holds(long, base, r.mLong, r.mBase)
-			pk := key + "\x00" + t.Name
-			if okShort && okLong {
-				since, ok := d.pending[pk]
-				if !ok {
-					since = at
-				}
-				live[pk] = true
-				tr.Since, tr.Reason, tr.State = since, reason, TriggerPending
-				if at.Sub(since) >= hold {
-					tr.State = TriggerFiring
-					det.Firing = true
-					if t.Severity.Rank() > det.Severity.Rank() {
-						det.Severity = t.Severity
-					}
-				}
-			}
-			det.Triggers = append(det.Triggers, tr)
+			d.judge(t, key, results[i][key], det, at, live)
 		}
 	}
+	d.keepPending(live, at)
+	out := make([]Detection, 0, len(byScope))
+	for _, det := range byScope {
+		out = append(out, *det)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
+}
+
+// evalWindows are the times one evaluation reads: now (at), the baseline
+// window's end (baseAt, offset before at) and, while learning, the points
+// of the learned baseline (learnAt; nil otherwise).
+type evalWindows struct {
+	at, baseAt time.Time
+	offset     time.Duration
+	learnAt    []time.Time
+}
+
+// learnPoints are the ends of the windows a learning baseline reads. While
+// learning, one window of the little history there is would be a noisy
+// reference (the engine's first minutes, a lull): the baseline is the
+// highest of a few windows spread over the history (none of the last
+// learnRecent less the window; with less history than that, the oldest
+// window there is), which only ever makes a ratio harder to reach.
+func (d *Detector) learnPoints(at time.Time, offset time.Duration) []time.Time {
+	var learnAt []time.Time
+	lo := max(d.cfg.LongWindow, learnRecent-d.cfg.LongWindow)
+	n := 1
+	if offset > lo {
+		n = min(6, 1+int((offset-lo)/d.cfg.LongWindow))
+	}
+	for k := 0; k < n; k++ {
+		off := offset
+		if n > 1 {
+			off = offset - time.Duration(k)*(offset-lo)/time.Duration(n-1)
+		}
+		learnAt = append(learnAt, at.Add(-off))
+	}
+	return learnAt
+}
+
+// triggerVals are one trigger's values for one scope.
+type triggerVals struct {
+	short, long, base *float64
+	// Request counts of the windows (nil: not checked or no data).
+	nShort, nLong, nBase *float64
+	// Means of the windows, for MeanRatio (nil: not checked or no data).
+	mShort, mLong, mBase *float64
+}
+
+// windowQuery is one window of a per-window query: its length, its end,
+// where its value goes, and whether it is left out.
+type windowQuery struct {
+	window time.Duration
+	at     time.Time
+	set    func(r *triggerVals, v float64)
+	skip   bool
+}
+
+// triggerValues evaluates t's windows (short, long, baseline), then its
+// request counts and means where it has them, by scope key.
+func (d *Detector) triggerValues(ctx context.Context, m query.Metrics, t Trigger, w evalWindows) (map[string]triggerVals, error) {
+	short, err := d.query(ctx, m, t, d.cfg.ShortWindow, w.at)
+	if err != nil {
+		return nil, fmt.Errorf("trigger %s: %w", t.Name, err)
+	}
+	long, err := d.query(ctx, m, t, d.cfg.LongWindow, w.at)
+	if err != nil {
+		return nil, fmt.Errorf("trigger %s: %w", t.Name, err)
+	}
+	base := map[string]float64{}
+	if t.Ratio > 0 && w.offset > 0 && w.learnAt == nil {
+		b, err := d.query(ctx, m, t, d.cfg.LongWindow, w.baseAt)
+		if err != nil {
+			return nil, fmt.Errorf("trigger %s baseline: %w", t.Name, err)
+		}
+		base = b
+	}
+	res := map[string]triggerVals{}
+	for key, v := range short {
+		r := res[key]
+		r.short = ptr(v)
+		res[key] = r
+	}
+	for key, v := range long {
+		r := res[key]
+		r.long = ptr(v)
+		res[key] = r
+	}
+	for key, v := range base {
+		if r, ok := res[key]; ok {
+			r.base = ptr(v)
+			res[key] = r
+		}
+	}
+	if t.MinRequests > 0 {
+		if err := d.perWindow(ctx, m, res, t.volumeTemplate(), []windowQuery{
+			{d.cfg.ShortWindow, w.at, func(r *triggerVals, v float64) { r.nShort = ptr(v) }, false},
+			{d.cfg.LongWindow, w.at, func(r *triggerVals, v float64) { r.nLong = ptr(v) }, false},
+			{d.cfg.LongWindow, w.baseAt, func(r *triggerVals, v float64) { r.nBase = ptr(v) }, t.Ratio == 0 || w.offset == 0 || w.learnAt != nil},
+		}); err != nil {
+			return nil, fmt.Errorf("trigger %s request count: %w", t.Name, err)
+		}
+	}
+	if t.MeanRatio > 0 {
+		if err := d.perWindow(ctx, m, res, meanExprs[t.Signal], []windowQuery{
+			{d.cfg.ShortWindow, w.at, func(r *triggerVals, v float64) { r.mShort = ptr(v) }, false},
+			{d.cfg.LongWindow, w.at, func(r *triggerVals, v float64) { r.mLong = ptr(v) }, false},
+			{d.cfg.LongWindow, w.baseAt, func(r *triggerVals, v float64) { r.mBase = ptr(v) }, w.offset == 0 || w.learnAt != nil},
+		}); err != nil {
+			return nil, fmt.Errorf("trigger %s mean: %w", t.Name, err)
+		}
+	}
+	if t.Ratio > 0 && w.learnAt != nil {
+		if err := d.learnedBaseline(ctx, m, t, w.learnAt, func(key string, v, n, mean *float64) {
+			if r, ok := res[key]; ok {
+				r.base, r.nBase, r.mBase = v, n, mean
+				res[key] = r
+			}
+		}); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// perWindow evaluates the template tmpl over each window not skipped and
+// sets its values on the scopes res already has.
+func (d *Detector) perWindow(ctx context.Context, m query.Metrics, res map[string]triggerVals, tmpl string, ws []windowQuery) error {
+	for _, w := range ws {
+		if w.skip {
+			continue
+		}
+		n, err := d.queryExpr(ctx, m, d.cfg.fill(tmpl, w.window), w.at)
+		if err != nil {
+			return err
+		}
+		for key, v := range n {
+			if r, ok := res[key]; ok {
+				w.set(&r, v)
+				res[key] = r
+			}
+		}
+	}
+	return nil
+}
+
+// judge decides trigger t for one scope from its values r: a condition
+// that holds in both windows is pending (marked live), and firing once it
+// has held for the trigger's hold; det gets the result.
+func (d *Detector) judge(t Trigger, key string, r triggerVals, det *Detection, at time.Time, live map[string]bool) {
+	hold := d.cfg.For
+	if t.For != nil {
+		hold = *t.For
+	}
+	tr := TriggerResult{Name: t.Name, Short: r.short, Long: r.long, Baseline: r.base, Requests: r.nLong, Severity: t.Severity}
+	short, long, base := r.short, r.long, r.base
+	if t.MinRequests > 0 {
+		// A window with too few requests is no evidence either way.
+		if !enough(r.nShort, t.MinRequests) {
+			short = nil
+		}
+		if !enough(r.nLong, t.MinRequests) {
+			long = nil
+		}
+		if !enough(r.nBase, t.MinRequests) {
+			base = nil
+		}
+	}
+	reason, okShort := t.holds(short, base, r.mShort, r.mBase)
+	_, okLong := t.holds(long, base, r.mLong, r.mBase)
+	pk := key + "\x00" + t.Name
+	if okShort && okLong {
+		since, ok := d.pending[pk]
+		if !ok {
+			since = at
+		}
+		live[pk] = true
+		tr.Since, tr.Reason, tr.State = since, reason, TriggerPending
+		if at.Sub(since) >= hold {
+			tr.State = TriggerFiring
+			det.Firing = true
+			if t.Severity.Rank() > det.Severity.Rank() {
+				det.Severity = t.Severity
+			}
+		}
+	}
+	det.Triggers = append(det.Triggers, tr)
+}
+
+// keepPending keeps the pending-since times of the conditions that hold
+// (live), from at for those that just began, and forgets the others.
+func (d *Detector) keepPending(live map[string]bool, at time.Time) {
 	for pk := range d.pending {
 		if !live[pk] {
 			delete(d.pending, pk)
@@ -782,12 +820,6 @@ func (d *Detector) EvaluateSince(ctx context.Context, m query.Metrics, at, since
 			d.pending[pk] = at
 		}
 	}
-	out := make([]Detection, 0, len(byScope))
-	for _, det := range byScope {
-		out = append(out, *det)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-	return out, nil
 }
 
 // learnedBaseline evaluates t's baseline at each of points and sets, per
