@@ -98,6 +98,8 @@ func splitTTFT(now, base map[string]float64) *verdict.LatencySplit {
 	return s
 }
 
+// finishSplit sets the unexplained remainder of s and each part's share of
+// the change, given the seconds the parts explain.
 func finishSplit(s *verdict.LatencySplit, explained float64) {
 	s.Unexplained = s.Delta - explained
 	for i := range s.Parts {
