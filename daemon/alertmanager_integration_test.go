@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/testbed/amtest"
-	"github.com/whyslow/whyslow/triage"
 )
 
 // TestAlertmanagerIntegration starts a real Alertmanager that routes to the
@@ -61,10 +61,10 @@ receivers:
 		}
 	}
 	push(time.Now().Add(time.Hour))
-	var in triage.Incident
+	var in incident.Incident
 	waitFor(t, 2*time.Minute, "incident opened from the alert", func() bool {
 		incs := h.d.Incidents()
-		if len(incs) == 1 && incs[0].Status == triage.IncidentOpen && incs[0].Verdict != nil {
+		if len(incs) == 1 && incs[0].Status == incident.IncidentOpen && incs[0].Verdict != nil {
 			in = incs[0]
 			return true
 		}
@@ -76,7 +76,7 @@ receivers:
 	push(time.Now().Add(-time.Second))
 	waitFor(t, 2*time.Minute, "incident resolved by the alert's resolve", func() bool {
 		incs := h.d.Incidents()
-		return len(incs) == 1 && incs[0].Status == triage.IncidentResolved
+		return len(incs) == 1 && incs[0].Status == incident.IncidentResolved
 	})
 	if got := h.ob.kinds(); got != "open:prefill_contention resolve:prefill_contention" {
 		t.Errorf("notifications: %s", got)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/prometheus/common/model"
 
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // AlertmanagerPayload is the body of an Alertmanager webhook (version 4).
@@ -109,7 +109,7 @@ func jsonErrorWithOffset(body []byte, err error) error {
 // named in mapping becomes a selector matcher on the mapped label, combined
 // with base (the detector's selector). The key is canonical (sorted), so the
 // same labels always give the same incident.
-func AlertScope(labels map[string]string, mapping map[string]string, base string) (string, triage.Scope) {
+func AlertScope(labels map[string]string, mapping map[string]string, base string) (string, verdict.Scope) {
 	pairs := map[string]string{}
 	for from, to := range mapping {
 		if v := labels[from]; v != "" {
@@ -129,7 +129,7 @@ func AlertScope(labels map[string]string, mapping map[string]string, base string
 		parts = append(parts, fmt.Sprintf("%s=%q", n, pairs[n]))
 	}
 	key := strings.Join(parts, ",")
-	s := triage.Scope{Selector: key}
+	s := verdict.Scope{Selector: key}
 	if len(pairs) > 0 {
 		s.Labels = pairs
 	}
@@ -137,14 +137,14 @@ func AlertScope(labels map[string]string, mapping map[string]string, base string
 }
 
 // alertSeverity reads the conventional severity label.
-func alertSeverity(labels map[string]string) triage.Severity {
+func alertSeverity(labels map[string]string) verdict.Severity {
 	switch strings.ToLower(labels["severity"]) {
 	case "critical", "page", "error":
-		return triage.SeverityCritical
+		return verdict.SeverityCritical
 	case "":
-		return triage.SeverityNone
+		return verdict.SeverityNone
 	}
-	return triage.SeverityWarning
+	return verdict.SeverityWarning
 }
 
 // canonicalSelector normalises a selector given by an API caller (equality

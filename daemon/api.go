@@ -18,10 +18,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/model"
 
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/internal/httplimit"
 	"github.com/whyslow/whyslow/notifiers/alertmanager"
 	"github.com/whyslow/whyslow/notifiers/render"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // Handler returns the HTTP API (/healthz, /readyz, /metrics, /api/v1/*)
@@ -119,7 +120,7 @@ func (d *Daemon) handleIncidents(w http.ResponseWriter, r *http.Request) {
 		d.writeError(w, http.StatusBadRequest, fmt.Errorf("status: %q (want open or resolved)", status))
 		return
 	}
-	out := []triage.Incident{}
+	out := []incident.Incident{}
 	for _, in := range d.Incidents() {
 		if status == "" || in.Status.String() == status {
 			if in.Verdict != nil {
@@ -285,7 +286,7 @@ type triageError struct {
 
 // adHocTriage runs a triage asked for over HTTP (the API or a page) in a
 // free slot, bounded by api.triage_timeout.
-func (d *Daemon) adHocTriage(ctx context.Context, cfg Config, req TriageRequest) (*triage.Verdict, *triageError) {
+func (d *Daemon) adHocTriage(ctx context.Context, cfg Config, req TriageRequest) (*verdict.Verdict, *triageError) {
 	release, ok := d.tryTriageSlot()
 	if !ok {
 		d.stats.triageRefused.WithLabelValues("api", "busy").Inc()
@@ -393,7 +394,7 @@ func (d *Daemon) checkAlertBounds(p *AlertmanagerPayload) (int, error) {
 // alertTriage is a scope the intake triages once its bookkeeping is done.
 type alertTriage struct {
 	key, incident string
-	scope         triage.Scope
+	scope         verdict.Scope
 }
 
 // IngestAlerts applies a validated Alertmanager payload at time at: firing
@@ -410,8 +411,8 @@ func (d *Daemon) IngestAlerts(ctx context.Context, p *AlertmanagerPayload, at ti
 	var todo []alertTriage
 
 	d.work.Lock()
-	var events []triage.Event
-	toTriage := map[string]triage.Scope{}
+	var events []incident.Event
+	toTriage := map[string]verdict.Scope{}
 	touched := map[string]bool{}
 	open := d.openAlertIncidents()
 	for _, a := range p.Alerts {
@@ -438,7 +439,7 @@ func (d *Daemon) IngestAlerts(ctx context.Context, p *AlertmanagerPayload, at ti
 			if !d.tracker.Open(key) {
 				open++
 			}
-			d.tracker.AlertFiring(key, scope, triage.AlertRef{
+			d.tracker.AlertFiring(key, scope, incident.AlertRef{
 				Fingerprint: a.Fingerprint, Name: a.Labels["alertname"], StartsAt: a.StartsAt, Labels: a.Labels,
 			}, alertSeverity(a.Labels), at)
 			toTriage[key] = scope
@@ -454,7 +455,7 @@ func (d *Daemon) IngestAlerts(ctx context.Context, p *AlertmanagerPayload, at ti
 	}
 	sort.Strings(res.Incidents)
 	for key, scope := range toTriage {
-		if in, ok := d.tracker.Get(key); ok && in.Status == triage.IncidentOpen {
+		if in, ok := d.tracker.Get(key); ok && in.Status == incident.IncidentOpen {
 			todo = append(todo, alertTriage{key: key, incident: in.ID, scope: scope})
 		}
 	}
@@ -469,7 +470,7 @@ func (d *Daemon) IngestAlerts(ctx context.Context, p *AlertmanagerPayload, at ti
 	sort.Slice(todo, func(i, j int) bool { return todo[i].key < todo[j].key })
 	type result struct {
 		alertTriage
-		v *triage.Verdict
+		v *verdict.Verdict
 	}
 	var done []result
 	for _, tr := range todo {
@@ -487,7 +488,7 @@ func (d *Daemon) IngestAlerts(ctx context.Context, p *AlertmanagerPayload, at ti
 	events = nil
 	for _, r := range done {
 		// The incident may have resolved (and another opened) meanwhile.
-		if in, ok := d.tracker.Get(r.key); ok && in.ID == r.incident && in.Status == triage.IncidentOpen {
+		if in, ok := d.tracker.Get(r.key); ok && in.ID == r.incident && in.Status == incident.IncidentOpen {
 			events = append(events, d.tracker.Record(r.key, r.v, at)...)
 		}
 	}
@@ -497,7 +498,7 @@ func (d *Daemon) IngestAlerts(ctx context.Context, p *AlertmanagerPayload, at ti
 
 // alertTriage runs one Alertmanager triage outside the daemon's lock,
 // waiting for a triage slot and bounded by api.triage_timeout.
-func (d *Daemon) alertTriage(ctx context.Context, cfg Config, scope triage.Scope, at time.Time) (*triage.Verdict, error) {
+func (d *Daemon) alertTriage(ctx context.Context, cfg Config, scope verdict.Scope, at time.Time) (*verdict.Verdict, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.API.TriageTimeout)
 	defer cancel()
 	release, err := d.waitTriageSlot(ctx)
@@ -534,7 +535,7 @@ func (d *Daemon) openAlertIncidents() int {
 // line, so a restart does not keep triaging them every cycle.
 func (d *Daemon) pruneAlertIncidents(at time.Time) {
 	cfg := d.Config()
-	var keep, drop []triage.Incident
+	var keep, drop []incident.Incident
 	for _, key := range d.tracker.OpenKeys() {
 		in, _ := d.tracker.Get(key)
 		if in.Detected || len(in.Alerts) == 0 {
@@ -557,7 +558,7 @@ func (d *Daemon) pruneAlertIncidents(at time.Time) {
 	if len(drop) == 0 {
 		return
 	}
-	var events []triage.Event
+	var events []incident.Event
 	for _, in := range drop {
 		fps := make([]string, 0, len(in.Alerts))
 		for fp := range in.Alerts {
@@ -583,7 +584,7 @@ var ErrBusy = errors.New("whyslow is busy with other triages; try again in a min
 // overlap). The slash command uses it; source labels the metrics. It takes
 // a triage slot (ErrBusy when none is free) and is bounded by
 // api.triage_timeout.
-func (d *Daemon) TriageNow(ctx context.Context, source, scope string, window time.Duration) (*triage.Verdict, error) {
+func (d *Daemon) TriageNow(ctx context.Context, source, scope string, window time.Duration) (*verdict.Verdict, error) {
 	cfg := d.Config()
 	if scope == "" {
 		scope = cfg.Detect.Selector

@@ -11,13 +11,15 @@ import (
 
 	"github.com/whyslow/whyslow/collectors/remote"
 	"github.com/whyslow/whyslow/collectors/spanstore"
+	"github.com/whyslow/whyslow/detect"
+	"github.com/whyslow/whyslow/diagnose"
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/internal/redact"
 	"github.com/whyslow/whyslow/notifiers/alertmanager"
 	"github.com/whyslow/whyslow/notifiers/logsink"
 	"github.com/whyslow/whyslow/notifiers/slack"
 	"github.com/whyslow/whyslow/notifiers/webhook"
 	"github.com/whyslow/whyslow/rules"
-	"github.com/whyslow/whyslow/triage"
 )
 
 // Defaults for Config fields left zero.
@@ -95,9 +97,9 @@ type Config struct {
 	// Triage sets the windows of the triage the daemon runs.
 	Triage TriageConfig `yaml:"triage,omitempty" json:"triage,omitempty"`
 	// Detect configures the triggers.
-	Detect triage.DetectConfig `yaml:"detect,omitempty" json:"detect,omitempty"`
+	Detect detect.DetectConfig `yaml:"detect,omitempty" json:"detect,omitempty"`
 	// Incidents sets the noise controls.
-	Incidents triage.IncidentConfig `yaml:"incidents,omitempty" json:"incidents,omitempty"`
+	Incidents incident.IncidentConfig `yaml:"incidents,omitempty" json:"incidents,omitempty"`
 	// Alerts configures the Alertmanager webhook intake.
 	Alerts AlertsConfig `yaml:"alerts,omitempty" json:"alerts,omitempty"`
 	// Receivers are where notifications go.
@@ -521,7 +523,7 @@ func (c Config) validateIntake(p *problems) {
 // flush, detection, incident tracking and the alerts' scope labels.
 func (c Config) validateTriage(p *problems) {
 	for i, s := range c.Triage.SLO {
-		if _, err := triage.ParseSLO(s); err != nil {
+		if _, err := diagnose.ParseSLO(s); err != nil {
 			p.add(fmt.Sprintf("triage.slo[%d]", i), "%v", err)
 		}
 	}
@@ -556,7 +558,7 @@ func (c Config) validateModel(p *problems) {
 	if c.Scheduler.MaxNumSeqs < 0 {
 		p.add("scheduler.max_num_seqs", "must not be negative")
 	}
-	if c.GPU.Class != "" && triage.GPUMemoryGiB(c.GPU.Class) == 0 {
+	if c.GPU.Class != "" && diagnose.GPUMemoryGiB(c.GPU.Class) == 0 {
 		p.add("gpu.class", "unknown GPU class %q (want e.g. H100, H200, A100, A100-40GB, L40S)", c.GPU.Class)
 	}
 	for name := range c.GPU.Labels {

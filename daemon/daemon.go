@@ -25,11 +25,15 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 
 	"github.com/whyslow/whyslow/collectors/scrape"
+	"github.com/whyslow/whyslow/detect"
+	"github.com/whyslow/whyslow/diagnose"
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/internal/httplimit"
 	"github.com/whyslow/whyslow/internal/redact"
 	"github.com/whyslow/whyslow/notifiers"
+	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/rules"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // Scraper collects every engine target once into the store.
@@ -63,12 +67,12 @@ type TriageRequest struct {
 	// fills them.
 	SLOs string
 	// Shared, when set, answers the triage's queries over every scope
-	// (triage.Options.Shared): the cycle's, so its triages run those once.
-	Shared triage.Metrics
+	// (diagnose.Options.Shared): the cycle's, so its triages run those once.
+	Shared query.Metrics
 }
 
 // TriageFunc runs one triage against the daemon's metrics.
-type TriageFunc func(ctx context.Context, req TriageRequest) (*triage.Verdict, error)
+type TriageFunc func(ctx context.Context, req TriageRequest) (*verdict.Verdict, error)
 
 // Outbox queues notifications durably; a dispatcher (notifiers/outbox)
 // delivers them on its own goroutines. *outbox.Outbox implements it.
@@ -85,7 +89,7 @@ type Outbox interface {
 // Options wires a Daemon. Metrics, Scraper, Triage and Outbox are required.
 type Options struct {
 	Config  Config
-	Metrics triage.Metrics
+	Metrics query.Metrics
 	Scraper Scraper
 	Triage  TriageFunc
 	Outbox  Outbox
@@ -132,7 +136,7 @@ type Options struct {
 // AlertSender keeps an alert manager in step with the incidents
 // (*alertmanager.Sender). Sync must not block.
 type AlertSender interface {
-	Sync(incidents []triage.Incident, at time.Time, link func(triage.Incident) string)
+	Sync(incidents []incident.Incident, at time.Time, link func(incident.Incident) string)
 }
 
 // Daemon is the sidecar loop and its API state. Changes to the incident
@@ -148,15 +152,15 @@ type Daemon struct {
 	opts        Options
 	log         *slog.Logger
 	secrets     *redact.Secrets
-	detector    *triage.Detector
-	tracker     *triage.Tracker
+	detector    *detect.Detector
+	tracker     *incident.Tracker
 	stats       *stats
 	scraped     atomic.Bool                   // a scrape has succeeded
 	history     atomic.Int64                  // unix ns of the first successful scrape the store holds; 0: none yet
 	triages     atomic.Pointer[chan struct{}] // slots for ad-hoc, alert and Slack triages
 	budget      *httplimit.Budget
 	down        map[string]time.Time  // target → down since; guarded by viewMu
-	metrics     triage.Metrics        // opts.Metrics
+	metrics     query.Metrics         // opts.Metrics
 	lastTriaged map[string]time.Time  // open incident key → its last detector triage (guarded by work)
 	reusable    map[string]lastTriage // open incident key → what its last verdict was made of (guarded by work)
 	closed      bool
@@ -164,9 +168,9 @@ type Daemon struct {
 	pending     []*notifiers.Notification // not yet taken by the outbox (guarded by work)
 
 	viewMu   sync.RWMutex
-	verdicts map[string]*triage.Verdict // last verdict per scope key
-	view     []triage.Incident
-	gaps     []triage.DataGap  // from the sources' last cycle
+	verdicts map[string]*verdict.Verdict // last verdict per scope key
+	view     []incident.Incident
+	gaps     []verdict.DataGap // from the sources' last cycle
 	problems map[string]string // readiness problems by key (see Problems)
 }
 
@@ -199,7 +203,7 @@ func New(opts Options) (*Daemon, error) {
 	// Whatever logger comes in, the daemon's lines go through the redaction
 	// layer (a triage error may quote a URL with a token).
 	opts.Logger = slog.New(redact.Handler(opts.Logger.Handler(), opts.Secrets))
-	det, err := triage.NewDetector(cfg.Detect)
+	det, err := detect.NewDetector(cfg.Detect)
 	if err != nil {
 		return nil, fmt.Errorf("new daemon: %w", err)
 	}
@@ -208,13 +212,13 @@ func New(opts Options) (*Daemon, error) {
 		log:         opts.Logger.With("component", "daemon"),
 		secrets:     opts.Secrets,
 		detector:    det,
-		tracker:     triage.NewTracker(cfg.Incidents),
+		tracker:     incident.NewTracker(cfg.Incidents),
 		budget:      httplimit.NewBudget(bodyBudget),
 		down:        map[string]time.Time{},
 		metrics:     opts.Metrics,
 		lastTriaged: map[string]time.Time{},
 		reusable:    map[string]lastTriage{},
-		verdicts:    map[string]*triage.Verdict{},
+		verdicts:    map[string]*verdict.Verdict{},
 		problems:    map[string]string{},
 	}
 	d.cfg.Store(&cfg)
@@ -272,7 +276,7 @@ func (d *Daemon) Tick(ctx context.Context, at time.Time) error {
 		d.log.Error("Detection failed", "err", err)
 		return fmt.Errorf("tick at %s: %w", at.Format(time.RFC3339), err)
 	}
-	var events []triage.Event
+	var events []incident.Event
 	seen := map[string]bool{}
 	for _, det := range dets {
 		seen[det.Key] = true
@@ -290,7 +294,7 @@ func (d *Daemon) Tick(ctx context.Context, at time.Time) error {
 		}
 	}
 	verdicts := d.triageOpen(ctx, cfg, at, cycleStart, seen)
-	cohorts := triage.FindCohorts(d.tracker.Incidents(), dets, cfg.Detect.GroupBy, at)
+	cohorts := incident.FindCohorts(d.tracker.Incidents(), dets, cfg.Detect.GroupBy, at)
 	for _, key := range d.tracker.OpenKeys() {
 		v, ok := verdicts[key]
 		if !ok {
@@ -313,7 +317,7 @@ func (d *Daemon) syncAlerts(at time.Time) {
 		return
 	}
 	external := d.Config().API.ExternalURL
-	link := func(in triage.Incident) string { return verdictURL(external, in.Scope.Selector) }
+	link := func(in incident.Incident) string { return verdictURL(external, in.Scope.Selector) }
 	incs := d.tracker.Incidents()
 	for _, s := range d.opts.AlertSenders {
 		s.Sync(incs, at, link)
@@ -327,16 +331,16 @@ func (d *Daemon) syncAlerts(at time.Time) {
 // (detected: this cycle's detection keys) whose inputs are unchanged since
 // its last triage keeps that verdict (retriage.go). It returns the
 // verdicts by key.
-func (d *Daemon) triageOpen(ctx context.Context, cfg Config, at, cycleStart time.Time, detected map[string]bool) map[string]*triage.Verdict {
+func (d *Daemon) triageOpen(ctx context.Context, cfg Config, at, cycleStart time.Time, detected map[string]bool) map[string]*verdict.Verdict {
 	keys := d.tracker.OpenKeys()
 	sort.SliceStable(keys, func(i, j int) bool { return d.lastTriaged[keys[i]].Before(d.lastTriaged[keys[j]]) })
 	ctx, cancel := context.WithDeadline(ctx, cycleStart.Add(cfg.Triage.CycleBudget))
 	defer cancel()
 	newest := d.newestSamples(ctx, cfg, at, keys, detected)
 	spans := d.spansSeen()
-	shared := triage.NewSharedQueries(d.metrics)
+	shared := query.NewSharedQueries(d.metrics)
 	var mu sync.Mutex
-	out := map[string]*triage.Verdict{}
+	out := map[string]*verdict.Verdict{}
 	made := map[string]*lastTriage{} // key → its new triage (nil: failed, or unknown freshness)
 	slots := make(chan struct{}, max(cfg.Triage.Concurrency, 1))
 	var wg sync.WaitGroup
@@ -368,7 +372,7 @@ func (d *Daemon) triageOpen(ctx context.Context, cfg Config, at, cycleStart time
 		go func() {
 			defer func() { <-slots; wg.Done() }()
 			raw, err := d.triagePrepared(ctx, "detector", req, learning)
-			var v *triage.Verdict
+			var v *verdict.Verdict
 			if err == nil {
 				v = d.finish("detector", req.Selector, raw)
 			}
@@ -536,7 +540,7 @@ func (d *Daemon) collectSources(ctx context.Context, at time.Time) {
 	if tl, ok := d.opts.Scraper.(TargetLabeler); ok {
 		target = tl.TargetLabels()
 	}
-	var gaps []triage.DataGap
+	var gaps []verdict.DataGap
 	for _, src := range d.opts.Sources {
 		gaps = append(gaps, src.Collect(ctx, at, target)...)
 	}
@@ -547,7 +551,7 @@ func (d *Daemon) collectSources(ctx context.Context, at time.Time) {
 
 // runTriage runs one triage, records its metrics, and adds a data gap for
 // every engine target that is down (prepare, triagePrepared, finish).
-func (d *Daemon) runTriage(ctx context.Context, source string, req TriageRequest) (*triage.Verdict, error) {
+func (d *Daemon) runTriage(ctx context.Context, source string, req TriageRequest) (*verdict.Verdict, error) {
 	req, learning := d.prepare(req)
 	raw, err := d.triagePrepared(ctx, source, req, learning)
 	if err != nil {
@@ -558,12 +562,12 @@ func (d *Daemon) runTriage(ctx context.Context, source string, req TriageRequest
 
 // prepare adds the engine facts to req. With less history in the store
 // than the baseline offset (a fresh sidecar), the baseline shrinks to the
-// history there is (triage.ChooseBaseline); learning is the warning that
+// history there is (detect.ChooseBaseline); learning is the warning that
 // says so.
 func (d *Daemon) prepare(req TriageRequest) (_ TriageRequest, learning string) {
 	req = withEngineFacts(d.Config(), req)
 	if since := d.HistorySince(); !since.IsZero() {
-		c := triage.ChooseBaseline(req.Baseline, req.Window, since, req.At)
+		c := detect.ChooseBaseline(req.Baseline, req.Window, since, req.At)
 		if c.Offset > 0 {
 			req.Baseline = c.Offset
 		}
@@ -575,7 +579,7 @@ func (d *Daemon) prepare(req TriageRequest) (_ TriageRequest, learning string) {
 // triagePrepared runs a prepared triage and records its metrics. The
 // verdict carries the learning warning and, for a scope that mixes several
 // models, a warning too; not the data gaps of the moment (finish).
-func (d *Daemon) triagePrepared(ctx context.Context, source string, req TriageRequest, learning string) (*triage.Verdict, error) {
+func (d *Daemon) triagePrepared(ctx context.Context, source string, req TriageRequest, learning string) (*verdict.Verdict, error) {
 	start := time.Now()
 	v, err := d.opts.Triage(ctx, req)
 	d.stats.triageDuration.WithLabelValues(source).Observe(time.Since(start).Seconds())
@@ -591,7 +595,7 @@ func (d *Daemon) triagePrepared(ctx context.Context, source string, req TriageRe
 	if learning != "" {
 		v.Warnings = append(v.Warnings, learning)
 	}
-	triage.CheckMixedModels(ctx, d.metrics, v)
+	diagnose.CheckMixedModels(ctx, d.metrics, v)
 	return v, nil
 }
 
@@ -599,7 +603,7 @@ func (d *Daemon) triagePrepared(ctx context.Context, source string, req TriageRe
 // that is down, the store's problem and the sources' gaps, as they are
 // now, and keeps it as the scope's latest verdict (but an api one). raw is
 // left as it is, so a reused verdict gets the gaps of its own cycle.
-func (d *Daemon) finish(source, selector string, raw *triage.Verdict) *triage.Verdict {
+func (d *Daemon) finish(source, selector string, raw *verdict.Verdict) *verdict.Verdict {
 	v := *raw
 	v.DataGaps = slices.Clip(raw.DataGaps)
 	d.viewMu.Lock()
@@ -610,13 +614,13 @@ func (d *Daemon) finish(source, selector string, raw *triage.Verdict) *triage.Ve
 	}
 	sort.Strings(targets)
 	for _, target := range targets {
-		v.DataGaps = append(v.DataGaps, triage.DataGap{
+		v.DataGaps = append(v.DataGaps, verdict.DataGap{
 			Signal: "scrape",
 			Reason: fmt.Sprintf("%s %s down since %s", d.sourceKind(), target, d.down[target].UTC().Format(time.RFC3339)),
 		})
 	}
 	if msg, ok := d.problems[problemStore]; ok {
-		v.DataGaps = append(v.DataGaps, triage.DataGap{Signal: "scrape", Reason: msg})
+		v.DataGaps = append(v.DataGaps, verdict.DataGap{Signal: "scrape", Reason: msg})
 	}
 	v.DataGaps = append(v.DataGaps, d.gaps...)
 	if source != "api" {
@@ -658,14 +662,14 @@ func (d *Daemon) publish() {
 }
 
 // Incidents returns the open incidents followed by the resolved ones.
-func (d *Daemon) Incidents() []triage.Incident {
+func (d *Daemon) Incidents() []incident.Incident {
 	d.viewMu.RLock()
 	defer d.viewMu.RUnlock()
-	return append([]triage.Incident(nil), d.view...)
+	return append([]incident.Incident(nil), d.view...)
 }
 
 // Verdict returns the latest verdict for a scope selector (any matcher order).
-func (d *Daemon) Verdict(scope string) (*triage.Verdict, bool) {
+func (d *Daemon) Verdict(scope string) (*verdict.Verdict, bool) {
 	want := canonicalSelector(scope)
 	d.viewMu.RLock()
 	defer d.viewMu.RUnlock()
@@ -686,7 +690,7 @@ func (d *Daemon) CheckReload(cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("reload: %w", err)
 	}
-	if _, err := triage.NewDetector(cfg.Detect); err != nil {
+	if _, err := detect.NewDetector(cfg.Detect); err != nil {
 		return fmt.Errorf("reload: %w", err)
 	}
 	return nil
@@ -703,7 +707,7 @@ func (d *Daemon) Reload(cfg Config, scraper Scraper, receivers []string) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("reload: %w", err)
 	}
-	det, err := triage.NewDetector(cfg.Detect)
+	det, err := detect.NewDetector(cfg.Detect)
 	if err != nil {
 		return fmt.Errorf("reload: %w", err)
 	}
@@ -788,19 +792,19 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 func promqlParser() parser.Parser { return parser.NewParser(parser.Options{}) }
 
 // notificationFor builds one receiver's notification for an incident event.
-func notificationFor(ev triage.Event, receiver, externalURL string, at time.Time) *notifiers.Notification {
+func notificationFor(ev incident.Event, receiver, externalURL string, at time.Time) *notifiers.Notification {
 	kind := notifiers.TransitionUpdate
 	switch ev.Kind {
-	case triage.EventOpened:
+	case incident.EventOpened:
 		kind = notifiers.TransitionOpen
-	case triage.EventResolved:
+	case incident.EventResolved:
 		kind = notifiers.TransitionResolve
-	case triage.EventRepeated:
+	case incident.EventRepeated:
 		kind = notifiers.TransitionRepeat
 	}
 	v := ev.Incident.Verdict
 	if v == nil {
-		v = &triage.Verdict{SchemaVersion: triage.SchemaVersion, Status: triage.StatusInsufficientData, Scope: ev.Incident.Scope, At: at}
+		v = &verdict.Verdict{SchemaVersion: verdict.SchemaVersion, Status: verdict.StatusInsufficientData, Scope: ev.Incident.Scope, At: at}
 	}
 	n := &notifiers.Notification{
 		ID:          notifiers.MakeID(receiver, ev.Incident.ID, ev.Incident.Notified.Count, kind),

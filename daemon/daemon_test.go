@@ -18,9 +18,11 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 
 	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/detect"
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/rules"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 var t0 = time.Unix(1700000000, 0)
@@ -111,7 +113,7 @@ type fakeTriage struct {
 	hook func(ctx context.Context, req TriageRequest) error
 }
 
-func (f *fakeTriage) run(ctx context.Context, req TriageRequest) (*triage.Verdict, error) {
+func (f *fakeTriage) run(ctx context.Context, req TriageRequest) (*verdict.Verdict, error) {
 	f.mu.Lock()
 	hook := f.hook
 	f.mu.Unlock()
@@ -127,11 +129,11 @@ func (f *fakeTriage) run(ctx context.Context, req TriageRequest) (*triage.Verdic
 	if f.err != nil {
 		return nil, f.err
 	}
-	v := &triage.Verdict{SchemaVersion: triage.SchemaVersion, Status: triage.StatusHealthy, Severity: triage.SeverityNone,
-		Scope: triage.Scope{Selector: req.Selector}, At: req.At}
+	v := &verdict.Verdict{SchemaVersion: verdict.SchemaVersion, Status: verdict.StatusHealthy, Severity: verdict.SeverityNone,
+		Scope: verdict.Scope{Selector: req.Selector}, At: req.At}
 	if f.cause != "" {
-		v.Status, v.Severity = triage.StatusAnomaly, triage.SeverityWarning
-		v.Causes = []triage.Cause{{ID: f.cause, Rank: 1, Score: 0.9, Title: f.cause}}
+		v.Status, v.Severity = verdict.StatusAnomaly, verdict.SeverityWarning
+		v.Causes = []verdict.Cause{{ID: f.cause, Rank: 1, Score: 0.9, Title: f.cause}}
 	}
 	return v, nil
 }
@@ -194,8 +196,8 @@ func testConfig() Config {
 		Listen: "127.0.0.1:9109",
 		// A one-interval hold: these tests are about the incident lifecycle
 		// (the default hold is covered in package triage and the e2e tests).
-		Detect:    triage.DetectConfig{Baseline: 10 * time.Minute, For: 5 * time.Second},
-		Incidents: triage.IncidentConfig{ResolveAfter: time.Minute},
+		Detect:    detect.DetectConfig{Baseline: 10 * time.Minute, For: 5 * time.Second},
+		Incidents: incident.IncidentConfig{ResolveAfter: time.Minute},
 		Triage:    TriageConfig{Window: time.Minute, Baseline: 10 * time.Minute},
 	}
 }
@@ -274,7 +276,7 @@ func TestDaemonIncidentLifecycle(t *testing.T) {
 		t.Fatalf("notifications: %s", got)
 	}
 	incs := h.d.Incidents()
-	if len(incs) != 1 || incs[0].Status != triage.IncidentResolved {
+	if len(incs) != 1 || incs[0].Status != incident.IncidentResolved {
 		t.Fatalf("incidents = %+v", incs)
 	}
 	// The top-cause gauge is gone once resolved; counters are there.
@@ -326,7 +328,7 @@ func TestDaemonPersistsIncidents(t *testing.T) {
 		t.Fatal(err)
 	}
 	incs := h2.Incidents()
-	if len(incs) != 1 || incs[0].Status != triage.IncidentOpen || incs[0].TopCause != "queue_saturation" {
+	if len(incs) != 1 || incs[0].Status != incident.IncidentOpen || incs[0].TopCause != "queue_saturation" {
 		t.Fatalf("restored incidents = %+v", incs)
 	}
 }
@@ -384,7 +386,7 @@ func TestAPIAlertmanagerIntake(t *testing.T) {
 		t.Fatalf("firing: %d %s", code, body)
 	}
 	incs := h.d.Incidents()
-	if len(incs) != 1 || incs[0].Key != `model_name="m",pod="p0"` || incs[0].TopCause != "queue_saturation" || incs[0].Severity != triage.SeverityCritical {
+	if len(incs) != 1 || incs[0].Key != `model_name="m",pod="p0"` || incs[0].TopCause != "queue_saturation" || incs[0].Severity != verdict.SeverityCritical {
 		t.Fatalf("incidents = %+v", incs)
 	}
 	if incs[0].Verdict == nil {
@@ -410,7 +412,7 @@ func TestAPIAlertmanagerIntake(t *testing.T) {
 		t.Fatalf("resolved: %d %s", code, body)
 	}
 	incs = h.d.Incidents()
-	if len(incs) != 1 || incs[0].Status != triage.IncidentResolved {
+	if len(incs) != 1 || incs[0].Status != incident.IncidentResolved {
 		t.Fatalf("after resolve: %+v", incs)
 	}
 	if got := h.ob.kinds(); got != "open:queue_saturation resolve:queue_saturation" {
@@ -474,7 +476,7 @@ func TestAPIBadInput(t *testing.T) {
 func TestReloadAllOrNothing(t *testing.T) {
 	h := newHarness(t, testConfig())
 	bad := testConfig()
-	bad.Detect.Triggers = []triage.Trigger{{Name: "x", Signal: "nope", Ratio: 2}}
+	bad.Detect.Triggers = []detect.Trigger{{Name: "x", Signal: "nope", Ratio: 2}}
 	bad.API.Token = "new"
 	if err := h.d.Reload(bad, nil, nil); err == nil {
 		t.Fatal("bad reload accepted")

@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/detect"
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/notifiers/render"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // freshConfig is testConfig with the default 1h baselines: a sidecar that
@@ -72,8 +74,8 @@ func TestDaemonFreshSidecarUsesItsHistory(t *testing.T) {
 // is learning.
 func TestDaemonLearningBaseline(t *testing.T) {
 	cfg := freshConfig()
-	cfg.Detect.Triggers = []triage.Trigger{{Name: "ttft_abs", Signal: triage.SignalTTFTP95, Above: ptrTo(0.2)},
-		{Name: "ttft_ratio", Signal: triage.SignalTTFTP95, Ratio: 2}}
+	cfg.Detect.Triggers = []detect.Trigger{{Name: "ttft_abs", Signal: detect.SignalTTFTP95, Above: ptrTo(0.2)},
+		{Name: "ttft_ratio", Signal: detect.SignalTTFTP95, Ratio: 2}}
 	h := newHarness(t, cfg)
 	h.ticks(t, 1*12)
 	h.eng.setSlow(true)
@@ -104,7 +106,7 @@ func TestDaemonLearningBaseline(t *testing.T) {
 // rendered, says so.
 func TestDaemonMinutesAfterRestart(t *testing.T) {
 	cfg := freshConfig()
-	cfg.Detect.Triggers = []triage.Trigger{triage.DefaultTriggers()[0]} // ttft_p95: ratio 2, at least 20 requests
+	cfg.Detect.Triggers = []detect.Trigger{detect.DefaultTriggers()[0]} // ttft_p95: ratio 2, at least 20 requests
 	h := newHarness(t, cfg)
 	first := h.now.Add(5 * time.Second)
 	h.ticks(t, 6*12)
@@ -153,7 +155,7 @@ func TestDaemonMinutesAfterRestart(t *testing.T) {
 
 func ptrTo[T any](v T) *T { return &v }
 
-func hasWarning(v *triage.Verdict, sub string) bool {
+func hasWarning(v *verdict.Verdict, sub string) bool {
 	for _, w := range warnings(v) {
 		if strings.Contains(w, sub) {
 			return true
@@ -162,7 +164,7 @@ func hasWarning(v *triage.Verdict, sub string) bool {
 	return false
 }
 
-func warnings(v *triage.Verdict) []string {
+func warnings(v *verdict.Verdict) []string {
 	if v == nil {
 		return nil
 	}
@@ -190,7 +192,7 @@ func TestDaemonTopCauseFollowsVerdict(t *testing.T) {
 	h.tri.mu.Unlock()
 	h.ticks(t, 2)
 	in := h.d.Incidents()[0]
-	if in.Status != triage.IncidentOpen || in.TopCause != "" {
+	if in.Status != incident.IncidentOpen || in.TopCause != "" {
 		t.Errorf("incident %s top_cause %q after a verdict without a cause", in.Status, in.TopCause)
 	}
 	body := h.get(t, "/metrics", "", http.StatusOK)
@@ -240,7 +242,7 @@ func TestDaemonStoppedEngineIncidentResolves(t *testing.T) {
 	a.setDown(true)
 	h.ticks(t, 10*12)
 	incs = h.d.Incidents()
-	if len(incs) != 1 || incs[0].Status != triage.IncidentResolved {
+	if len(incs) != 1 || incs[0].Status != incident.IncidentResolved {
 		t.Fatalf("incident of the stopped engine is %s after 10 minutes", incs[0].Status)
 	}
 	if r := incs[0].ResolveReason; !strings.Contains(r, "engine-a down since") || incs[0].Condition.Reason != "DataGone" {

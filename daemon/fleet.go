@@ -11,26 +11,28 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/whyslow/whyslow/collectors/remote"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/detect"
+	"github.com/whyslow/whyslow/incident"
+	"github.com/whyslow/whyslow/query"
 )
 
 // QueryCounter counts the queries that go through it, for the cycle's
 // whyslow_cycle_queries. It is safe for concurrent use.
 type QueryCounter struct {
-	m triage.Metrics
+	m query.Metrics
 	n atomic.Int64
 }
 
 // CountQueries wraps m.
-func CountQueries(m triage.Metrics) *QueryCounter { return &QueryCounter{m: m} }
+func CountQueries(m query.Metrics) *QueryCounter { return &QueryCounter{m: m} }
 
-// Query implements triage.Metrics.
+// Query implements query.Metrics.
 func (c *QueryCounter) Query(ctx context.Context, expr string, at time.Time) (model.Vector, []string, error) {
 	c.n.Add(1)
 	return c.m.Query(ctx, expr, at)
 }
 
-// QueryRange implements triage.Metrics.
+// QueryRange implements query.Metrics.
 func (c *QueryCounter) QueryRange(ctx context.Context, expr string, start, end time.Time, step time.Duration) (model.Matrix, []string, error) {
 	c.n.Add(1)
 	return c.m.QueryRange(ctx, expr, start, end, step)
@@ -53,7 +55,7 @@ func (d *Daemon) queries() int64 {
 // daemon's readiness and its "targets down" gaps mean the same as a
 // sidecar's.
 type PrometheusProbe struct {
-	Metrics triage.Metrics
+	Metrics query.Metrics
 	// Name is the source as logs and metrics show it (a redacted URL).
 	Name string
 }
@@ -111,7 +113,7 @@ func (f *fleetStats) collectors() []prometheus.Collector {
 }
 
 // observeCycle records one finished cycle.
-func (s *stats) observeCycle(dets []triage.Detection, took time.Duration, queries int64) {
+func (s *stats) observeCycle(dets []detect.Detection, took time.Duration, queries int64) {
 	firing := 0
 	for _, d := range dets {
 		if d.Firing {
@@ -129,15 +131,15 @@ func (s *stats) observeCycle(dets []triage.Detection, took time.Duration, querie
 // matches them to the engines' series), its top cause and severity. The
 // scope labels vary with the configuration, so the metric is unchecked.
 type openIncidents struct {
-	incs atomic.Pointer[[]triage.Incident]
+	incs atomic.Pointer[[]incident.Incident]
 }
 
 var openIncidentHelp = "1 per open incident, labelled with the scope's labels, the top cause id (unknown before a verdict names one) and the severity."
 
-func (o *openIncidents) set(incs []triage.Incident) {
-	var open []triage.Incident
+func (o *openIncidents) set(incs []incident.Incident) {
+	var open []incident.Incident
 	for _, in := range incs {
-		if in.Status == triage.IncidentOpen {
+		if in.Status == incident.IncidentOpen {
 			open = append(open, in)
 		}
 	}

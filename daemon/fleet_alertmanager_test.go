@@ -12,12 +12,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/whyslow/whyslow/detect"
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/notifiers/alertmanager"
 	"github.com/whyslow/whyslow/testbed/amtest"
 	"github.com/whyslow/whyslow/testbed/fleettest"
 	"github.com/whyslow/whyslow/testbed/promtest"
 	"github.com/whyslow/whyslow/testbed/sim"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // TestFleetAlertmanagerHA runs two fleet daemons (replicas) against one
@@ -48,18 +50,18 @@ func TestFleetAlertmanagerHA(t *testing.T) {
 	am := amtest.Start(ctx, t, amtest.WebhookConfig(rcv.URL, "alertname", "namespace"))
 
 	changeAt := onset.Add(4 * time.Minute)
-	scripted := func(ctx context.Context, req TriageRequest) (*triage.Verdict, error) {
+	scripted := func(ctx context.Context, req TriageRequest) (*verdict.Verdict, error) {
 		cause := "kv_cache_pressure"
 		if !req.At.Before(changeAt) {
 			cause = "queue_saturation"
 		}
-		return &triage.Verdict{SchemaVersion: triage.SchemaVersion, Status: triage.StatusAnomaly, Severity: triage.SeverityWarning,
-			Phase: triage.PhasePrefill, Scope: triage.Scope{Selector: req.Selector}, At: req.At,
-			Causes: []triage.Cause{{ID: cause, Rank: 1, Score: 0.9, Confidence: 0.8, Title: cause}}}, nil
+		return &verdict.Verdict{SchemaVersion: verdict.SchemaVersion, Status: verdict.StatusAnomaly, Severity: verdict.SeverityWarning,
+			Phase: verdict.PhasePrefill, Scope: verdict.Scope{Selector: req.Selector}, At: req.At,
+			Causes: []verdict.Cause{{ID: cause, Rank: 1, Score: 0.9, Confidence: 0.8, Title: cause}}}, nil
 	}
 	cfg := Config{Source: SourceConfig{Prometheus: &PrometheusSource{URL: prom}}, Listen: "127.0.0.1:0", OTLP: OTLPDisabled(),
-		Detect:    triage.DetectConfig{GroupBy: []string{"namespace", "model_name"}},
-		Incidents: triage.IncidentConfig{ResolveAfter: 30 * time.Second, CauseHold: 1}}
+		Detect:    detect.DetectConfig{GroupBy: []string{"namespace", "model_name"}},
+		Incidents: incident.IncidentConfig{ResolveAfter: 30 * time.Second, CauseHold: 1}}
 	type replica struct {
 		d      *Daemon
 		sender *alertmanager.Sender
@@ -108,10 +110,10 @@ func TestFleetAlertmanagerHA(t *testing.T) {
 			}
 		}
 	}
-	open := func(r replica) []triage.Incident {
-		var out []triage.Incident
+	open := func(r replica) []incident.Incident {
+		var out []incident.Incident
 		for _, in := range r.d.Incidents() {
-			if in.Status == triage.IncidentOpen {
+			if in.Status == incident.IncidentOpen {
 				out = append(out, in)
 			}
 		}
@@ -172,7 +174,7 @@ func TestFleetStack(t *testing.T) {
 	am := amtest.Start(ctx, t, amtest.WebhookConfig(rcv.URL, "alertname", "namespace"))
 
 	cfg := Config{Source: SourceConfig{Prometheus: &PrometheusSource{URL: prom}}, Listen: "127.0.0.1:0", OTLP: OTLPDisabled(),
-		Detect:    triage.DetectConfig{GroupBy: []string{"namespace", "model_name"}},
+		Detect:    detect.DetectConfig{GroupBy: []string{"namespace", "model_name"}},
 		Receivers: []ReceiverConfig{{Name: "am", Alertmanager: &alertmanager.Config{URL: am}}}}
 	stack, err := NewStack(StackOptions{Config: cfg, Logger: quietLogger(), LogWriter: io.Discard})
 	if err != nil {
@@ -186,9 +188,9 @@ func TestFleetStack(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var open []triage.Incident
+	var open []incident.Incident
 	for _, in := range stack.Daemon.Incidents() {
-		if in.Status == triage.IncidentOpen {
+		if in.Status == incident.IncidentOpen {
 			open = append(open, in)
 		}
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/whyslow/whyslow/collectors/store"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/incident"
 )
 
 func TestFleetConfig(t *testing.T) {
@@ -116,7 +116,7 @@ func TestTriageOpenConcurrentWithinBudget(t *testing.T) {
 	}
 	open := 0
 	for _, in := range d.Incidents() {
-		if in.Status == triage.IncidentOpen {
+		if in.Status == incident.IncidentOpen {
 			open++
 		}
 	}

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/whyslow/whyslow/collectors"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // Source is a source of samples other than the engine scrape, run once per
@@ -26,7 +26,7 @@ type Source interface {
 	// Collect gathers one cycle at time at. target holds the labels of the
 	// single engine target (instance, pod), nil when the daemon watches
 	// several.
-	Collect(ctx context.Context, at time.Time, target map[string]string) []triage.DataGap
+	Collect(ctx context.Context, at time.Time, target map[string]string) []verdict.DataGap
 }
 
 // gpuSeriesPrefix names the series that get the engine's target labels.
@@ -84,7 +84,7 @@ func (r *replayCollector) Collect(ch chan<- prometheus.Metric) {
 // Collect runs one cycle, stores it, keeps it for /metrics and returns the
 // data gaps: "no GPU counters" with the reason when the GPU collector had
 // nothing (no driver) or failed.
-func (c *CollectorSource) Collect(ctx context.Context, at time.Time, target map[string]string) []triage.DataGap {
+func (c *CollectorSource) Collect(ctx context.Context, at time.Time, target map[string]string) []verdict.DataGap {
 	ch := make(chan prometheus.Metric, 256)
 	var results []collectors.Result
 	go func() {
@@ -120,7 +120,7 @@ func (c *CollectorSource) Collect(ctx context.Context, at time.Time, target map[
 	c.last = fams
 	c.mu.Unlock()
 
-	var gaps []triage.DataGap
+	var gaps []verdict.DataGap
 	for _, r := range results {
 		if r.Err == nil {
 			continue
@@ -129,7 +129,7 @@ func (c *CollectorSource) Collect(ctx context.Context, at time.Time, target map[
 		if r.Name == "gpu" {
 			what = "GPU counters"
 		}
-		gaps = append(gaps, triage.DataGap{Signal: r.Name, Reason: fmt.Sprintf("no %s: %v", what, r.Err)})
+		gaps = append(gaps, verdict.DataGap{Signal: r.Name, Reason: fmt.Sprintf("no %s: %v", what, r.Err)})
 	}
 	return gaps
 }

@@ -18,9 +18,9 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
 
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/notifiers/outbox"
 	"github.com/whyslow/whyslow/testbed/secrettest"
-	"github.com/whyslow/whyslow/triage"
 )
 
 // manyAlerts is a webhook with n firing alerts on n scopes.
@@ -159,7 +159,7 @@ func TestRestartPrunesOversizedAlertIncidents(t *testing.T) {
 	h2 := newHarnessWith(t, testConfigIn(cfg.DataDir), func(o *Options) { o.Outbox = h.ob })
 	open := 0
 	for _, in := range h2.d.Incidents() {
-		if in.Status == triage.IncidentOpen {
+		if in.Status == incident.IncidentOpen {
 			open++
 		}
 	}
@@ -589,7 +589,7 @@ func FuzzDecodeState(f *testing.F) {
 	f.Add([]byte(`{"version":2,"tracker":{"version":1,"open":[{"id":"k@1","key":"k","status":"open","alerts":{"fp":{"fingerprint":"fp"}}}],"resolved":[]},"pending":[]}`))
 	f.Add([]byte(`{"version":2,"tracker":{"version":1,"open":[],"resolved":[]},"pending":[{"id":"x"}]}`))
 	f.Add([]byte(`{"version":1,"open":[null]}`))
-	cfg := triage.IncidentConfig{}.WithDefaults()
+	cfg := incident.IncidentConfig{}.WithDefaults()
 	f.Fuzz(func(t *testing.T, b []byte) {
 		tr, pending, err := decodeState(cfg, b)
 		if err != nil {

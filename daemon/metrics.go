@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/incident"
 )
 
 // stats are whyslow's own metrics, on a private registry served at /metrics.
@@ -117,11 +117,11 @@ func (s *stats) observeScrape(r ScrapeResult, at time.Time) {
 }
 
 // publish sets the incident gauges from the current incidents.
-func (s *stats) publish(incs []triage.Incident) {
+func (s *stats) publish(incs []incident.Incident) {
 	s.topCause.Reset()
 	open := 0
 	for _, in := range incs {
-		if in.Status != triage.IncidentOpen {
+		if in.Status != incident.IncidentOpen {
 			continue
 		}
 		open++

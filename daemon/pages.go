@@ -17,9 +17,10 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/whyslow/whyslow/daemon/web"
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/internal/httplimit"
 	"github.com/whyslow/whyslow/notifiers/outbox"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // The pages (daemon/web renders them): `/` lists the incidents and
@@ -291,13 +292,13 @@ func (d *Daemon) pageIndex(w http.ResponseWriter, _ *http.Request) {
 }
 
 // incidentByID returns the incident with that id, open or resolved.
-func (d *Daemon) incidentByID(id string) (triage.Incident, bool) {
+func (d *Daemon) incidentByID(id string) (incident.Incident, bool) {
 	for _, in := range d.Incidents() {
 		if in.ID == id {
 			return in, true
 		}
 	}
-	return triage.Incident{}, false
+	return incident.Incident{}, false
 }
 
 // journaler is the outbox's memory of each incident's notifications
@@ -341,7 +342,7 @@ func (d *Daemon) pageIncident(w http.ResponseWriter, r *http.Request) {
 
 // verdictSection lays out v with its curves from the daemon's metrics,
 // bounded by api.triage_timeout; onset (zero: none) is marked on them.
-func (d *Daemon) verdictSection(ctx context.Context, cfg Config, v *triage.Verdict, onset time.Time) web.VerdictSection {
+func (d *Daemon) verdictSection(ctx context.Context, cfg Config, v *verdict.Verdict, onset time.Time) web.VerdictSection {
 	ctx, cancel := context.WithTimeout(ctx, cfg.API.TriageTimeout)
 	defer cancel()
 	s := web.Section(ctx, d.opts.Metrics, v, onset)
@@ -372,7 +373,7 @@ func (d *Daemon) pageVerdict(w http.ResponseWriter, r *http.Request) {
 	site := d.site(cfg)
 	body := TriageBody{Selector: sel, At: q.Get("at"), Window: q.Get("window"), Baseline: q.Get("baseline")}
 	latest := body.At == "" && body.Window == "" && body.Baseline == ""
-	v, held := (*triage.Verdict)(nil), false
+	v, held := (*verdict.Verdict)(nil), false
 	if latest {
 		v, held = d.Verdict(raw)
 	}
@@ -410,15 +411,15 @@ func (d *Daemon) pageVerdict(w http.ResponseWriter, r *http.Request) {
 
 // incidentOf returns the incident of v's scope: the open one, else the
 // newest resolved one.
-func (d *Daemon) incidentOf(v *triage.Verdict) (triage.Incident, bool) {
+func (d *Daemon) incidentOf(v *verdict.Verdict) (incident.Incident, bool) {
 	want := canonicalSelector(v.Scope.Selector)
-	var found triage.Incident
+	var found incident.Incident
 	ok := false
 	for _, in := range d.Incidents() {
 		if canonicalSelector(in.Scope.Selector) != want {
 			continue
 		}
-		if in.Status == triage.IncidentOpen {
+		if in.Status == incident.IncidentOpen {
 			return in, true
 		}
 		if !ok || in.ResolvedAt.After(found.ResolvedAt) {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/incident"
 )
 
 const pageToken = "page-t0ken-5ecret"
@@ -66,7 +66,7 @@ func incidentHarness(t *testing.T, edit func(*Config)) *harness {
 	h.eng.setSlow(true)
 	h.tri.cause = "kv_cache_pressure"
 	h.ticks(t, 6)
-	if incs := h.d.Incidents(); len(incs) != 1 || incs[0].Status != triage.IncidentOpen {
+	if incs := h.d.Incidents(); len(incs) != 1 || incs[0].Status != incident.IncidentOpen {
 		t.Fatalf("incidents %+v", incs)
 	}
 	return h
@@ -174,7 +174,7 @@ func TestPagesUnderPrefix(t *testing.T) {
 	if resp, _ := pageReq(t, h, "GET", "/whyslow/api/v1/incidents", nil); resp.StatusCode != http.StatusOK {
 		t.Errorf("API under the prefix: %d", resp.StatusCode)
 	}
-	n := notificationFor(triage.Event{Incident: h.d.Incidents()[0]}, "hook", h.d.Config().API.ExternalURL, h.now)
+	n := notificationFor(incident.Event{Incident: h.d.Incidents()[0]}, "hook", h.d.Config().API.ExternalURL, h.now)
 	if want := "https://ops.example/whyslow/verdict?scope=" + url.QueryEscape(`model_name="m"`); n.VerdictURL != want {
 		t.Errorf("notification links %q, want %q", n.VerdictURL, want)
 	}

@@ -8,8 +8,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/whyslow/whyslow/diagnose"
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/notifiers"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/query"
 )
 
 // ReplayOptions configure Replay.
@@ -18,9 +20,9 @@ type ReplayOptions struct {
 	// source, receivers, data dir and listeners are not used.
 	Config Config
 	// Metrics hold the past: a Prometheus (remote) or a bundle's store.
-	Metrics triage.Metrics
+	Metrics query.Metrics
 	// Traces, when set, add the per-request step to the triages.
-	Traces triage.Traces
+	Traces diagnose.Traces
 	// HistoryStart is where the metrics start (a bundle's first sample);
 	// zero for a Prometheus (its history is taken as long enough).
 	HistoryStart time.Time
@@ -38,7 +40,7 @@ type ReplayOptions struct {
 type ReplayResult struct {
 	Notifications []*notifiers.Notification
 	// Incidents are the incidents at the end, open first.
-	Incidents []triage.Incident
+	Incidents []incident.Incident
 	Cycles    int
 	Queries   int64
 	// Failed counts the cycles whose detection failed (the replay goes

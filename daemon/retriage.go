@@ -8,8 +8,9 @@ import (
 
 	"github.com/prometheus/common/model"
 
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/rulesets"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // Re-triage of an unchanged scope: when a detected scope has had no sample
@@ -31,7 +32,7 @@ import (
 // lastTriage is what an open incident's last detector triage was made of.
 type lastTriage struct {
 	key retriageKey
-	raw *triage.Verdict // as triagePrepared returned it: no data gaps
+	raw *verdict.Verdict // as triagePrepared returned it: no data gaps
 }
 
 // retriageKey is a triage's inputs but its time: equal keys, same verdict.
@@ -62,7 +63,7 @@ func (d *Daemon) newestSamples(ctx context.Context, cfg Config, at time.Time, ke
 		return none
 	}
 	dc := d.detector.Config()
-	vec, _, err := d.metrics.Query(ctx, triage.NewestSamplesExpr(rss, dc.Selector, dc.GroupBy), at)
+	vec, _, err := d.metrics.Query(ctx, diagnose.NewestSamplesExpr(rss, dc.Selector, dc.GroupBy), at)
 	if err != nil {
 		d.log.Warn("Reading the scopes' newest samples failed; every open incident is triaged", "err", err)
 		return none

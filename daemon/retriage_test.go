@@ -16,7 +16,7 @@ import (
 	"github.com/whyslow/whyslow/collectors/bundle"
 	"github.com/whyslow/whyslow/collectors/store"
 	"github.com/whyslow/whyslow/testbed/fleettest"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // stallEngine is a synthEngine that also exports vllm:num_requests_running
@@ -95,7 +95,7 @@ func (h *harness) runs() int {
 	return h.tri.runs
 }
 
-func (h *harness) verdict(t *testing.T) *triage.Verdict {
+func (h *harness) verdict(t *testing.T) *verdict.Verdict {
 	t.Helper()
 	v, ok := h.d.Verdict(`model_name="m"`)
 	if !ok {
@@ -246,7 +246,7 @@ func TestCycleVerdictsMatchPlainTriage(t *testing.T) {
 		}
 		if plain {
 			shipped := tri
-			tri = func(ctx context.Context, req TriageRequest) (*triage.Verdict, error) {
+			tri = func(ctx context.Context, req TriageRequest) (*verdict.Verdict, error) {
 				req.Shared = nil
 				return shipped(ctx, req)
 			}
@@ -280,7 +280,7 @@ func TestCycleVerdictsMatchPlainTriage(t *testing.T) {
 				t.Errorf("%s at %s: verdict differs\n got %s\nwant %s", in.Key, tt, gj, wj)
 			}
 			compared++
-			if want.Status == triage.StatusInsufficientData {
+			if want.Status == verdict.StatusInsufficientData {
 				insufficient++
 			}
 		}

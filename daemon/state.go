@@ -12,9 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/notifiers/outbox"
-	"github.com/whyslow/whyslow/triage"
 )
 
 // The daemon's state file holds the incident tracker and the notifications
@@ -53,23 +53,23 @@ const (
 )
 
 // decodeState reads a state file: the envelope or a bare v1 snapshot.
-func decodeState(cfg triage.IncidentConfig, b []byte) (*triage.Tracker, []*notifiers.Notification, error) {
+func decodeState(cfg incident.IncidentConfig, b []byte) (*incident.Tracker, []*notifiers.Notification, error) {
 	t, pending, _, err := decodeStateFile(cfg, b)
 	return t, pending, err
 }
 
 // decodeStateFile is decodeState that also returns the history start
 // (zero when the file has none).
-func decodeStateFile(cfg triage.IncidentConfig, b []byte) (*triage.Tracker, []*notifiers.Notification, time.Time, error) {
+func decodeStateFile(cfg incident.IncidentConfig, b []byte) (*incident.Tracker, []*notifiers.Notification, time.Time, error) {
 	var env stateFileV2
 	if err := json.Unmarshal(b, &env); err != nil {
 		return nil, nil, time.Time{}, fmt.Errorf("decode state: %w", err)
 	}
 	if env.Version != stateVersion || len(env.Tracker) == 0 {
-		t, err := triage.LoadTracker(cfg, b)
+		t, err := incident.LoadTracker(cfg, b)
 		return t, nil, time.Time{}, err
 	}
-	t, err := triage.LoadTracker(cfg, env.Tracker)
+	t, err := incident.LoadTracker(cfg, env.Tracker)
 	if err != nil {
 		return nil, nil, time.Time{}, err
 	}
@@ -95,7 +95,7 @@ func (d *Daemon) loadState(dir string, now time.Time) {
 		return
 	}
 	if err == nil {
-		var t *triage.Tracker
+		var t *incident.Tracker
 		var pending []*notifiers.Notification
 		var since time.Time
 		if t, pending, since, err = decodeStateFile(d.Config().Incidents, b); err == nil {
@@ -160,7 +160,7 @@ func (d *Daemon) persist() bool {
 
 // queue turns incident events into one notification per receiver and adds
 // them to the pending list (the outbox gets them in commit).
-func (d *Daemon) queue(events []triage.Event, at time.Time) {
+func (d *Daemon) queue(events []incident.Event, at time.Time) {
 	cfg := d.Config()
 	for _, ev := range events {
 		d.log.Info("Incident "+ev.Kind.String(), "incident", ev.Incident.ID, "scope", ev.Incident.Key,
@@ -174,7 +174,7 @@ func (d *Daemon) queue(events []triage.Event, at time.Time) {
 // commit finishes a cycle that changed the tracker: queue the events, write
 // the state, hand the pending notifications to the outbox, write the state
 // again without them, and publish the view.
-func (d *Daemon) commit(events []triage.Event, at time.Time) {
+func (d *Daemon) commit(events []incident.Event, at time.Time) {
 	d.queue(events, at)
 	if d.persist() && d.flushPending() {
 		d.persist()

@@ -21,6 +21,7 @@ import (
 	"github.com/whyslow/whyslow/collectors/otlp"
 	"github.com/whyslow/whyslow/collectors/spanstore"
 	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/internal/redact"
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/notifiers/alertmanager"
@@ -29,28 +30,29 @@ import (
 	"github.com/whyslow/whyslow/notifiers/outbox"
 	"github.com/whyslow/whyslow/notifiers/slack"
 	"github.com/whyslow/whyslow/notifiers/webhook"
+	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/rulesets"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
-// TriageWith returns a TriageFunc running the real walk (triage.Run) over m
+// TriageWith returns a TriageFunc running the real walk (diagnose.Run) over m
 // with the shipped rulesets; traces, when not nil, adds the per-request step.
 // Each request reads only the rulesets its engine needs (all three for
 // auto), compiled once per process on first use; engine's are compiled
 // now, so a broken one fails at start.
-func TriageWith(m triage.Metrics, traces triage.Traces, engine string) (TriageFunc, error) {
+func TriageWith(m query.Metrics, traces diagnose.Traces, engine string) (TriageFunc, error) {
 	if _, err := rulesets.For(engine); err != nil {
 		return nil, fmt.Errorf("load rulesets: %w", err)
 	}
-	return func(ctx context.Context, req TriageRequest) (*triage.Verdict, error) {
+	return func(ctx context.Context, req TriageRequest) (*verdict.Verdict, error) {
 		rss, err := rulesets.For(req.Engine)
 		if err != nil {
 			return nil, err
 		}
-		var slos []triage.SLO
+		var slos []verdict.SLO
 		for _, line := range strings.Split(req.SLOs, "\n") {
-			if slo, err := triage.ParseSLO(line); err == nil {
+			if slo, err := diagnose.ParseSLO(line); err == nil {
 				slos = append(slos, slo) // Config.Validate refused the others
 			}
 		}
@@ -58,7 +60,7 @@ func TriageWith(m triage.Metrics, traces triage.Traces, engine string) (TriageFu
 		if req.Engine != "auto" && req.Engine != "" {
 			others = func() []*rules.Ruleset { return rulesets.Others(req.Engine) }
 		}
-		return triage.Run(ctx, triage.Options{
+		return diagnose.Run(ctx, diagnose.Options{
 			Metrics: m, Rulesets: rss, OtherEngines: others, At: req.At, Window: req.Window, Baseline: req.Baseline,
 			Selector: req.Selector, Engine: req.Engine, Scheduler: req.Scheduler, GPU: req.GPU, GPUSource: req.GPUSource,
 			Traces: traces, Shared: req.Shared, SLOs: slos,
@@ -201,7 +203,7 @@ func (s *Stack) build(cfg Config, o StackOptions) error {
 
 // openSource opens what triage reads: a fleet daemon its Prometheus, a
 // sidecar its own store.
-func (s *Stack) openSource(cfg Config, o StackOptions) (triage.Metrics, error) {
+func (s *Stack) openSource(cfg Config, o StackOptions) (query.Metrics, error) {
 	if cfg.Fleet() {
 		return RemoteClient(cfg.Source.Prometheus)
 	}
@@ -221,7 +223,7 @@ func (s *Stack) openSource(cfg Config, o StackOptions) (triage.Metrics, error) {
 
 // openDelivery opens the outbox, the receivers and the dispatcher between
 // them, and returns the receivers' names in config order.
-func (s *Stack) openDelivery(cfg Config, o StackOptions, metrics triage.Metrics) ([]string, error) {
+func (s *Stack) openDelivery(cfg Config, o StackOptions, metrics query.Metrics) ([]string, error) {
 	obDir := ""
 	if cfg.DataDir != "" {
 		obDir = filepath.Join(cfg.DataDir, "outbox")
@@ -258,7 +260,7 @@ func (s *Stack) openDelivery(cfg Config, o StackOptions, metrics triage.Metrics)
 
 // openOTLP opens the span store and binds the OTLP receivers when either
 // address is set; the traces are nil otherwise.
-func (s *Stack) openOTLP(cfg Config, o StackOptions) (triage.Traces, error) {
+func (s *Stack) openOTLP(cfg Config, o StackOptions) (diagnose.Traces, error) {
 	if !cfg.OTLP.Enabled() {
 		return nil, nil
 	}
@@ -286,7 +288,7 @@ func (s *Stack) openOTLP(cfg Config, o StackOptions) (triage.Traces, error) {
 
 // pickScraper returns the test's scraper, a probe of the fleet's
 // Prometheus, or the engine scraper into the store.
-func (s *Stack) pickScraper(cfg Config, o StackOptions, metrics triage.Metrics) (Scraper, error) {
+func (s *Stack) pickScraper(cfg Config, o StackOptions, metrics query.Metrics) (Scraper, error) {
 	switch {
 	case o.Scraper != nil:
 		return o.Scraper, nil
@@ -335,11 +337,11 @@ func (s *Stack) routes(cfg Config, o StackOptions) (routes, apiRoutes map[string
 		return routes, apiRoutes, nil
 	}
 	s.command, err = slack.NewCommandHandler(*cfg.SlackCommand, slack.CommandOptions{
-		Triager: slack.TriagerFunc(func(ctx context.Context, scope string, window time.Duration) (*triage.Verdict, error) {
+		Triager: slack.TriagerFunc(func(ctx context.Context, scope string, window time.Duration) (*verdict.Verdict, error) {
 			return s.Daemon.TriageNow(ctx, "slack", scope, window)
 		}),
 		Logger: o.Logger, HTTPClient: o.HTTPClient, Now: o.Clock.Now, AllowResponseURL: o.SlackResponseURL,
-		VerdictURL: func(v *triage.Verdict) string {
+		VerdictURL: func(v *verdict.Verdict) string {
 			return verdictURL(s.Daemon.Config().API.ExternalURL, v.Scope.Selector)
 		},
 	})
@@ -399,7 +401,7 @@ func verdictURL(external, selector string) string {
 // receiver when none but Alertmanager ones are configured) and returns them
 // with their names in config order.
 // metrics feeds the Slack receivers' charts (nil: no chart).
-func BuildReceivers(rcs []ReceiverConfig, o StackOptions, metrics triage.Metrics) (map[string]notifiers.Notifier, []string, error) {
+func BuildReceivers(rcs []ReceiverConfig, o StackOptions, metrics query.Metrics) (map[string]notifiers.Notifier, []string, error) {
 	var notified []ReceiverConfig
 	for _, rc := range rcs {
 		if rc.Alertmanager == nil { // fed incidents, not notifications (NewStack's AlertSenders)

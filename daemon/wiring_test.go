@@ -25,7 +25,7 @@ import (
 	"github.com/whyslow/whyslow/collectors/gpu"
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/notifiers/slack"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/span"
 )
 
 // fakeEngine serves a vLLM-like /metrics whose counters advance on every
@@ -325,7 +325,7 @@ func TestStackOTLPReachesTheSpanStore(t *testing.T) {
 	if n := s.Spans.Len(); n != 1 {
 		t.Fatalf("span store holds %d spans", n)
 	}
-	var id triage.TraceID
+	var id span.TraceID
 	copy(id[:], bytes.Repeat([]byte{0xab}, 16))
 	spans, err := s.Spans.Trace(context.Background(), id)
 	if err != nil || len(spans) != 1 || spans[0].Name != "llm_request" {

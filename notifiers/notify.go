@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // Transition is what happened to an incident that a notification reports.
@@ -72,7 +72,7 @@ type Notification struct {
 	// VerdictURL optionally links to the verdict in whyslow's API.
 	VerdictURL string `json:"verdict_url,omitempty"`
 	// Verdict is the triage result being reported.
-	Verdict *triage.Verdict `json:"verdict"`
+	Verdict *verdict.Verdict `json:"verdict"`
 	// State is this receiver's per-incident state (see State). The outbox
 	// fills it in just before delivery.
 	State State `json:"state,omitempty"`

@@ -6,7 +6,7 @@ import (
 )
 
 // The attribution keys rules read as `attr.<key>`. Triage computes them
-// (triage/attribution.go) from the canonical signals before the walk: the
+// (diagnose/attribution.go) from the canonical signals before the walk: the
 // change of mean TTFT between the windows split into the engine's queue,
 // prefill and the time before the engine, and the change of mean
 // inter-token latency split over its drivers. Shares are fractions of the

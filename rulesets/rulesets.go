@@ -98,7 +98,7 @@ func For(engine string) ([]*rules.Ruleset, error) {
 }
 
 // Others returns the shipped rulesets of every engine but engine (for
-// triage.Options.OtherEngines); one that does not compile is left out.
+// diagnose.Options.OtherEngines); one that does not compile is left out.
 func Others(engine string) []*rules.Ruleset {
 	var out []*rules.Ruleset
 	for _, e := range Engines {

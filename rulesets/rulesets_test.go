@@ -7,9 +7,10 @@ import (
 
 	"github.com/whyslow/whyslow/collectors/bundle"
 	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/testbed/sim"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // TestShippedRulesets loads and validates every shipped ruleset file.
@@ -167,7 +168,7 @@ func TestEngineDetection(t *testing.T) {
 			if _, err := bundle.ReadMetrics(ctx, "metrics.om", b.Metrics, st); err != nil {
 				t.Fatal(err)
 			}
-			v, err := triage.Run(ctx, triage.Options{Metrics: st, Rulesets: rss, Engine: "auto", At: b.Incident.At,
+			v, err := diagnose.Run(ctx, diagnose.Options{Metrics: st, Rulesets: rss, Engine: "auto", At: b.Incident.At,
 				Window: b.Incident.Window, Baseline: b.Incident.Baseline, Selector: b.Incident.Selector, GPU: b.Incident.GPU})
 			if err != nil {
 				t.Fatal(err)
@@ -175,7 +176,7 @@ func TestEngineDetection(t *testing.T) {
 			if v.Engine != engine {
 				t.Errorf("auto-detected %q, want %q", v.Engine, engine)
 			}
-			if v.Status == triage.StatusInsufficientData {
+			if v.Status == verdict.StatusInsufficientData {
 				t.Errorf("insufficient data on a healthy %s bundle: %+v", engine, v.DataGaps)
 			}
 		})
@@ -203,7 +204,7 @@ func TestSchedulerDefaults(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			mem := triage.GPUMemoryGiB(tc.gpu)
+			mem := diagnose.GPUMemoryGiB(tc.gpu)
 			s := rs.ResolveScheduler(rules.Facts{Engine: tc.engine, GPU: rules.GPU{Class: tc.gpu, MemoryGiB: mem}})
 			if !s.Known || s.Source != "default" {
 				t.Fatalf("no default applies: %+v", s)

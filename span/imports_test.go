@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -44,9 +45,14 @@ func imports(t *testing.T, dir string, tests bool) map[string]string {
 	return out
 }
 
+// analysis are the packages of the analysis: the diagnosis, the detector,
+// incidents, the request model and the verdict they produce.
+var analysis = []string{"diagnose", "detect", "incident", "requests", "verdict"}
+
 // TestCollectorsDoNotImportTriage: no package under collectors/, nor its
-// tests, nor anything of this module they import, depends on triage.
-// Collectors produce span data (this package); the analysis is triage's.
+// tests, nor anything of this module they import, depends on the analysis.
+// Collectors produce span data (this package); the analysis is the
+// diagnosis's.
 func TestCollectorsDoNotImportTriage(t *testing.T) {
 	root := ".."
 	var queue []string // directories to read, relative to root
@@ -76,7 +82,7 @@ func TestCollectorsDoNotImportTriage(t *testing.T) {
 	for i := 0; i < len(queue); i++ {
 		dir := queue[i]
 		for p, file := range imports(t, filepath.Join(root, dir), i < collectors) {
-			if p == module+"/triage" || strings.HasPrefix(p, module+"/triage/") {
+			if slices.ContainsFunc(analysis, func(a string) bool { return p == module+"/"+a || strings.HasPrefix(p, module+"/"+a+"/") }) {
 				t.Errorf("%s imports %s (via %s)", file, p, why[dir])
 				continue
 			}
@@ -101,6 +107,29 @@ func TestNoDependencies(t *testing.T) {
 	for p, file := range imports(t, ".", false) {
 		if first, _, _ := strings.Cut(p, "/"); strings.Contains(first, ".") {
 			t.Errorf("%s imports %s: span is the standard library only", file, p)
+		}
+	}
+}
+
+// TestLayers: the analysis packages import only the ones below them:
+// verdict, span and query nothing of the module; requests the data and
+// query; detect query and verdict; incident detect and verdict; the
+// diagnosis neither the detector nor incidents.
+func TestLayers(t *testing.T) {
+	allowed := map[string][]string{
+		"verdict":  {},
+		"query":    {},
+		"span":     {},
+		"requests": {"span", "verdict", "query"},
+		"detect":   {"query", "verdict"},
+		"incident": {"detect", "verdict"},
+		"diagnose": {"query", "requests", "rules", "span", "verdict"},
+	}
+	for dir, ok := range allowed {
+		for p, file := range imports(t, filepath.Join("..", dir), false) {
+			if rest, found := strings.CutPrefix(p, module+"/"); found && !slices.Contains(ok, rest) {
+				t.Errorf("%s imports %s: %s may import only %v of the module", file, p, dir, ok)
+			}
 		}
 	}
 }

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/collectors/bundle"
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/testbed/sim"
-	"github.com/whyslow/whyslow/triage"
 )
 
 // The cost of `why --bundle` (issue 16 item 1). The growth table and the
@@ -309,10 +309,10 @@ func BenchmarkBundleVsPromtool(b *testing.B) {
 // the --html lead-in before it.
 func TestBundleKeepWindows(t *testing.T) {
 	at := time.Unix(1700000000, 0).UTC()
-	if w := bundleKeep(triage.Options{}); w != nil {
+	if w := bundleKeep(diagnose.Options{}); w != nil {
 		t.Errorf("no incident time: %v, want everything", w)
 	}
-	w := bundleKeep(triage.Options{At: at})
+	w := bundleKeep(diagnose.Options{At: at})
 	lead := keepLookback + 5*time.Minute + 10*time.Second
 	want := []bundle.Window{
 		{From: at.Add(-5*time.Minute - lead), To: at},

@@ -8,14 +8,15 @@ import (
 	"path/filepath"
 
 	"github.com/whyslow/whyslow/notifiers/chart"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/query"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // writeChart renders the chart of v (TTFT p95, ITL/TPOT p95, KV-cache usage
 // and queue depth over the incident and baseline windows) from m and writes
 // it as PNG to path, atomically: `whyslow why --chart FILE`. m must still be
 // open (for a bundle, before the embedded store is closed).
-func writeChart(ctx context.Context, m triage.Metrics, v *triage.Verdict, path string) error {
+func writeChart(ctx context.Context, m query.Metrics, v *verdict.Verdict, path string) error {
 	d, err := chart.ForVerdict(ctx, m, v, chart.Options{})
 	if err != nil {
 		return err

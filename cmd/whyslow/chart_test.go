@@ -10,7 +10,7 @@ import (
 
 	"github.com/prometheus/common/model"
 
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // rampMetrics answers every range query with a ramp.
@@ -30,9 +30,9 @@ func (rampMetrics) QueryRange(_ context.Context, _ string, start, end time.Time,
 
 func TestWriteChart(t *testing.T) {
 	t0 := time.Unix(1700000000, 0)
-	v := &triage.Verdict{Status: triage.StatusAnomaly, Engine: "vllm",
-		Incident: triage.Window{Start: t0.Add(-5 * time.Minute), End: t0},
-		Baseline: triage.Window{Start: t0.Add(-65 * time.Minute), End: t0.Add(-time.Hour)}}
+	v := &verdict.Verdict{Status: verdict.StatusAnomaly, Engine: "vllm",
+		Incident: verdict.Window{Start: t0.Add(-5 * time.Minute), End: t0},
+		Baseline: verdict.Window{Start: t0.Add(-65 * time.Minute), End: t0.Add(-time.Hour)}}
 	path := filepath.Join(t.TempDir(), "c.png")
 	if err := writeChart(context.Background(), rampMetrics{}, v, path); err != nil {
 		t.Fatal(err)

@@ -16,7 +16,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // conformanceDir holds one exposition per shipped engine shape, written from
@@ -124,7 +124,7 @@ func TestConformanceScrape(t *testing.T) {
 	}
 }
 
-func checkConformance(t *testing.T, v *triage.Verdict, want fixtureShape, variant string, hasStart bool) {
+func checkConformance(t *testing.T, v *verdict.Verdict, want fixtureShape, variant string, hasStart bool) {
 	t.Helper()
 	shape := ""
 	if v.EngineShape != nil {
@@ -139,11 +139,11 @@ func checkConformance(t *testing.T, v *triage.Verdict, want fixtureShape, varian
 	}
 	switch variant {
 	case "steady", "aborts":
-		if v.Status != triage.StatusHealthy {
+		if v.Status != verdict.StatusHealthy {
 			t.Errorf("%s engine: status %s (top cause %q), want healthy; headline %+v", variant, v.Status, top, v.Headline)
 		}
 	case "failures":
-		if v.Status != triage.StatusAnomaly || top != "request_errors" {
+		if v.Status != verdict.StatusAnomaly || top != "request_errors" {
 			t.Errorf("3%% server failures: status %s, top cause %q, want anomaly with request_errors", v.Status, top)
 		}
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/whyslow/whyslow/testbed/sim"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // TestDCGMKubernetesLayout: dcgm-exporter scraped the way its Helm chart
@@ -18,7 +18,7 @@ func TestDCGMKubernetesLayout(t *testing.T) {
 	if testing.Short() {
 		t.Skip("records two bundles; skipped with -short")
 	}
-	verdicts := map[string]*triage.Verdict{}
+	verdicts := map[string]*verdict.Verdict{}
 	for _, layout := range []string{"", "k8s"} {
 		b, err := sim.Record(context.Background(), sim.Options{Scenario: "gpu_throttle", Seed: 3, Trim: true,
 			GPUSeries: "dcgm", DCGMLayout: layout, DCGMCounters: "default"})
@@ -38,7 +38,7 @@ func TestDCGMKubernetesLayout(t *testing.T) {
 		}
 		verdicts[layout] = decodeVerdict(t, r.stdout)
 	}
-	score := func(v *triage.Verdict) (float64, []string) {
+	score := func(v *verdict.Verdict) (float64, []string) {
 		for _, c := range v.Causes {
 			if c.ID == "gpu_throttling" {
 				var ev []string

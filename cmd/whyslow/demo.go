@@ -9,9 +9,10 @@ import (
 	"strings"
 
 	"github.com/whyslow/whyslow/daemon/demo"
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/notifiers/render"
 	"github.com/whyslow/whyslow/testbed/sim"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 func init() {
@@ -86,7 +87,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // demoExit maps the verdict to why's exit code, and says why in demo's
 // name when there was not enough data.
-func demoExit(v *triage.Verdict, stderr io.Writer) int {
+func demoExit(v *verdict.Verdict, stderr io.Writer) int {
 	var msg strings.Builder
 	code := verdictExit(v, &msg)
 	if msg.Len() > 0 {
@@ -97,7 +98,7 @@ func demoExit(v *triage.Verdict, stderr io.Writer) int {
 
 // demoVerdict records the scenario into a bundle directory and replays it
 // through the same path as 'whyslow why --bundle'.
-func demoVerdict(ctx context.Context, scenario string, seed int64, keep string, explain bool) (*triage.Verdict, sim.Truth, error) {
+func demoVerdict(ctx context.Context, scenario string, seed int64, keep string, explain bool) (*verdict.Verdict, sim.Truth, error) {
 	b, err := sim.Record(ctx, sim.Options{Scenario: scenario, Seed: seed, Trim: true})
 	if err != nil {
 		return nil, sim.Truth{}, err
@@ -114,7 +115,7 @@ func demoVerdict(ctx context.Context, scenario string, seed int64, keep string, 
 	if err := b.WriteDir(dir, false); err != nil {
 		return nil, sim.Truth{}, fmt.Errorf("write bundle: %w", err)
 	}
-	opts := triage.Options{Engine: "auto", Explain: explain}
+	opts := diagnose.Options{Engine: "auto", Explain: explain}
 	if err := loadRulesets(&opts, nil); err != nil {
 		return nil, sim.Truth{}, err
 	}
@@ -135,7 +136,7 @@ func describeParams(p map[string]any) string {
 	return strings.Join(parts, ", ")
 }
 
-func truthLine(t sim.Truth, v *triage.Verdict) string {
+func truthLine(t sim.Truth, v *verdict.Verdict) string {
 	if len(t.Causes) == 0 {
 		return fmt.Sprintf("nothing was injected (healthy); whyslow says %s", v.Status)
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 func TestDemo(t *testing.T) {
@@ -93,11 +93,11 @@ func TestDemoJSON(t *testing.T) {
 	if !json.Valid([]byte(r.stdout)) {
 		t.Fatalf("not JSON:\n%s", r.stdout)
 	}
-	var v triage.Verdict
+	var v verdict.Verdict
 	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil {
 		t.Fatal(err)
 	}
-	if v.Status != triage.StatusAnomaly || len(v.Causes) == 0 || v.Causes[0].ID != "request_errors" {
+	if v.Status != verdict.StatusAnomaly || len(v.Causes) == 0 || v.Causes[0].ID != "request_errors" {
 		t.Errorf("status %s, causes %+v; want anomaly with request_errors first", v.Status, v.Causes)
 	}
 }
@@ -115,7 +115,7 @@ func TestDemoKeep(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	var demo, why triage.Verdict
+	var demo, why verdict.Verdict
 	if err := json.Unmarshal([]byte(r.stdout), &demo); err != nil {
 		t.Fatal(err)
 	}
@@ -135,11 +135,11 @@ func TestDemoKeep(t *testing.T) {
 // healthy verdict.
 func TestDemoHealthyExitsOK(t *testing.T) {
 	r := runCLI(t, "demo", "--scenario", "healthy", "--output", "json")
-	var v triage.Verdict
+	var v verdict.Verdict
 	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil {
 		t.Fatalf("exit %d: %v: %s", r.code, err, r.stderr)
 	}
-	if v.Status != triage.StatusHealthy || r.code != exitOK {
+	if v.Status != verdict.StatusHealthy || r.code != exitOK {
 		t.Errorf("status %s, exit %d; want healthy, exit %d", v.Status, r.code, exitOK)
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/whyslow/whyslow/daemon"
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/notifiers/render"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 func init() {
@@ -147,14 +147,14 @@ func parseTimeFlag(name, s string) (time.Time, error) {
 
 // replayedLine is one notification of a replay, as JSON.
 type replayedLine struct {
-	At         time.Time       `json:"at"`
-	Kind       string          `json:"kind"`
-	IncidentID string          `json:"incident_id"`
-	Scope      string          `json:"scope"`
-	Severity   triage.Severity `json:"severity"`
-	Cause      string          `json:"cause,omitempty"`
-	Confidence *float64        `json:"confidence,omitempty"`
-	Verdict    *triage.Verdict `json:"verdict"`
+	At         time.Time        `json:"at"`
+	Kind       string           `json:"kind"`
+	IncidentID string           `json:"incident_id"`
+	Scope      string           `json:"scope"`
+	Severity   verdict.Severity `json:"severity"`
+	Cause      string           `json:"cause,omitempty"`
+	Confidence *float64         `json:"confidence,omitempty"`
+	Verdict    *verdict.Verdict `json:"verdict"`
 }
 
 func printReplayed(w io.Writer, n *notifiers.Notification, asJSON bool) {

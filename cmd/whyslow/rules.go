@@ -12,9 +12,9 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/rulesets"
-	"github.com/whyslow/whyslow/triage"
 )
 
 func init() {
@@ -216,8 +216,8 @@ func runRuleTestFile(path string, stdout, stderr io.Writer) int {
 			return exitFailed
 		}
 		// Triage computes the attribution from the same values before the walk.
-		attr := triage.Attribute(tc.Now, tc.Base, tc.GPU, tc.Model).AttrMap()
-		f := rules.Facts{Now: tc.Now, Base: tc.Base, Engine: rs.Engine, GPU: rules.GPU{Class: tc.GPU, MemoryGiB: triage.GPUMemoryGiB(tc.GPU)},
+		attr := diagnose.AttrMap(diagnose.Attribute(tc.Now, tc.Base, tc.GPU, tc.Model))
+		f := rules.Facts{Now: tc.Now, Base: tc.Base, Engine: rs.Engine, GPU: rules.GPU{Class: tc.GPU, MemoryGiB: diagnose.GPUMemoryGiB(tc.GPU)},
 			Targets: tc.Targets, Attr: attr}
 		if tc.Scheduler != nil {
 			f.Scheduler = rules.Scheduler{Known: true, ChunkedPrefill: tc.Scheduler.ChunkedPrefill,

@@ -12,10 +12,12 @@ import (
 
 	"github.com/whyslow/whyslow/collectors/bundle"
 	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/notifiers/render"
+	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/rulesets"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 func init() {
@@ -113,11 +115,11 @@ func runWhy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // verdictExit maps a verdict to the CLI's exit code.
-func verdictExit(v *triage.Verdict, stderr io.Writer) int {
+func verdictExit(v *verdict.Verdict, stderr io.Writer) int {
 	switch v.Status {
-	case triage.StatusAnomaly:
+	case verdict.StatusAnomaly:
 		return exitCause
-	case triage.StatusHealthy:
+	case verdict.StatusHealthy:
 		return exitOK
 	}
 	reason := "not enough data to judge"
@@ -131,7 +133,7 @@ func verdictExit(v *triage.Verdict, stderr io.Writer) int {
 }
 
 // whyVerdict opens the chosen source and triages it.
-func whyVerdict(ctx context.Context, f *whyFlags, stderr io.Writer) (*triage.Verdict, error) {
+func whyVerdict(ctx context.Context, f *whyFlags, stderr io.Writer) (*verdict.Verdict, error) {
 	sources := 0
 	for _, s := range []string{f.bundle, f.scrape, f.prometheus, f.server} {
 		if s != "" {
@@ -159,8 +161,8 @@ func whyVerdict(ctx context.Context, f *whyFlags, stderr io.Writer) (*triage.Ver
 
 // whyOptions are the triage options the flags ask for, with the rulesets
 // and the traces source.
-func whyOptions(f *whyFlags) (triage.Options, error) {
-	opts := triage.Options{
+func whyOptions(f *whyFlags) (diagnose.Options, error) {
+	opts := diagnose.Options{
 		Window:   f.window,
 		Baseline: f.baseline,
 		Selector: f.selector,
@@ -179,7 +181,7 @@ func whyOptions(f *whyFlags) (triage.Options, error) {
 		opts.At = at
 	}
 	for _, s := range f.slos {
-		slo, err := triage.ParseSLO(s)
+		slo, err := diagnose.ParseSLO(s)
 		if err != nil {
 			return opts, fmt.Errorf("--slo: %w", err)
 		}
@@ -200,7 +202,7 @@ func whyOptions(f *whyFlags) (triage.Options, error) {
 }
 
 // loadRulesets puts either the user's rulesets or the shipped ones into opts.
-func loadRulesets(opts *triage.Options, files []string) error {
+func loadRulesets(opts *diagnose.Options, files []string) error {
 	if len(files) > 0 {
 		if opts.Engine != "" && opts.Engine != "auto" {
 			rs, err := rulesets.Load(opts.Engine, files...)
@@ -228,7 +230,7 @@ func loadRulesets(opts *triage.Options, files []string) error {
 
 // shippedRulesets fills in the shipped rulesets the engine needs when no
 // user ruleset was given: one engine's, or all three to detect it.
-func shippedRulesets(opts *triage.Options) error {
+func shippedRulesets(opts *diagnose.Options) error {
 	if opts.Ruleset != nil || len(opts.Rulesets) > 0 {
 		return nil
 	}
@@ -257,10 +259,10 @@ func checkChartPath(path string) error {
 }
 
 // finishFunc runs after the triage while its metrics source is still open.
-type finishFunc func(ctx context.Context, m triage.Metrics, v *triage.Verdict) error
+type finishFunc func(ctx context.Context, m query.Metrics, v *verdict.Verdict) error
 
 // finish writes the --html and --chart files, if asked for.
-func (f *whyFlags) finish(ctx context.Context, m triage.Metrics, v *triage.Verdict) error {
+func (f *whyFlags) finish(ctx context.Context, m query.Metrics, v *verdict.Verdict) error {
 	if err := f.html.write(ctx, m, v); err != nil {
 		return err
 	}
@@ -271,11 +273,11 @@ func (f *whyFlags) finish(ctx context.Context, m triage.Metrics, v *triage.Verdi
 }
 
 // triageThen runs the triage and then finish (when set) on the same source.
-func triageThen(ctx context.Context, opts triage.Options, finish finishFunc) (*triage.Verdict, error) {
+func triageThen(ctx context.Context, opts diagnose.Options, finish finishFunc) (*verdict.Verdict, error) {
 	if err := shippedRulesets(&opts); err != nil {
 		return nil, err
 	}
-	v, err := triage.Run(ctx, opts)
+	v, err := diagnose.Run(ctx, opts)
 	if err != nil || finish == nil {
 		return v, err
 	}
@@ -297,7 +299,7 @@ func openBundle(ctx context.Context, dir string) (*bundle.Bundle, *store.Store, 
 // windows the triage reads are loaded (bundleKeep); a verdict of
 // insufficient data, whose diagnosis searches all the data, is then redone
 // over the whole bundle.
-func whyBundle(ctx context.Context, dir string, opts triage.Options, finish finishFunc) (*triage.Verdict, error) {
+func whyBundle(ctx context.Context, dir string, opts diagnose.Options, finish finishFunc) (*verdict.Verdict, error) {
 	keep := func(b *bundle.Bundle) []bundle.Window {
 		o := opts
 		applyIncident(&o, b.Incident)
@@ -319,8 +321,8 @@ func whyBundle(ctx context.Context, dir string, opts triage.Options, finish fini
 			st.Close()
 			return nil, err
 		}
-		v, err := triage.Run(ctx, o)
-		if keep != nil && stats.Skipped > 0 && (err != nil || v.Status == triage.StatusInsufficientData) {
+		v, err := diagnose.Run(ctx, o)
+		if keep != nil && stats.Skipped > 0 && (err != nil || v.Status == verdict.StatusInsufficientData) {
 			st.Close()
 			keep = nil
 			continue
@@ -336,7 +338,7 @@ func whyBundle(ctx context.Context, dir string, opts triage.Options, finish fini
 	}
 }
 
-// spannedStore is the embedded store as a triage.DataSpanner: an
+// spannedStore is the embedded store as a diagnose.DataSpanner: an
 // insufficient-data verdict can say where its data lies.
 type spannedStore struct{ *store.Store }
 
@@ -347,7 +349,7 @@ func (s spannedStore) DataSpan() (time.Time, time.Time) {
 }
 
 // applyIncident fills options the user did not set from the bundle's incident.yaml.
-func applyIncident(opts *triage.Options, in *bundle.Incident) {
+func applyIncident(opts *diagnose.Options, in *bundle.Incident) {
 	if in == nil {
 		return
 	}

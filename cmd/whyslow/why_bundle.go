@@ -7,7 +7,7 @@ import (
 
 	"github.com/whyslow/whyslow/collectors/bundle"
 	"github.com/whyslow/whyslow/collectors/store"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/diagnose"
 )
 
 // Look-back margins for bundleKeep.
@@ -33,7 +33,7 @@ const (
 // (web.ChartWindows: as long as the window, 5 min to 1 h), and by the rate
 // window of the --chart (chart.Options: 4 steps of window/120); these are
 // kept whether or not --html and --chart are given, which costs little.
-func bundleKeep(opts triage.Options) []bundle.Window {
+func bundleKeep(opts diagnose.Options) []bundle.Window {
 	if opts.At.IsZero() {
 		return nil
 	}

@@ -7,8 +7,9 @@ import (
 	"testing"
 
 	"github.com/whyslow/whyslow/collectors/bundle"
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/testbed/sim"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // TestWhyBundleKeepSameVerdict checks that loading only the windows the
@@ -28,14 +29,14 @@ func TestWhyBundleKeepSameVerdict(t *testing.T) {
 			if err := sb.WriteDir(dir, false); err != nil {
 				t.Fatal(err)
 			}
-			render := func(v *triage.Verdict) string {
+			render := func(v *verdict.Verdict) string {
 				var buf bytes.Buffer
 				if err := json.NewEncoder(&buf).Encode(v); err != nil {
 					t.Fatal(err)
 				}
 				return buf.String()
 			}
-			opts := triage.Options{Explain: true}
+			opts := diagnose.Options{Explain: true}
 			if err := loadRulesets(&opts, nil); err != nil {
 				t.Fatal(err)
 			}

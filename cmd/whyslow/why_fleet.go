@@ -13,8 +13,10 @@ import (
 
 	"github.com/prometheus/common/model"
 
+	"github.com/whyslow/whyslow/detect"
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/notifiers/render"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // fleetConcurrency bounds the triages `why --group-by` runs at once.
@@ -22,16 +24,16 @@ const fleetConcurrency = 4
 
 // rankedScope is one anomalous scope of `why --group-by`.
 type rankedScope struct {
-	Rank     int             `json:"rank"`
-	Scope    triage.Scope    `json:"scope"`
-	Severity triage.Severity `json:"severity"`
+	Rank     int              `json:"rank"`
+	Scope    verdict.Scope    `json:"scope"`
+	Severity verdict.Severity `json:"severity"`
 	// Triggers are the detector conditions that hold now, with their values.
 	Triggers []string `json:"triggers"`
 	// Change is the largest rise over the baseline among them (0: an
 	// absolute condition only).
-	Change  float64         `json:"change"`
-	Verdict *triage.Verdict `json:"verdict,omitempty"`
-	Error   string          `json:"error,omitempty"`
+	Change  float64          `json:"change"`
+	Verdict *verdict.Verdict `json:"verdict,omitempty"`
+	Error   string           `json:"error,omitempty"`
 }
 
 // fleetReport is `why --group-by`'s JSON output.
@@ -129,9 +131,9 @@ func runWhyFleet(ctx context.Context, f *whyFlags, stdout, stderr io.Writer) int
 // with the baseline opts.Baseline back (0: 1h). The history starts at
 // since (zero: asked of the source): with less than the baseline, the
 // ranking and the triages compare with the history there is
-// (triage.ChooseBaseline) and say so.
-func rankFleet(ctx context.Context, opts triage.Options, groupBy []string, since time.Time, window time.Duration) (*fleetReport, error) {
-	cfg := triage.DetectConfig{GroupBy: groupBy, Selector: opts.Selector, Baseline: opts.Baseline}
+// (detect.ChooseBaseline) and say so.
+func rankFleet(ctx context.Context, opts diagnose.Options, groupBy []string, since time.Time, window time.Duration) (*fleetReport, error) {
+	cfg := detect.DetectConfig{GroupBy: groupBy, Selector: opts.Selector, Baseline: opts.Baseline}
 	if window > 0 {
 		cfg.LongWindow, cfg.ShortWindow = window, (window / 2).Round(time.Millisecond)
 	}
@@ -147,14 +149,14 @@ func rankFleet(ctx context.Context, opts triage.Options, groupBy []string, since
 		return nil, fmt.Errorf("--baseline %s is shorter than the window %s, so the windows overlap",
 			model.Duration(cfg.Baseline), model.Duration(max(cfg.LongWindow, triageWindow)))
 	}
-	det, err := triage.NewDetector(cfg)
+	det, err := detect.NewDetector(cfg)
 	if err != nil {
 		return nil, err
 	}
 	if since.IsZero() {
 		// A remote Prometheus: how much of the baseline it holds.
 		from := opts.At.Add(-cfg.Baseline - max(cfg.LongWindow, triageWindow))
-		if since, err = triage.HistoryStart(ctx, opts.Metrics, opts.Selector, from, opts.At); err != nil {
+		if since, err = diagnose.HistoryStart(ctx, opts.Metrics, opts.Selector, from, opts.At); err != nil {
 			return nil, err
 		}
 	}
@@ -165,14 +167,14 @@ func rankFleet(ctx context.Context, opts triage.Options, groupBy []string, since
 	if err := shippedRulesets(&opts); err != nil {
 		return nil, err
 	}
-	choice := triage.ChooseBaseline(cfg.Baseline, cfg.LongWindow, since, opts.At)
+	choice := detect.ChooseBaseline(cfg.Baseline, cfg.LongWindow, since, opts.At)
 	rep := &fleetReport{At: opts.At.UTC(), GroupBy: cfg.GroupBy, Window: model.Duration(cfg.LongWindow).String(),
 		Note: choice.Note(), Scopes: len(dets)}
 	if choice.Offset > 0 {
 		rep.Baseline = model.Duration(choice.Offset).String()
 	}
 	// The triages compare with the history there is too (as the daemon's).
-	tchoice := triage.ChooseBaseline(cfg.Baseline, triageWindow, since, opts.At)
+	tchoice := detect.ChooseBaseline(cfg.Baseline, triageWindow, since, opts.At)
 	opts.Baseline = cfg.Baseline
 	if tchoice.Offset > 0 {
 		opts.Baseline = tchoice.Offset
@@ -183,7 +185,7 @@ func rankFleet(ctx context.Context, opts triage.Options, groupBy []string, since
 		}
 		r := rankedScope{Scope: d.Scope, Severity: d.Severity}
 		for _, t := range d.Triggers {
-			if t.State != triage.TriggerFiring {
+			if t.State != detect.TriggerFiring {
 				continue
 			}
 			r.Triggers = append(r.Triggers, t.Name+": "+t.Reason)
@@ -213,7 +215,7 @@ func rankFleet(ctx context.Context, opts triage.Options, groupBy []string, since
 			defer func() { <-slots; wg.Done() }()
 			o := opts
 			o.Selector = r.Scope.Selector
-			v, err := triage.Run(ctx, o)
+			v, err := diagnose.Run(ctx, o)
 			if err != nil {
 				r.Error = err.Error()
 				return
@@ -228,11 +230,11 @@ func rankFleet(ctx context.Context, opts triage.Options, groupBy []string, since
 	return rep, nil
 }
 
-func severityOrder(s triage.Severity) int {
+func severityOrder(s verdict.Severity) int {
 	switch s {
-	case triage.SeverityCritical:
+	case verdict.SeverityCritical:
 		return 2
-	case triage.SeverityWarning:
+	case verdict.SeverityWarning:
 		return 1
 	}
 	return 0

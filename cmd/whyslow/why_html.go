@@ -9,7 +9,8 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/daemon/web"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/query"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // htmlFile is `whyslow why --html FILE`: the verdict page the daemon serves
@@ -37,7 +38,7 @@ func isDir(path string) bool {
 
 // write renders v, with its curves from m (nil: none, as for --server), to
 // the file, atomically; nothing without --html.
-func (h *htmlFile) write(ctx context.Context, m triage.Metrics, v *triage.Verdict) error {
+func (h *htmlFile) write(ctx context.Context, m query.Metrics, v *verdict.Verdict) error {
 	if h.path == "" {
 		return nil
 	}

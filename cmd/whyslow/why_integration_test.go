@@ -12,9 +12,10 @@ import (
 
 	"github.com/whyslow/whyslow/collectors/scrape"
 	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/testbed/promtest"
 	"github.com/whyslow/whyslow/testbed/sim"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // TestWhyPrometheusMatchesEmbedded runs the engine model live (sped up),
@@ -107,22 +108,22 @@ func TestWhyPrometheusMatchesEmbedded(t *testing.T) {
 	if r.code == exitFailed {
 		t.Fatalf("why --prometheus: exit 2: %s", r.stderr)
 	}
-	var promV triage.Verdict
+	var promV verdict.Verdict
 	if err := json.Unmarshal([]byte(r.stdout), &promV); err != nil {
 		t.Fatalf("why --prometheus: %v\n%s", err, r.stdout)
 	}
 
 	// The embedded path, with the same options.
-	opts := triage.Options{Metrics: st, Engine: "vllm", At: at, Window: window, Baseline: baseline}
+	opts := diagnose.Options{Metrics: st, Engine: "vllm", At: at, Window: window, Baseline: baseline}
 	if err := shippedRulesets(&opts); err != nil {
 		t.Fatal(err)
 	}
-	embV, err := triage.Run(ctx, opts)
+	embV, err := diagnose.Run(ctx, opts)
 	if err != nil {
 		t.Fatalf("embedded triage: %v", err)
 	}
 
-	top := func(v *triage.Verdict) string {
+	top := func(v *verdict.Verdict) string {
 		if len(v.Causes) == 0 {
 			return "none"
 		}
@@ -141,7 +142,7 @@ func TestWhyPrometheusMatchesEmbedded(t *testing.T) {
 	}
 }
 
-func causeIDs(v *triage.Verdict) []string {
+func causeIDs(v *verdict.Verdict) []string {
 	var ids []string
 	for _, c := range v.Causes {
 		ids = append(ids, fmt.Sprintf("%s(%.1f)", c.ID, c.Score))

@@ -16,8 +16,9 @@ import (
 	"github.com/whyslow/whyslow/collectors/remote"
 	"github.com/whyslow/whyslow/collectors/scrape"
 	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/internal/redact"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // sampleInterval is how often --scrape samples the engine.
@@ -25,7 +26,7 @@ const sampleInterval = time.Second
 
 // whyScrape samples bare engine endpoints and compares the sample window
 // with the engines' lifetime averages from their cumulative counters.
-func whyScrape(ctx context.Context, f *whyFlags, opts triage.Options) (*triage.Verdict, error) {
+func whyScrape(ctx context.Context, f *whyFlags, opts diagnose.Options) (*verdict.Verdict, error) {
 	if !opts.At.IsZero() || opts.Window != 0 || opts.Baseline != 0 {
 		return nil, errors.New("--at, --window and --baseline do not apply to --scrape: the window is the --sample taken now, the baseline the engine's lifetime")
 	}
@@ -83,10 +84,10 @@ func whyScrape(ctx context.Context, f *whyFlags, opts triage.Options) (*triage.V
 	// The baseline is no clock-time window: say what it really is.
 	v.Incident.Label = "sample " + shortDuration(window)
 	if lb.StartKnown {
-		v.Baseline = triage.Window{Start: first.Add(-lb.Lifetime).UTC(), End: first.UTC(),
+		v.Baseline = verdict.Window{Start: first.Add(-lb.Lifetime).UTC(), End: first.UTC(),
 			Label: "the engine's lifetime of " + shortDuration(lb.Lifetime) + " (its counters at the first scrape)"}
 	} else {
-		v.Baseline = triage.Window{Label: "the engine's lifetime, length unknown (no start time exported: means, quantiles and ratios only)"}
+		v.Baseline = verdict.Window{Label: "the engine's lifetime, length unknown (no start time exported: means, quantiles and ratios only)"}
 	}
 	return v, nil
 }
@@ -94,16 +95,16 @@ func whyScrape(ctx context.Context, f *whyFlags, opts triage.Options) (*triage.V
 // scrapeReason restates an insufficient-data reason in a sample's terms:
 // its baseline is the engine's lifetime before the first scrape, not a
 // window the user chose.
-func scrapeReason(r *triage.InsufficientReason) {
+func scrapeReason(r *verdict.InsufficientReason) {
 	if r == nil {
 		return
 	}
-	if r.Code == triage.InsufficientBaseline || (r.Code == triage.InsufficientSignal && r.Window == "baseline") {
-		r.Code = triage.InsufficientBaseline
+	if r.Code == verdict.InsufficientBaseline || (r.Code == verdict.InsufficientSignal && r.Window == "baseline") {
+		r.Code = verdict.InsufficientBaseline
 		r.Message = "the engine had served no requests before the sample began, so its lifetime counters give no baseline " +
 			"(a --scrape compares the sample with the engine's lifetime): let it serve traffic for a while, then sample again"
 	}
-	if r.Code == triage.InsufficientSignal && r.Window == "incident" && r.Signal == "requests" {
+	if r.Code == verdict.InsufficientSignal && r.Window == "incident" && r.Signal == "requests" {
 		r.Message = "no request completed during the sample (the engine was idle): sample again under traffic, or use a longer --sample"
 	}
 }
@@ -144,7 +145,7 @@ func scrapeAll(ctx context.Context, sc *scrape.Scraper, targets []string, at tim
 // the sample window (gauges: a bare engine exposes only their current value,
 // so the lifetime baseline has none) by one gap that says so, instead of one
 // misleading "no series matched" per signal.
-func foldGaugeGaps(gaps []triage.DataGap) []triage.DataGap {
+func foldGaugeGaps(gaps []verdict.DataGap) []verdict.DataGap {
 	missingNow := map[string]bool{}
 	leftOut := map[string]bool{} // baseline values the baseline_rates gap explains
 	for _, g := range gaps {
@@ -157,7 +158,7 @@ func foldGaugeGaps(gaps []triage.DataGap) []triage.DataGap {
 			}
 		}
 	}
-	var out []triage.DataGap
+	var out []verdict.DataGap
 	var gauges []string
 	for _, g := range gaps {
 		if g.Window == "baseline" && leftOut[g.Signal] {
@@ -170,14 +171,14 @@ func foldGaugeGaps(gaps []triage.DataGap) []triage.DataGap {
 		out = append(out, g)
 	}
 	if len(gauges) > 0 {
-		out = append(out, triage.DataGap{Signal: strings.Join(gauges, ", "), Window: "baseline",
+		out = append(out, verdict.DataGap{Signal: strings.Join(gauges, ", "), Window: "baseline",
 			Reason: "gauges have no lifetime baseline: a bare engine exposes only their current value, so rules comparing them with the baseline are skipped"})
 	}
 	return out
 }
 
 // whyServer asks a running whyslow daemon to triage (POST /api/v1/triage).
-func whyServer(ctx context.Context, f *whyFlags, opts triage.Options) (*triage.Verdict, error) {
+func whyServer(ctx context.Context, f *whyFlags, opts diagnose.Options) (*verdict.Verdict, error) {
 	if len(opts.SLOs) > 0 {
 		return nil, errors.New("--slo applies to a triage this process runs; a daemon applies its own (triage.slo in its config)")
 	}
@@ -225,7 +226,7 @@ func whyServer(ctx context.Context, f *whyFlags, opts triage.Options) (*triage.V
 		}
 		return nil, fmt.Errorf("whyslow server %s: %s: %s", server, resp.Status, msg)
 	}
-	var v triage.Verdict
+	var v verdict.Verdict
 	if err := json.Unmarshal(data, &v); err != nil {
 		return nil, fmt.Errorf("whyslow server %s: bad verdict JSON: %w", server, err)
 	}
@@ -273,7 +274,7 @@ func remoteClient(f *whyFlags) (*remote.Client, error) {
 }
 
 // whyPrometheus triages against a Prometheus-compatible query API.
-func whyPrometheus(ctx context.Context, f *whyFlags, opts triage.Options) (*triage.Verdict, error) {
+func whyPrometheus(ctx context.Context, f *whyFlags, opts diagnose.Options) (*verdict.Verdict, error) {
 	c, err := remoteClient(f)
 	if err != nil {
 		return nil, err

@@ -21,7 +21,7 @@ import (
 
 	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/testbed/sim"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
@@ -74,9 +74,9 @@ func readTruth(t *testing.T, dir string) bundleTruth {
 	return tr
 }
 
-func decodeVerdict(t *testing.T, data string) *triage.Verdict {
+func decodeVerdict(t *testing.T, data string) *verdict.Verdict {
 	t.Helper()
-	var v triage.Verdict
+	var v verdict.Verdict
 	if err := json.Unmarshal([]byte(data), &v); err != nil {
 		t.Fatalf("output is not a verdict: %v\n%s", err, data)
 	}
@@ -85,9 +85,9 @@ func decodeVerdict(t *testing.T, data string) *triage.Verdict {
 
 // checkTruth compares a verdict and exit code with a bundle's truth and
 // returns what is wrong, or "" when they agree.
-func checkTruth(tr bundleTruth, r cliResult, v *triage.Verdict) string {
+func checkTruth(tr bundleTruth, r cliResult, v *verdict.Verdict) string {
 	if len(tr.Causes) == 0 {
-		if r.code != exitOK || v.Status != triage.StatusHealthy {
+		if r.code != exitOK || v.Status != verdict.StatusHealthy {
 			top := "-"
 			if len(v.Causes) > 0 {
 				top = v.Causes[0].ID
@@ -96,7 +96,7 @@ func checkTruth(tr bundleTruth, r cliResult, v *triage.Verdict) string {
 		}
 		return ""
 	}
-	if r.code != exitCause || v.Status != triage.StatusAnomaly {
+	if r.code != exitCause || v.Status != verdict.StatusAnomaly {
 		return fmt.Sprintf("exit %d, status %s; want exit 1, status anomaly", r.code, v.Status)
 	}
 	if len(v.Causes) == 0 {
@@ -127,8 +127,8 @@ func TestWhyBundleTruth(t *testing.T) {
 				t.Fatalf("exit 2: %s", r.stderr)
 			}
 			v := decodeVerdict(t, r.stdout)
-			if v.SchemaVersion != triage.SchemaVersion {
-				t.Errorf("schema_version %d, want %d", v.SchemaVersion, triage.SchemaVersion)
+			if v.SchemaVersion != verdict.SchemaVersion {
+				t.Errorf("schema_version %d, want %d", v.SchemaVersion, verdict.SchemaVersion)
 			}
 			problem := checkTruth(tr, r, v)
 			reason, known := knownWrong[name]
@@ -369,9 +369,9 @@ func TestWhyBadInput(t *testing.T) {
 // is reported under the path the user asked for, not the temporary file's.
 func TestWriteChartErrorNamesPath(t *testing.T) {
 	t0 := time.Unix(1700000000, 0)
-	v := &triage.Verdict{Status: triage.StatusAnomaly, Engine: "vllm",
-		Incident: triage.Window{Start: t0.Add(-5 * time.Minute), End: t0},
-		Baseline: triage.Window{Start: t0.Add(-65 * time.Minute), End: t0.Add(-time.Hour)}}
+	v := &verdict.Verdict{Status: verdict.StatusAnomaly, Engine: "vllm",
+		Incident: verdict.Window{Start: t0.Add(-5 * time.Minute), End: t0},
+		Baseline: verdict.Window{Start: t0.Add(-65 * time.Minute), End: t0.Add(-time.Hour)}}
 	path := filepath.Join(t.TempDir(), "missing", "c.png")
 	err := writeChart(context.Background(), rampMetrics{}, v, path)
 	if err == nil || !strings.Contains(err.Error(), "write chart "+path+": ") || strings.Contains(err.Error(), ".chart-") {
@@ -497,7 +497,7 @@ func TestWhyServer(t *testing.T) {
 			return
 		}
 		_ = json.NewDecoder(r.Body).Decode(&got)
-		v := triage.Verdict{SchemaVersion: triage.SchemaVersion, Status: triage.StatusHealthy, Phase: triage.PhaseNone, Engine: "vllm",
+		v := verdict.Verdict{SchemaVersion: verdict.SchemaVersion, Status: verdict.StatusHealthy, Phase: verdict.PhaseNone, Engine: "vllm",
 			At: time.Unix(1700000000, 0).UTC()}
 		_ = json.NewEncoder(w).Encode(v)
 	}))
@@ -549,7 +549,7 @@ func TestWhyScrape(t *testing.T) {
 		t.Fatalf("exit 2: %s", r.stderr)
 	}
 	v := decodeVerdict(t, r.stdout)
-	if v.Status == triage.StatusInsufficientData {
+	if v.Status == verdict.StatusInsufficientData {
 		t.Errorf("insufficient data: %+v", v.DataGaps)
 	}
 	if v.Engine != "vllm" {
@@ -665,20 +665,20 @@ func TestWhyInsufficientReason(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		args []string
-		code triage.InsufficientCode
+		code verdict.InsufficientCode
 		want []string
 	}{
-		{"no engine series", []string{"--bundle", "testdata/insufficient/no_engine"}, triage.InsufficientNoEngine,
+		{"no engine series", []string{"--bundle", "testdata/insufficient/no_engine"}, verdict.InsufficientNoEngine,
 			[]string{"no series of a known engine (vllm, sglang, trtllm) in the source", "vllm:num_requests_running"}},
-		{"engine named wrong", []string{"--bundle", kv, "--engine", "sglang"}, triage.InsufficientNoEngine,
+		{"engine named wrong", []string{"--bundle", kv, "--engine", "sglang"}, verdict.InsufficientNoEngine,
 			[]string{"no sglang series in the source, but it holds vllm series: use --engine vllm"}},
-		{"selector matches nothing", []string{"--bundle", kv, "--selector", `model_name="llama"`}, triage.InsufficientSelector,
+		{"selector matches nothing", []string{"--bundle", kv, "--selector", `model_name="llama"`}, verdict.InsufficientSelector,
 			[]string{`the selector {model_name="llama"} matched no vllm series`, "model_name values: meta-llama/Llama-3.1-8B-Instruct"}},
-		{"window outside the data", []string{"--bundle", kv, "--at", "2027-01-01T00:00:00Z"}, triage.InsufficientOutsideData,
+		{"window outside the data", []string{"--bundle", kv, "--at", "2027-01-01T00:00:00Z"}, verdict.InsufficientOutsideData,
 			[]string{"lies outside the scope's data, which runs from 2026-01-01 00:13:00 UTC to 2026-01-01 01:23:00 UTC", "--at 2026-01-01T01:23:00Z"}},
-		{"baseline not covered", []string{"--bundle", kv, "--baseline", "80m"}, triage.InsufficientBaseline,
+		{"baseline not covered", []string{"--bundle", kv, "--baseline", "80m"}, verdict.InsufficientBaseline,
 			[]string{"(1h20m before --at) is not covered", "1h10m of history", "--baseline 1h5m or less"}},
-		{"required signal missing", []string{"--bundle", "testdata/insufficient/no_ttft"}, triage.InsufficientSignal,
+		{"required signal missing", []string{"--bundle", "testdata/insufficient/no_ttft"}, verdict.InsufficientSignal,
 			[]string{"the required signal ttft_mean (TTFT mean) has no value in the incident window", "vllm:time_to_first_token_seconds_sum"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -711,10 +711,10 @@ func TestWhyInsufficientReason(t *testing.T) {
 // reason, not the first data gap (a --scrape whose engine started serving
 // during the sample lists preemption_rate's gap first).
 func TestVerdictExitNamesReason(t *testing.T) {
-	r := &triage.InsufficientReason{Code: triage.InsufficientSignal, Signal: "ttft_mean", Window: "baseline", Message: "ttft_mean missing"}
+	r := &verdict.InsufficientReason{Code: verdict.InsufficientSignal, Signal: "ttft_mean", Window: "baseline", Message: "ttft_mean missing"}
 	scrapeReason(r)
-	v := &triage.Verdict{Status: triage.StatusInsufficientData, InsufficientReason: r,
-		DataGaps: []triage.DataGap{{Signal: "preemption_rate", Window: "incident", Reason: "no series matched"}}}
+	v := &verdict.Verdict{Status: verdict.StatusInsufficientData, InsufficientReason: r,
+		DataGaps: []verdict.DataGap{{Signal: "preemption_rate", Window: "incident", Reason: "no series matched"}}}
 	var errb bytes.Buffer
 	if code := verdictExit(v, &errb); code != exitFailed {
 		t.Errorf("exit %d", code)
@@ -722,8 +722,8 @@ func TestVerdictExitNamesReason(t *testing.T) {
 	if strings.Contains(errb.String(), "preemption_rate") || !strings.Contains(errb.String(), "served no requests before the sample began") {
 		t.Errorf("stderr %q: want the baseline reason, not the first gap", errb.String())
 	}
-	if r.Code != triage.InsufficientBaseline {
-		t.Errorf("code %s, want %s", r.Code, triage.InsufficientBaseline)
+	if r.Code != verdict.InsufficientBaseline {
+		t.Errorf("code %s, want %s", r.Code, verdict.InsufficientBaseline)
 	}
 }
 

@@ -14,8 +14,12 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/collectors/tracequery"
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/notifiers/render"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/query"
+	"github.com/whyslow/whyslow/requests"
+	"github.com/whyslow/whyslow/span"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // traceFlags are the trace options of `whyslow why`.
@@ -50,7 +54,7 @@ func (t bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // openTraces returns the trace source the flags name, or nil for none.
-func openTraces(f *whyFlags) (triage.Traces, error) {
+func openTraces(f *whyFlags) (diagnose.Traces, error) {
 	src := f.traces.source
 	if src == "none" {
 		return nil, nil
@@ -108,27 +112,27 @@ const tracePageSize = 1000
 // spans read from a file.
 type pagedTempo struct{ *tracequery.Tempo }
 
-// SpansBetween implements triage.Traces: without a limit it returns every
+// SpansBetween implements diagnose.Traces: without a limit it returns every
 // span that started in [start, end) of the traces holding an llm_request
 // span in it, as a traces.jsonl of the same spans would.
-func (p pagedTempo) SpansBetween(ctx context.Context, start, end time.Time, limit int) ([]triage.Span, error) {
+func (p pagedTempo) SpansBetween(ctx context.Context, start, end time.Time, limit int) ([]span.Span, error) {
 	if limit > 0 {
 		return p.Tempo.SpansBetween(ctx, start, end, limit)
 	}
-	done := map[triage.TraceID]bool{}
-	var out []triage.Span
+	done := map[span.TraceID]bool{}
+	var out []span.Span
 	for from := start; ; {
 		page, err := p.Tempo.SpansBetween(ctx, from, end, 0)
 		if err != nil {
 			return nil, err
 		}
-		byTrace := map[triage.TraceID][]triage.Span{}
+		byTrace := map[span.TraceID][]span.Span{}
 		// first: each trace's first llm_request span in the page, the span
 		// the search matched it by.
-		first := map[triage.TraceID]int64{}
+		first := map[span.TraceID]int64{}
 		for _, s := range page {
 			byTrace[s.TraceID] = append(byTrace[s.TraceID], s)
-			if t, ok := first[s.TraceID]; s.Name == triage.SpanLLMRequest && (!ok || s.StartUnixNano < t) {
+			if t, ok := first[s.TraceID]; s.Name == span.SpanLLMRequest && (!ok || s.StartUnixNano < t) {
 				first[s.TraceID] = s.StartUnixNano
 			}
 		}
@@ -145,7 +149,7 @@ func (p pagedTempo) SpansBetween(ctx context.Context, start, end time.Time, limi
 				if err != nil {
 					return nil, err
 				}
-				spans = slices.DeleteFunc(all, func(s triage.Span) bool {
+				spans = slices.DeleteFunc(all, func(s span.Span) bool {
 					return s.StartUnixNano < start.UnixNano() || s.StartUnixNano >= end.UnixNano()
 				})
 			}
@@ -162,7 +166,7 @@ func (p pagedTempo) SpansBetween(ctx context.Context, start, end time.Time, limi
 		}
 		from = next
 	}
-	triage.SortByStart(out)
+	span.SortByStart(out)
 	return out, nil
 }
 
@@ -192,7 +196,7 @@ func runWhyRequest(ctx context.Context, f *whyFlags, stdout, stderr io.Writer) i
 	return exitOK
 }
 
-func whyRequest(ctx context.Context, f *whyFlags) ([]triage.Request, error) {
+func whyRequest(ctx context.Context, f *whyFlags) ([]verdict.Request, error) {
 	if f.traces.traceID != "" && f.traces.requestID != "" {
 		return nil, errors.New("give --trace-id or --request-id, not both")
 	}
@@ -206,10 +210,10 @@ func whyRequest(ctx context.Context, f *whyFlags) ([]triage.Request, error) {
 	if tr == nil {
 		return nil, errors.New("--trace-id and --request-id need traces: --traces SOURCE, or a --bundle with traces.jsonl")
 	}
-	var spans []triage.Span
+	var spans []span.Span
 	what := ""
 	if f.traces.traceID != "" {
-		id, err := triage.ParseTraceID(strings.ToLower(f.traces.traceID))
+		id, err := span.ParseTraceID(strings.ToLower(f.traces.traceID))
 		if err != nil {
 			return nil, fmt.Errorf("--trace-id: %w", err)
 		}
@@ -225,10 +229,10 @@ func whyRequest(ctx context.Context, f *whyFlags) ([]triage.Request, error) {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 		if len(byReq) == 0 {
-			return nil, fmt.Errorf("%s: no span carries %s=%q", what, triage.AttrRequestID, f.traces.requestID)
+			return nil, fmt.Errorf("%s: no span carries %s=%q", what, span.AttrRequestID, f.traces.requestID)
 		}
 		// The whole traces of the request's spans: gateway and client too.
-		seen := map[triage.TraceID]bool{}
+		seen := map[span.TraceID]bool{}
 		for _, s := range byReq {
 			if seen[s.TraceID] {
 				continue
@@ -241,9 +245,9 @@ func whyRequest(ctx context.Context, f *whyFlags) ([]triage.Request, error) {
 			spans = append(spans, all...)
 		}
 	}
-	built := triage.BuildRequests(spans)
+	built := requests.BuildRequests(spans)
 	if f.traces.requestID != "" {
-		built = slices.DeleteFunc(built, func(b triage.RequestBreakdown) bool { return b.RequestID != f.traces.requestID })
+		built = slices.DeleteFunc(built, func(b requests.RequestBreakdown) bool { return b.RequestID != f.traces.requestID })
 	}
 	if len(built) == 0 {
 		return nil, fmt.Errorf("%s: no llm_request span (the engine's span) found", what)
@@ -252,12 +256,12 @@ func whyRequest(ctx context.Context, f *whyFlags) ([]triage.Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	return triage.ExplainRequests(built, samples, 0), nil
+	return requests.ExplainRequests(built, samples, 0), nil
 }
 
 // requestContext reads the pods' metrics around the requests from the
 // metrics source, when one is given (--bundle or --prometheus).
-func requestContext(ctx context.Context, f *whyFlags, reqs []triage.RequestBreakdown) ([]triage.PodSample, error) {
+func requestContext(ctx context.Context, f *whyFlags, reqs []requests.RequestBreakdown) ([]requests.PodSample, error) {
 	if f.bundle == "" && f.prometheus == "" {
 		return nil, nil
 	}
@@ -269,8 +273,8 @@ func requestContext(ctx context.Context, f *whyFlags, reqs []triage.RequestBreak
 			pods = append(pods, r.Pod)
 		}
 	}
-	q := triage.PodContextQuery{Selector: f.selector, Pods: pods, Start: lo.Add(-time.Minute), End: hi}
-	var m triage.Metrics
+	q := requests.PodContextQuery{Selector: f.selector, Pods: pods, Start: lo.Add(-time.Minute), End: hi}
+	var m query.Metrics
 	if f.bundle != "" {
 		b, st, _, err := openBundle(ctx, f.bundle)
 		if err != nil {
@@ -288,7 +292,7 @@ func requestContext(ctx context.Context, f *whyFlags, reqs []triage.RequestBreak
 		}
 		m = c
 	}
-	samples, _, err := triage.PodContext(ctx, m, q)
+	samples, _, err := requests.PodContext(ctx, m, q)
 	if err != nil {
 		// The breakdown stands without the context.
 		fmt.Fprintf(os.Stderr, "whyslow why: pod context: %v\n", err)
@@ -315,7 +319,7 @@ func maxTime(a, b time.Time) time.Time {
 var requestPartOrder = []string{"before_engine", "queue", "prefill", "decode", "engine_other", "after_engine"}
 
 // writeRequest prints one request's breakdown as text.
-func writeRequest(w io.Writer, r triage.Request) {
+func writeRequest(w io.Writer, r verdict.Request) {
 	name := r.TraceID
 	if r.RequestID != "" {
 		name = r.RequestID + " (trace " + r.TraceID + ")"

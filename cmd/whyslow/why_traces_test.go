@@ -15,7 +15,9 @@ import (
 	"github.com/whyslow/whyslow/collectors/otlp"
 	"github.com/whyslow/whyslow/collectors/spanstore"
 	"github.com/whyslow/whyslow/collectors/tracequery"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/requests"
+	"github.com/whyslow/whyslow/span"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // TestWhyBundleWithTraces replays the frontend_delay bundle, whose
@@ -68,7 +70,7 @@ func TestWhyBundleWithTraces(t *testing.T) {
 
 	// The same by request id, as JSON.
 	byReq := runCLI(t, "why", "--bundle", dir, "--request-id", v.Requests[0].RequestID, "--output", "json")
-	var got struct{ Requests []triage.Request }
+	var got struct{ Requests []verdict.Request }
 	if err := json.Unmarshal([]byte(byReq.stdout), &got); err != nil || len(got.Requests) != 1 || got.Requests[0].TraceID != id {
 		t.Fatalf("--request-id json: %v %q %s", err, byReq.stdout, byReq.stderr)
 	}
@@ -186,7 +188,7 @@ func TestPagedTempoReadsWholeWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantReqs := triage.BuildRequests(want)
+	wantReqs := requests.BuildRequests(want)
 	if len(wantReqs) <= 3*40 {
 		t.Fatalf("%d requests: too few to page", len(wantReqs))
 	}
@@ -195,7 +197,7 @@ func TestPagedTempoReadsWholeWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gotReqs := triage.BuildRequests(got)
+	gotReqs := requests.BuildRequests(got)
 	if len(gotReqs) != len(wantReqs) {
 		t.Fatalf("%d requests paged, %d in the file", len(gotReqs), len(wantReqs))
 	}
@@ -209,7 +211,7 @@ func TestPagedTempoReadsWholeWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := len(triage.BuildRequests(one)); n >= len(wantReqs) {
+	if n := len(requests.BuildRequests(one)); n >= len(wantReqs) {
 		t.Errorf("one search found %d of %d requests: the test does not page", n, len(wantReqs))
 	}
 }
@@ -233,16 +235,16 @@ func TestWhyTracesOfTheScope(t *testing.T) {
 		s.Attrs = slices.Clone(s.Attrs)
 		for i, a := range s.Attrs {
 			switch {
-			case a.Key == triage.AttrRequestModel:
-				s.Attrs[i] = triage.StringAttr(a.Key, big)
+			case a.Key == span.AttrRequestModel:
+				s.Attrs[i] = span.StringAttr(a.Key, big)
 			case strings.HasPrefix(a.Key, "gen_ai.latency."):
-				s.Attrs[i] = triage.FloatAttr(a.Key, 10*a.Float())
+				s.Attrs[i] = span.FloatAttr(a.Key, 10*a.Float())
 			}
 		}
-		if s.Name == triage.SpanLLMRequest {
+		if s.Name == span.SpanLLMRequest {
 			s.EndUnixNano = s.StartUnixNano + 10*(s.EndUnixNano-s.StartUnixNano)
-			s.Attrs = append(s.Attrs, triage.StringAttr(triage.AttrResponseModel, big))
-			s.Resource = triage.Attrs{triage.StringAttr("service.name", "vllm"), triage.StringAttr("k8s.pod.name", "vllm-llama-70b-0")}
+			s.Attrs = append(s.Attrs, span.StringAttr(span.AttrResponseModel, big))
+			s.Resource = span.Attrs{span.StringAttr("service.name", "vllm"), span.StringAttr("k8s.pod.name", "vllm-llama-70b-0")}
 		}
 		mixed = append(mixed, s)
 	}
@@ -255,7 +257,7 @@ func TestWhyTracesOfTheScope(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	requests := func(args ...string) []triage.Request {
+	requests := func(args ...string) []verdict.Request {
 		t.Helper()
 		r := runCLI(t, append([]string{"why", "--bundle", dir, "--output", "json"}, args...)...)
 		if r.code != exitCause {

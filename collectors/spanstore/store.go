@@ -1,6 +1,6 @@
 // Package spanstore keeps recent spans in memory, bounded by span count and
 // by bytes, indexed by trace id, by gen_ai.request.id and by start time. It
-// serves triage.Traces for the daemon.
+// serves diagnose.Traces for the daemon.
 package spanstore
 
 import (
@@ -514,7 +514,7 @@ func (s *Store) walk(dst []span.Span, c chain, next func(*slot) uint64) []span.S
 	return dst
 }
 
-// SpansBetween serves triage.Traces. The returned spans share their
+// SpansBetween serves diagnose.Traces. The returned spans share their
 // attribute slices with the store: treat them as read-only. Without a limit
 // at most MaxQuerySpans are returned, the newest of the range.
 func (s *Store) SpansBetween(ctx context.Context, start, end time.Time, limit int) ([]span.Span, error) {
@@ -574,7 +574,7 @@ func (s *Store) SpansBetween(ctx context.Context, start, end time.Time, limit in
 	return out, nil
 }
 
-// Trace serves triage.Traces.
+// Trace serves diagnose.Traces.
 func (s *Store) Trace(ctx context.Context, id span.TraceID) ([]span.Span, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -593,7 +593,7 @@ func (s *Store) Trace(ctx context.Context, id span.TraceID) ([]span.Span, error)
 	return out, nil
 }
 
-// ByRequestID serves triage.Traces.
+// ByRequestID serves diagnose.Traces.
 func (s *Store) ByRequestID(ctx context.Context, id string) ([]span.Span, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -195,7 +195,7 @@ func parseLooseSpanID(s string) (span.SpanID, error) {
 	return span.ParseSpanID(strings.Repeat("0", 16-len(s)) + s)
 }
 
-// Trace serves triage.Traces.
+// Trace serves diagnose.Traces.
 func (j *Jaeger) Trace(ctx context.Context, id span.TraceID) ([]span.Span, error) {
 	body, err := get(ctx, j.Client, strings.TrimRight(j.BaseURL, "/")+"/api/traces/"+id.String())
 	if err != nil {
@@ -231,7 +231,7 @@ func (j *Jaeger) search(ctx context.Context, v url.Values, limit int) ([]span.Sp
 	return ParseJaeger(body)
 }
 
-// SpansBetween serves triage.Traces (needs Service).
+// SpansBetween serves diagnose.Traces (needs Service).
 func (j *Jaeger) SpansBetween(ctx context.Context, start, end time.Time, limit int) ([]span.Span, error) {
 	v := url.Values{
 		"start":     {strconv.FormatInt(start.UnixMicro(), 10)},
@@ -245,7 +245,7 @@ func (j *Jaeger) SpansBetween(ctx context.Context, start, end time.Time, limit i
 	return window(spans, start, end, limit), nil
 }
 
-// ByRequestID serves triage.Traces (needs Service).
+// ByRequestID serves diagnose.Traces (needs Service).
 func (j *Jaeger) ByRequestID(ctx context.Context, id string) ([]span.Span, error) {
 	tags, _ := json.Marshal(map[string]string{span.AttrRequestID: id})
 	spans, err := j.search(ctx, url.Values{"tags": {string(tags)}}, 20)

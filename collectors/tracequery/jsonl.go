@@ -19,7 +19,7 @@ import (
 )
 
 // File is a bundle's traces.jsonl loaded into memory. It serves
-// triage.Traces through the embedded store.
+// diagnose.Traces through the embedded store.
 type File struct {
 	*spanstore.Store
 	// Spans is how many spans were loaded; Rejected how many were skipped

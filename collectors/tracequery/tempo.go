@@ -1,6 +1,6 @@
 // Package tracequery reads spans from where they already are: a Tempo or
 // Jaeger query API, or a bundle's traces.jsonl. Every source serves
-// triage.Traces.
+// diagnose.Traces.
 package tracequery
 
 import (
@@ -109,7 +109,7 @@ func ParseTempoTrace(body []byte) ([]span.Span, error) {
 	return spans, err
 }
 
-// Trace serves triage.Traces.
+// Trace serves diagnose.Traces.
 func (t *Tempo) Trace(ctx context.Context, id span.TraceID) ([]span.Span, error) {
 	body, err := get(ctx, t.Client, strings.TrimRight(t.BaseURL, "/")+"/api/traces/"+id.String())
 	if err != nil {
@@ -181,7 +181,7 @@ func (t *Tempo) search(ctx context.Context, q string, start, end time.Time, limi
 	return out, nil
 }
 
-// SpansBetween serves triage.Traces: it searches for traces holding an
+// SpansBetween serves diagnose.Traces: it searches for traces holding an
 // llm_request span in the window and returns their spans that started in it.
 // limit bounds the traces fetched and the spans returned.
 func (t *Tempo) SpansBetween(ctx context.Context, start, end time.Time, limit int) ([]span.Span, error) {
@@ -192,7 +192,7 @@ func (t *Tempo) SpansBetween(ctx context.Context, start, end time.Time, limit in
 	return window(spans, start, end, limit), nil
 }
 
-// ByRequestID serves triage.Traces.
+// ByRequestID serves diagnose.Traces.
 func (t *Tempo) ByRequestID(ctx context.Context, id string) ([]span.Span, error) {
 	spans, err := t.search(ctx, `{ span.`+span.AttrRequestID+` = `+strconv.Quote(id)+` }`, time.Time{}, time.Time{}, 20)
 	if err != nil {

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/daemon"
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/notifiers/logsink"
 	"github.com/whyslow/whyslow/testbed/sim"
-	"github.com/whyslow/whyslow/triage"
 )
 
 // Options configure Run. Zero values get defaults.
@@ -123,7 +123,7 @@ func Play(ctx context.Context, w io.Writer, o Options) (Outcome, error) {
 			}
 			fmt.Fprintf(w, "%s  the engine is fixed (restarted healthy)\n", rel(env.Now()))
 		}
-		if fixed && opened && len(incs) > 0 && incs[0].Status == triage.IncidentResolved {
+		if fixed && opened && len(incs) > 0 && incs[0].Status == incident.IncidentResolved {
 			fmt.Fprintf(w, "%s  incident resolved:\n\n", rel(env.Now()))
 			waitDelivered(ctx, env)
 			if err := held.flushTo(w); err != nil {

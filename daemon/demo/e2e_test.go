@@ -14,10 +14,12 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/daemon"
+	"github.com/whyslow/whyslow/detect"
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/notifiers/webhook"
 	"github.com/whyslow/whyslow/testbed/sim"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // receiver is a real webhook endpoint on loopback that can be taken down.
@@ -76,11 +78,11 @@ func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func newTestEnv(t *testing.T, scenario string, rcv *receiver, dataDir string) *Env {
 	t.Helper()
-	return newTestEnvDetect(t, scenario, rcv, dataDir, triage.DetectConfig{})
+	return newTestEnvDetect(t, scenario, rcv, dataDir, detect.DetectConfig{})
 }
 
 // newTestEnvDetect is newTestEnv with detector settings (zero: defaults).
-func newTestEnvDetect(t *testing.T, scenario string, rcv *receiver, dataDir string, detect triage.DetectConfig) *Env {
+func newTestEnvDetect(t *testing.T, scenario string, rcv *receiver, dataDir string, detect detect.DetectConfig) *Env {
 	t.Helper()
 	return newTestEnvWith(t, rcv, EnvOptions{Scenario: scenario, Config: daemon.Config{Detect: detect, DataDir: dataDir}})
 }
@@ -164,7 +166,7 @@ func TestE2EIncidentScenarios(t *testing.T) {
 			ctx := context.Background()
 			// The daemon's detector without the hold: when the signal
 			// crosses both the short and the confirming (long) window.
-			shadow, err := triage.NewDetector(triage.DetectConfig{For: time.Nanosecond})
+			shadow, err := detect.NewDetector(detect.DetectConfig{For: time.Nanosecond})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -211,7 +213,7 @@ func TestE2EIncidentScenarios(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				if fixed && len(incs) > 0 && incs[0].Status == triage.IncidentResolved {
+				if fixed && len(incs) > 0 && incs[0].Status == incident.IncidentResolved {
 					break
 				}
 			}
@@ -270,10 +272,10 @@ func TestE2EIncidentScenarios(t *testing.T) {
 func TestE2EHealthyHourIsQuiet(t *testing.T) {
 	type quietCase struct {
 		scenario string
-		detect   triage.DetectConfig
+		detect   detect.DetectConfig
 	}
-	scenarios := []quietCase{{"healthy", triage.DetectConfig{For: 90 * time.Second}}, {"healthy_busy", triage.DetectConfig{}},
-		{"healthy_burst", triage.DetectConfig{For: 90 * time.Second}}}
+	scenarios := []quietCase{{"healthy", detect.DetectConfig{For: 90 * time.Second}}, {"healthy_busy", detect.DetectConfig{}},
+		{"healthy_burst", detect.DetectConfig{For: 90 * time.Second}}}
 	if testing.Short() {
 		scenarios = scenarios[:1]
 	}
@@ -321,7 +323,7 @@ func TestE2EOutboxSurvivesRestart(t *testing.T) {
 	}
 	n := &notifiers.Notification{ID: notifiers.MakeID("hook", "inc1", 1, notifiers.TransitionOpen), Receiver: "hook", IncidentID: "inc1",
 		IncidentKey: `model_name="m"|kv_cache_pressure|opened|1`, Kind: notifiers.TransitionOpen, Sequence: 1, CreatedAt: clock.Now(),
-		Verdict: &triage.Verdict{SchemaVersion: 1, Status: triage.StatusAnomaly}}
+		Verdict: &verdict.Verdict{SchemaVersion: 1, Status: verdict.StatusAnomaly}}
 	if ok, err := st.Outbox.Enqueue(n); !ok || err != nil {
 		t.Fatalf("enqueue: %v %v", ok, err)
 	}

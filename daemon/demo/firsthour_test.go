@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/testbed/sim"
-	"github.com/whyslow/whyslow/triage"
 )
 
 // TestE2EFreshSidecar deploys the sidecar next to an engine model that has
@@ -44,7 +44,7 @@ func TestE2EFreshSidecar(t *testing.T) {
 			}
 			env := newTestEnvWith(t, rcv, EnvOptions{Scenario: tc.scenario, SidecarAfter: probe.Onset().Sub(probe.Now()) - tc.before})
 			ctx := context.Background()
-			var opened *triage.Incident
+			var opened *incident.Incident
 			for env.Now().Before(env.Onset().Add(12*time.Minute)) && env.Ticks() < 1000 {
 				if err := env.Tick(ctx); err != nil {
 					t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/whyslow/whyslow/notifiers/chart"
 	"github.com/whyslow/whyslow/notifiers/render"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // The chart geometry, in SVG user units (the viewBox; the page scales it).
@@ -103,13 +103,13 @@ type DataRow struct {
 // windows with a lead-in as long as the window (at least 5 minutes, at
 // most an hour), so that the page shows how the incident came on, not only
 // the window the triage compared.
-func ChartWindows(v *triage.Verdict) (incident, baseline triage.Window) {
-	lead := func(w triage.Window) triage.Window {
+func ChartWindows(v *verdict.Verdict) (incident, baseline verdict.Window) {
+	lead := func(w verdict.Window) verdict.Window {
 		if w.Start.IsZero() || !w.End.After(w.Start) {
 			return w
 		}
 		l := min(max(w.End.Sub(w.Start), 5*time.Minute), time.Hour)
-		return triage.Window{Start: w.Start.Add(-l), End: w.End}
+		return verdict.Window{Start: w.Start.Add(-l), End: w.End}
 	}
 	return lead(v.Incident), lead(v.Baseline)
 }
@@ -118,7 +118,7 @@ func ChartWindows(v *triage.Verdict) (incident, baseline triage.Window) {
 // spans ChartWindows; incident and baseline are the verdict's windows,
 // shaded and summed up; onset is when the incident opened (zero: not
 // marked).
-func Charts(d chart.Data, incident, baseline triage.Window, onset time.Time) []ChartView {
+func Charts(d chart.Data, incident, baseline verdict.Window, onset time.Time) []ChartView {
 	out := make([]ChartView, 0, len(d.Panels))
 	for i, p := range d.Panels {
 		out = append(out, panelView(d, p, i, incident, baseline, onset))
@@ -152,7 +152,7 @@ func (a axis) x(t time.Time) float64 {
 	return math.Min(math.Max(x, a.x0), a.x1)
 }
 
-func panelView(d chart.Data, p chart.Panel, i int, incident, baseline triage.Window, onset time.Time) ChartView {
+func panelView(d chart.Data, p chart.Panel, i int, incident, baseline verdict.Window, onset time.Time) ChartView {
 	unit := tickUnit(p.Unit)
 	const bottom = chartHeight - plotBottom
 	cv := ChartView{ID: "chart-" + strconv.Itoa(i), Title: p.Title, Query: p.Query, Width: chartWidth, Height: chartHeight,
@@ -196,7 +196,7 @@ func panelView(d chart.Data, p chart.Panel, i int, incident, baseline triage.Win
 }
 
 // segment draws one side's curve on its axis, with window shaded.
-func segment(name string, a axis, window triage.Window, pts []chart.Point, y func(float64) float64) Segment {
+func segment(name string, a axis, window verdict.Window, pts []chart.Point, y func(float64) float64) Segment {
 	s := Segment{X0: coord(a.x0), X1: coord(a.x1), LabelX: coord(a.x1 - 4), ShadeX: coord(a.x0), ShadeWidth: coord(a.x1 - a.x0)}
 	if window.Start.IsZero() && window.End.IsZero() {
 		s.Label = name
@@ -226,7 +226,7 @@ func segment(name string, a axis, window triage.Window, pts []chart.Point, y fun
 }
 
 // within keeps the samples inside w (all of them when w is unknown).
-func within(pts []chart.Point, w triage.Window) []chart.Point {
+func within(pts []chart.Point, w verdict.Window) []chart.Point {
 	if w.Start.IsZero() && w.End.IsZero() {
 		return pts
 	}

@@ -13,10 +13,10 @@ import (
 
 	"github.com/whyslow/whyslow/daemon"
 	"github.com/whyslow/whyslow/daemon/demo"
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/notifiers/logsink"
 	"github.com/whyslow/whyslow/notifiers/webhook"
-	"github.com/whyslow/whyslow/triage"
 )
 
 // hook is a webhook receiver on loopback that keeps the payloads.
@@ -52,7 +52,7 @@ func (h *hook) payloads() []webhook.Payload {
 // playIncident starts the engine model's scenario with a daemon (the
 // webhook and a log receiver, no NVML) and ticks until the daemon has
 // notified an incident and the outbox has delivered it.
-func playIncident(tb testing.TB, scenario string, replicas int, cfg daemon.Config, hk *hook) (*demo.Env, triage.Incident) {
+func playIncident(tb testing.TB, scenario string, replicas int, cfg daemon.Config, hk *hook) (*demo.Env, incident.Incident) {
 	tb.Helper()
 	off := false
 	cfg.GPU.Enabled = &off
@@ -87,5 +87,5 @@ func playIncident(tb testing.TB, scenario string, replicas int, cfg daemon.Confi
 		}
 	}
 	tb.Fatalf("no incident notified by %s (scenario %s)", deadline.Format(time.RFC3339), scenario)
-	return nil, triage.Incident{}
+	return nil, incident.Incident{}
 }

@@ -5,14 +5,15 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/notifiers/chart"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/query"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // Section lays out v in full with its curves, read from m (the range
 // queries of the Slack chart, over ChartWindows); onset (zero: none) is
 // marked on them. Without m, or when no curve has data, the section says
 // why there are none.
-func Section(ctx context.Context, m triage.Metrics, v *triage.Verdict, onset time.Time) VerdictSection {
+func Section(ctx context.Context, m query.Metrics, v *verdict.Verdict, onset time.Time) VerdictSection {
 	if m == nil {
 		return Verdict(v, nil, "No curves: the metrics behind this verdict were not at hand.")
 	}

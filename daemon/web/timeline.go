@@ -4,7 +4,8 @@ import (
 	"sort"
 	"time"
 
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/incident"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // Notice is one notification of an incident to one receiver, as the outbox
@@ -50,7 +51,7 @@ type timed struct {
 // notification with its receivers (an update says whether the top cause
 // changed or the severity rose), and its resolve. notices may be empty
 // (a daemon restarted since): the open and the resolve are the incident's own.
-func Timeline(in triage.Incident, notices []Notice) []TimelineItem {
+func Timeline(in incident.Incident, notices []Notice) []TimelineItem {
 	var out []timed
 	opened := "Incident opened"
 	if len(in.Alerts) > 0 && !in.Detected {
@@ -97,7 +98,7 @@ func Timeline(in triage.Incident, notices []Notice) []TimelineItem {
 		}
 		out = append(out, timed{n.CreatedAt, it})
 	}
-	if in.Status == triage.IncidentResolved && !resolveNoticed {
+	if in.Status == incident.IncidentResolved && !resolveNoticed {
 		out = append(out, timed{in.ResolvedAt, TimelineItem{At: timeText(in.ResolvedAt), Kind: "resolved", Text: resolvedText(in)}})
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].at.Before(out[j].at) })
@@ -116,13 +117,13 @@ func causeText(cause string) string {
 }
 
 func severityText(s string) string {
-	if s == "" || s == string(triage.SeverityNone) {
+	if s == "" || s == string(verdict.SeverityNone) {
 		return ""
 	}
 	return " (" + s + ")"
 }
 
-func resolvedText(in triage.Incident) string {
+func resolvedText(in incident.Incident) string {
 	if in.ResolveReason != "" {
 		return "Resolved: " + in.ResolveReason
 	}

@@ -21,8 +21,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/notifiers/render"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 //go:embed templates/*.html style.css
@@ -119,11 +120,11 @@ func (IndexPage) template() string { return "index.html" }
 const MaxResolved = 20
 
 // Index lays out the index from the daemon's incidents.
-func Index(site Site, incidents []triage.Incident, form TriageForm) IndexPage {
+func Index(site Site, incidents []incident.Incident, form TriageForm) IndexPage {
 	p := IndexPage{Site: site, Form: form}
-	var open, resolved []triage.Incident
+	var open, resolved []incident.Incident
 	for _, in := range incidents {
-		if in.Status == triage.IncidentOpen {
+		if in.Status == incident.IncidentOpen {
 			open = append(open, in)
 		} else {
 			resolved = append(resolved, in)
@@ -172,13 +173,13 @@ type IncidentRow struct {
 }
 
 // Row lays out one incident.
-func Row(site Site, in triage.Incident) IncidentRow {
+func Row(site Site, in incident.Incident) IncidentRow {
 	r := IncidentRow{ID: in.ID, Href: site.Link("/incidents/" + url.PathEscape(in.ID)), Scope: render.ScopeText(in.Scope),
 		Status: in.Status.String(), Severity: string(in.Severity), Opened: timeText(in.OpenedAt),
 		Triggers: strings.Join(in.Triggers, ", "), Notified: in.Notified.Count, Condition: in.Condition.Message,
 		ResolveReason: in.ResolveReason}
 	end := site.Now
-	if in.Status == triage.IncidentResolved {
+	if in.Status == incident.IncidentResolved {
 		end = in.ResolvedAt
 		r.Resolved = timeText(in.ResolvedAt)
 	}
@@ -248,7 +249,7 @@ func (s VerdictSection) MarksOnset() bool {
 }
 
 // Verdict lays out v with its charts; chartNote says why charts is empty.
-func Verdict(v *triage.Verdict, charts []ChartView, chartNote string) VerdictSection {
+func Verdict(v *verdict.Verdict, charts []ChartView, chartNote string) VerdictSection {
 	return VerdictSection{View: render.ViewOf(v), Charts: charts, ChartNote: chartNote}
 }
 

@@ -12,9 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/notifiers/chart"
 	"github.com/whyslow/whyslow/notifiers/notifytest"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 var t0 = notifytest.T0
@@ -23,7 +24,7 @@ var t0 = notifytest.T0
 // before each 5-minute window), a sample every 5 s: TTFT flat at 300 ms but
 // for a ramp to 2.5 s through the incident window, with a gap in it; KV
 // usage over 100%; an empty queue panel.
-func sampleChart(v *triage.Verdict) chart.Data {
+func sampleChart(v *verdict.Verdict) chart.Data {
 	incSpan, baseSpan := ChartWindows(v)
 	d := chart.Data{Incident: incSpan, Baseline: baseSpan}
 	var inc, base []chart.Point
@@ -49,7 +50,7 @@ func sampleChart(v *triage.Verdict) chart.Data {
 }
 
 // charts lays out sampleChart for v.
-func charts(v *triage.Verdict, onset time.Time) []ChartView {
+func charts(v *verdict.Verdict, onset time.Time) []ChartView {
 	return Charts(sampleChart(v), v.Incident, v.Baseline, onset)
 }
 
@@ -62,10 +63,10 @@ func renderPage(t testing.TB, p Page) string {
 	return b.String()
 }
 
-func sampleIncident(v *triage.Verdict) triage.Incident {
-	return triage.Incident{ID: "inc-1", Key: v.Scope.Selector, Scope: v.Scope, Status: triage.IncidentOpen,
+func sampleIncident(v *verdict.Verdict) incident.Incident {
+	return incident.Incident{ID: "inc-1", Key: v.Scope.Selector, Scope: v.Scope, Status: incident.IncidentOpen,
 		Severity: v.Severity, TopCause: v.Causes[0].ID, OpenedAt: t0.Add(-3 * time.Minute), Detected: true,
-		Triggers: []string{"ttft_ratio"}, Verdict: v, Notified: triage.Notified{Count: 2}}
+		Triggers: []string{"ttft_ratio"}, Verdict: v, Notified: incident.Notified{Count: 2}}
 }
 
 // TestHostileLabelsAreEscaped: a scope whose labels and selector carry
@@ -74,17 +75,17 @@ func sampleIncident(v *triage.Verdict) triage.Incident {
 func TestHostileLabelsAreEscaped(t *testing.T) {
 	const hostile = `<script>alert(1)</script>"><img src=x onerror=alert(2)>`
 	v := notifytest.Anomaly()
-	v.Scope = triage.Scope{Selector: `model_name="` + hostile + `"`, Labels: map[string]string{"model_name": hostile}}
+	v.Scope = verdict.Scope{Selector: `model_name="` + hostile + `"`, Labels: map[string]string{"model_name": hostile}}
 	v.Causes[0].Title = hostile
 	v.Causes[0].Remediation = []string{"javascript:alert(3)"}
 	v.Warnings = []string{hostile}
 	in := sampleIncident(v)
 	in.ID = `inc-"><script>alert(4)</script>`
-	in.Alerts = map[string]triage.AlertRef{"fp": {Name: hostile}}
+	in.Alerts = map[string]incident.AlertRef{"fp": {Name: hostile}}
 	site := Site{Prefix: "/whyslow", Now: t0, SignOut: true}
 	section := Verdict(v, charts(v, in.OpenedAt), "")
 	pages := map[string]Page{
-		"index":    Index(site, []triage.Incident{in}, TriageForm{Selector: hostile, Error: hostile}),
+		"index":    Index(site, []incident.Incident{in}, TriageForm{Selector: hostile, Error: hostile}),
 		"incident": IncidentPage{Site: site, Incident: Row(site, in), Timeline: Timeline(in, nil), Verdict: &section},
 		"verdict":  VerdictPage{Site: site, Verdict: section},
 		"login":    LoginPage{Site: site, Next: hostile, Error: hostile},
@@ -202,7 +203,7 @@ func TestChartWindows(t *testing.T) {
 	for _, tc := range []struct{ window, lead time.Duration }{
 		{time.Minute, 5 * time.Minute}, {10 * time.Minute, 10 * time.Minute}, {3 * time.Hour, time.Hour},
 	} {
-		v := &triage.Verdict{Incident: triage.Window{Start: t0.Add(-tc.window), End: t0}}
+		v := &verdict.Verdict{Incident: verdict.Window{Start: t0.Add(-tc.window), End: t0}}
 		inc, base := ChartWindows(v)
 		if got := inc.End.Sub(inc.Start) - tc.window; got != tc.lead || !inc.End.Equal(t0) {
 			t.Errorf("window %s: lead %s, want %s", tc.window, got, tc.lead)
@@ -228,7 +229,7 @@ func coordOf(t *testing.T, s string) float64 {
 func TestTimeline(t *testing.T) {
 	v := notifytest.Anomaly()
 	in := sampleIncident(v)
-	in.Status, in.ResolvedAt, in.ResolveReason = triage.IncidentResolved, t0.Add(20*time.Minute), "engine-a down"
+	in.Status, in.ResolvedAt, in.ResolveReason = incident.IncidentResolved, t0.Add(20*time.Minute), "engine-a down"
 	at := func(m int) time.Time { return in.OpenedAt.Add(time.Duration(m) * time.Minute) }
 	var notices []Notice
 	for _, recv := range []string{"slack", "hook"} {
@@ -268,15 +269,15 @@ func TestTimeline(t *testing.T) {
 // TestIndexOrder: open incidents newest first, then resolved newest first.
 func TestIndexOrder(t *testing.T) {
 	v := notifytest.Anomaly()
-	mk := func(id string, opened int, resolved bool) triage.Incident {
+	mk := func(id string, opened int, resolved bool) incident.Incident {
 		in := sampleIncident(v)
 		in.ID, in.OpenedAt = id, t0.Add(time.Duration(opened)*time.Minute)
 		if resolved {
-			in.Status, in.ResolvedAt = triage.IncidentResolved, in.OpenedAt.Add(time.Minute)
+			in.Status, in.ResolvedAt = incident.IncidentResolved, in.OpenedAt.Add(time.Minute)
 		}
 		return in
 	}
-	p := Index(Site{Now: t0.Add(time.Hour)}, []triage.Incident{mk("a", 1, false), mk("b", 5, false), mk("c", 2, true), mk("d", 9, true)}, TriageForm{})
+	p := Index(Site{Now: t0.Add(time.Hour)}, []incident.Incident{mk("a", 1, false), mk("b", 5, false), mk("c", 2, true), mk("d", 9, true)}, TriageForm{})
 	ids := func(rows []IncidentRow) string {
 		var s []string
 		for _, r := range rows {
@@ -308,14 +309,14 @@ func TestAgeText(t *testing.T) {
 
 // fourReplicaVerdict is the anomaly of a scope served by four replicas,
 // with slow requests from traces.
-func fourReplicaVerdict() *triage.Verdict {
+func fourReplicaVerdict() *verdict.Verdict {
 	v := notifytest.Anomaly()
 	v.Targets = nil
 	for _, pod := range []string{"vllm-0", "vllm-1", "vllm-2", "vllm-3"} {
-		v.Targets = append(v.Targets, triage.Target{Labels: map[string]string{"pod": pod}, Signal: "ttft_p95", Value: 2.1, Unit: "seconds"})
+		v.Targets = append(v.Targets, verdict.Target{Labels: map[string]string{"pod": pod}, Signal: "ttft_p95", Value: 2.1, Unit: "seconds"})
 	}
 	for i := range 12 {
-		v.Requests = append(v.Requests, triage.Request{TraceID: strings.Repeat("ab", 16), Pod: v.Targets[i%4].Labels["pod"],
+		v.Requests = append(v.Requests, verdict.Request{TraceID: strings.Repeat("ab", 16), Pod: v.Targets[i%4].Labels["pod"],
 			Start: t0.Add(-time.Duration(i) * time.Second), E2E: 9, TTFT: 3, Dominant: "queue",
 			Parts: map[string]float64{"queue": 2.5, "prefill": 0.5, "decode": 6}})
 	}

@@ -8,8 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/testbed/amtest"
-	"github.com/whyslow/whyslow/triage"
 )
 
 // TestAlertmanagerIntegration sends an incident's life to a real
@@ -29,17 +29,17 @@ func TestAlertmanagerIntegration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	syncAt := func(in triage.Incident, at time.Time) {
+	syncAt := func(in incident.Incident, at time.Time) {
 		t.Helper()
-		s.Sync([]triage.Incident{in}, at, verdictLink)
+		s.Sync([]incident.Incident{in}, at, verdictLink)
 		if err := s.Flush(ctx); err != nil {
 			t.Fatalf("send to alertmanager: %v", err)
 		}
 	}
-	sync := func(in triage.Incident) { t.Helper(); syncAt(in, time.Now()) }
+	sync := func(in incident.Incident) { t.Helper(); syncAt(in, time.Now()) }
 	in := openIncident()
 	in.OpenedAt = time.Now().Add(-time.Minute).Truncate(time.Second)
-	fp := Alerts([]triage.Incident{in}, time.Now(), nil, Config{})[0].Fingerprint()
+	fp := Alerts([]incident.Incident{in}, time.Now(), nil, Config{})[0].Fingerprint()
 
 	sync(in)
 	notes := rcv.WaitNotifications(t, 1, 20*time.Second)
@@ -64,7 +64,7 @@ func TestAlertmanagerIntegration(t *testing.T) {
 	// notification for it would come within them.
 	rcv.Quiet(t, 1, 3*time.Second)
 
-	in.Status, in.ResolvedAt = triage.IncidentResolved, time.Now()
+	in.Status, in.ResolvedAt = incident.IncidentResolved, time.Now()
 	sync(in)
 	notes = rcv.WaitNotifications(t, 2, 20*time.Second)
 	if n := notes[1]; n.Status != "resolved" || len(n.Alerts) != 1 || n.Alerts[0].Fingerprint != fp ||

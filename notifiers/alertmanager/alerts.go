@@ -9,8 +9,9 @@ import (
 
 	"github.com/prometheus/common/model"
 
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/notifiers/render"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // Annotations whyslow sets. The cause is an annotation, not a label, so a
@@ -65,15 +66,15 @@ func (a Alert) Resolved(t time.Time) bool { return !a.EndsAt.IsZero() && !a.Ends
 // with the same labels (a scope that resolved and opened again) make one
 // alert: the open one, or else the last resolved. The result is sorted by
 // fingerprint. It is pure: time comes in as at.
-func Alerts(incidents []triage.Incident, at time.Time, link func(triage.Incident) string, cfg Config) []Alert {
+func Alerts(incidents []incident.Incident, at time.Time, link func(incident.Incident) string, cfg Config) []Alert {
 	cfg = cfg.WithDefaults()
 	byFP := map[string]Alert{}
 	for _, in := range incidents {
 		var endsAt time.Time
 		switch {
-		case in.Status == triage.IncidentOpen:
+		case in.Status == incident.IncidentOpen:
 			endsAt = at.Add(resendFactor * cfg.ResendInterval)
-		case in.Status == triage.IncidentResolved && !in.ResolvedAt.IsZero() && at.Sub(in.ResolvedAt) <= cfg.ResolvedRetention:
+		case in.Status == incident.IncidentResolved && !in.ResolvedAt.IsZero() && at.Sub(in.ResolvedAt) <= cfg.ResolvedRetention:
 			endsAt = in.ResolvedAt
 		default:
 			continue
@@ -110,7 +111,7 @@ func sortedAlerts(byFP map[string]Alert) []Alert {
 	return out
 }
 
-func alertOf(in triage.Incident, endsAt time.Time, link func(triage.Incident) string, cfg Config) Alert {
+func alertOf(in incident.Incident, endsAt time.Time, link func(incident.Incident) string, cfg Config) Alert {
 	labels := make(map[string]string, len(cfg.Labels)+len(in.Scope.Labels)+2)
 	for k, v := range cfg.Labels {
 		labels[k] = v
@@ -123,8 +124,8 @@ func alertOf(in triage.Incident, endsAt time.Time, link func(triage.Incident) st
 		}
 	}
 	sev := in.Severity
-	if sev == "" || sev == triage.SeverityNone {
-		sev = triage.SeverityWarning
+	if sev == "" || sev == verdict.SeverityNone {
+		sev = verdict.SeverityWarning
 	}
 	labels[AlertNameLabel] = AlertName
 	labels[SeverityLabel] = string(sev)
@@ -138,7 +139,7 @@ func alertOf(in triage.Incident, endsAt time.Time, link func(triage.Incident) st
 	v := in.Verdict
 	if v != nil {
 		set(AnnotationSummary, render.Summary(v))
-		if v.Phase != triage.PhaseNone {
+		if v.Phase != verdict.PhaseNone {
 			set(AnnotationPhase, string(v.Phase))
 		}
 	} else {
@@ -161,7 +162,7 @@ func alertOf(in triage.Incident, endsAt time.Time, link func(triage.Incident) st
 }
 
 // topCause is the incident's top cause in its verdict, or nil.
-func topCause(in triage.Incident) *triage.Cause {
+func topCause(in incident.Incident) *verdict.Cause {
 	if in.Verdict == nil || in.TopCause == "" {
 		return nil
 	}
@@ -175,7 +176,7 @@ func topCause(in triage.Incident) *triage.Cause {
 
 // description is the cause's title, its chain, and one line per piece of
 // evidence (the rules' own sentences, which carry their numbers).
-func description(c triage.Cause) string {
+func description(c verdict.Cause) string {
 	lines := make([]string, 0, len(c.Evidence)+2)
 	if c.Title != "" {
 		lines = append(lines, c.Title)
@@ -196,7 +197,7 @@ func description(c triage.Cause) string {
 }
 
 // pendingSummary is the summary of an incident not triaged yet.
-func pendingSummary(in triage.Incident) string {
+func pendingSummary(in incident.Incident) string {
 	s := "Inference latency degraded, triage pending"
 	if len(in.Triggers) > 0 {
 		s += " (triggers: " + strings.Join(in.Triggers, ", ") + ")"

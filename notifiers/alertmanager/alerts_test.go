@@ -7,35 +7,36 @@ import (
 	"testing"
 	"time"
 
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/notifiers/notifytest"
 	"github.com/whyslow/whyslow/notifiers/render"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 var t0 = time.Unix(1700000000, 0).UTC()
 
 // openIncident is an open incident of the sample anomaly's scope, opened
 // 10 minutes before t0, triaged with the sample verdict.
-func openIncident() triage.Incident {
+func openIncident() incident.Incident {
 	v := notifytest.Anomaly()
-	return triage.Incident{
+	return incident.Incident{
 		ID:       `model_name="m",namespace="inference"@1699999400`,
 		Key:      `model_name="m",namespace="inference"`,
-		Scope:    triage.Scope{Selector: `model_name="m",namespace="inference"`, Labels: map[string]string{"model_name": "m", "namespace": "inference"}},
-		Status:   triage.IncidentOpen,
-		Severity: triage.SeverityCritical,
+		Scope:    verdict.Scope{Selector: `model_name="m",namespace="inference"`, Labels: map[string]string{"model_name": "m", "namespace": "inference"}},
+		Status:   incident.IncidentOpen,
+		Severity: verdict.SeverityCritical,
 		TopCause: v.Causes[0].ID,
 		OpenedAt: t0.Add(-10 * time.Minute),
 		Verdict:  v,
 	}
 }
 
-func verdictLink(in triage.Incident) string { return "http://whyslow.example/incidents/" + in.Key }
+func verdictLink(in incident.Incident) string { return "http://whyslow.example/incidents/" + in.Key }
 
 func TestAlertsPayload(t *testing.T) {
 	in := openIncident()
 	cfg := Config{URL: "http://am:9093", Labels: map[string]string{"cluster": "prod", "namespace": "overridden"}}
-	got := Alerts([]triage.Incident{in}, t0, verdictLink, cfg)
+	got := Alerts([]incident.Incident{in}, t0, verdictLink, cfg)
 	if len(got) != 1 {
 		t.Fatalf("alerts = %d, want 1", len(got))
 	}
@@ -93,14 +94,14 @@ func TestAlertsPayload(t *testing.T) {
 
 func TestAlertsEndsAt(t *testing.T) {
 	cfg := Config{URL: "http://am:9093", ResendInterval: 30 * time.Second, ResolvedRetention: 10 * time.Minute}
-	resolved := func(ago time.Duration) triage.Incident {
+	resolved := func(ago time.Duration) incident.Incident {
 		in := openIncident()
-		in.Status, in.ResolvedAt = triage.IncidentResolved, t0.Add(-ago)
+		in.Status, in.ResolvedAt = incident.IncidentResolved, t0.Add(-ago)
 		return in
 	}
 	tests := []struct {
 		name string
-		in   triage.Incident
+		in   incident.Incident
 		want time.Time // zero: no alert
 	}{
 		{"open: four resend intervals ahead", openIncident(), t0.Add(2 * time.Minute)},
@@ -111,7 +112,7 @@ func TestAlertsEndsAt(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Alerts([]triage.Incident{tt.in}, t0, nil, cfg)
+			got := Alerts([]incident.Incident{tt.in}, t0, nil, cfg)
 			if tt.want.IsZero() {
 				if len(got) != 0 {
 					t.Fatalf("alerts = %+v, want none", got)
@@ -130,11 +131,11 @@ func TestAlertsEndsAt(t *testing.T) {
 
 func TestAlertsSeverityAndEmptyFields(t *testing.T) {
 	in := openIncident()
-	in.Severity = triage.SeverityNone
+	in.Severity = verdict.SeverityNone
 	in.Verdict, in.TopCause = nil, ""
 	in.Triggers = []string{"ttft_p95_ratio"}
 	in.Scope.Labels["pod"] = "" // an empty label is no label
-	got := Alerts([]triage.Incident{in}, t0, func(triage.Incident) string { return "" }, Config{URL: "http://am"})
+	got := Alerts([]incident.Incident{in}, t0, func(incident.Incident) string { return "" }, Config{URL: "http://am"})
 	a := got[0]
 	if a.Labels["severity"] != "warning" {
 		t.Errorf("severity = %q, want warning for none", a.Labels["severity"])
@@ -159,17 +160,17 @@ func TestAlertsSeverityAndEmptyFields(t *testing.T) {
 // severity does not.
 func TestAlertsIdentity(t *testing.T) {
 	in := openIncident()
-	before := Alerts([]triage.Incident{in}, t0, nil, Config{URL: "http://am"})[0]
+	before := Alerts([]incident.Incident{in}, t0, nil, Config{URL: "http://am"})[0]
 	in.TopCause = in.Verdict.Causes[1].ID
-	after := Alerts([]triage.Incident{in}, t0, nil, Config{URL: "http://am"})[0]
+	after := Alerts([]incident.Incident{in}, t0, nil, Config{URL: "http://am"})[0]
 	if before.Fingerprint() != after.Fingerprint() {
 		t.Errorf("cause change changed the fingerprint")
 	}
 	if after.Annotations["cause"] != "chunked_prefill_mismatch" || after.Annotations["confidence"] != "0.31" {
 		t.Errorf("annotations after the cause change: %v", after.Annotations)
 	}
-	in.Severity = triage.SeverityWarning
-	if Alerts([]triage.Incident{in}, t0, nil, Config{URL: "http://am"})[0].Fingerprint() == before.Fingerprint() {
+	in.Severity = verdict.SeverityWarning
+	if Alerts([]incident.Incident{in}, t0, nil, Config{URL: "http://am"})[0].Fingerprint() == before.Fingerprint() {
 		t.Errorf("severity change kept the fingerprint")
 	}
 }
@@ -178,11 +179,11 @@ func TestAlertsIdentity(t *testing.T) {
 // set: Alertmanager gets one alert, the open one.
 func TestAlertsOneAlertPerLabelSet(t *testing.T) {
 	old := openIncident()
-	old.Status, old.ResolvedAt = triage.IncidentResolved, t0.Add(-2*time.Minute)
+	old.Status, old.ResolvedAt = incident.IncidentResolved, t0.Add(-2*time.Minute)
 	old.OpenedAt = t0.Add(-time.Hour)
 	cur := openIncident()
 	cur.OpenedAt = t0.Add(-time.Minute)
-	for _, order := range [][]triage.Incident{{old, cur}, {cur, old}} {
+	for _, order := range [][]incident.Incident{{old, cur}, {cur, old}} {
 		got := Alerts(order, t0, nil, Config{URL: "http://am"})
 		if len(got) != 1 || !got[0].StartsAt.Equal(cur.OpenedAt) || got[0].Resolved(t0) {
 			t.Errorf("alerts = %+v, want the open one alone", got)
@@ -194,14 +195,14 @@ func TestAlertsBoundsAnnotations(t *testing.T) {
 	in := openIncident()
 	long := strings.Repeat("é", MaxAnnotationBytes)
 	in.Verdict.Causes[0].Remediation = []string{long}
-	fix := Alerts([]triage.Incident{in}, t0, nil, Config{URL: "http://am"})[0].Annotations["fix"]
+	fix := Alerts([]incident.Incident{in}, t0, nil, Config{URL: "http://am"})[0].Annotations["fix"]
 	if len(fix) > MaxAnnotationBytes || !strings.HasSuffix(fix, "…") || !json.Valid([]byte(`"`+fix+`"`)) {
 		t.Errorf("fix annotation: %d bytes, suffix %q", len(fix), fix[len(fix)-8:])
 	}
 }
 
 func TestAlertsSorted(t *testing.T) {
-	var incs []triage.Incident
+	var incs []incident.Incident
 	for _, m := range []string{"c", "a", "b", "d"} {
 		in := openIncident()
 		in.Key = m
@@ -217,7 +218,7 @@ func TestAlertsSorted(t *testing.T) {
 }
 
 func TestReconcileEndsVanishedAlerts(t *testing.T) {
-	a := Alerts([]triage.Incident{openIncident()}, t0, nil, Config{URL: "http://am"})
+	a := Alerts([]incident.Incident{openIncident()}, t0, nil, Config{URL: "http://am"})
 	_, state := reconcile(nil, a, t0, 15*time.Minute)
 
 	// The alert vanishes while firing: it is sent ended at once...

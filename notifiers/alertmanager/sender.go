@@ -17,9 +17,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/internal/redact"
 	"github.com/whyslow/whyslow/notifiers"
-	"github.com/whyslow/whyslow/triage"
 )
 
 // Bounds of one POST: a large fleet's alerts go in several requests.
@@ -155,7 +155,7 @@ func NewSender(name string, cfg Config, client *http.Client, reg prometheus.Regi
 // escalation, or that left the tracker), and hands the set to the
 // background loop. It does no I/O and never blocks on a send; only the
 // latest set is kept.
-func (s *Sender) Sync(incidents []triage.Incident, at time.Time, link func(triage.Incident) string) {
+func (s *Sender) Sync(incidents []incident.Incident, at time.Time, link func(incident.Incident) string) {
 	cur := Alerts(incidents, at, link, s.cfg)
 	s.mu.Lock()
 	set, next := reconcile(s.known, cur, at, s.cfg.ResolvedRetention)

@@ -15,9 +15,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/testbed/secrettest"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // fakeAM records the POSTs it gets and answers with status (200 by default).
@@ -112,7 +113,7 @@ func TestSenderResendOnSimulatedTime(t *testing.T) {
 			st.change()
 		}
 		at := t0.Add(st.after)
-		s.Sync([]triage.Incident{in}, at, nil)
+		s.Sync([]incident.Incident{in}, at, nil)
 		flush(t, s)
 		if got := am.count(); got != st.posts {
 			t.Fatalf("at +%s: %d posts, want %d", st.after, got, st.posts)
@@ -129,14 +130,14 @@ func TestSenderEscalationEndsOldLabels(t *testing.T) {
 	am := newFakeAM(t)
 	s := newTestSender(t, Config{URL: am.srv.URL}, nil)
 	in := openIncident()
-	in.Severity = triage.SeverityWarning
-	s.Sync([]triage.Incident{in}, t0, nil)
+	in.Severity = verdict.SeverityWarning
+	s.Sync([]incident.Incident{in}, t0, nil)
 	flush(t, s)
 	oldFP := am.last()[0].Fingerprint()
 
-	in.Severity = triage.SeverityCritical
+	in.Severity = verdict.SeverityCritical
 	at := t0.Add(20 * time.Second)
-	s.Sync([]triage.Incident{in}, at, nil)
+	s.Sync([]incident.Incident{in}, at, nil)
 	flush(t, s)
 	got := am.last()
 	if len(got) != 2 {
@@ -158,12 +159,12 @@ func TestSenderEscalationEndsOldLabels(t *testing.T) {
 	}
 	// The ended alert keeps going out, unchanged, for resolved_retention.
 	at = at.Add(DefaultResolvedRetention)
-	s.Sync([]triage.Incident{in}, at, nil)
+	s.Sync([]incident.Incident{in}, at, nil)
 	flush(t, s)
 	if got := am.last(); len(got) != 2 {
 		t.Errorf("within retention: %d alerts, want 2", len(got))
 	}
-	s.Sync([]triage.Incident{in}, at.Add(time.Minute), nil)
+	s.Sync([]incident.Incident{in}, at.Add(time.Minute), nil)
 	flush(t, s)
 	if got := am.last(); len(got) != 1 || got[0].Labels["severity"] != "critical" {
 		t.Errorf("past retention: %+v, want the critical alert alone", got)
@@ -174,11 +175,11 @@ func TestSenderResolvedKeepsGoingOut(t *testing.T) {
 	am := newFakeAM(t)
 	s := newTestSender(t, Config{URL: am.srv.URL, ResendInterval: time.Minute, ResolvedRetention: 5 * time.Minute}, nil)
 	in := openIncident()
-	s.Sync([]triage.Incident{in}, t0, nil)
+	s.Sync([]incident.Incident{in}, t0, nil)
 	flush(t, s)
-	in.Status, in.ResolvedAt = triage.IncidentResolved, t0.Add(30*time.Second)
+	in.Status, in.ResolvedAt = incident.IncidentResolved, t0.Add(30*time.Second)
 	for i, after := range []time.Duration{30 * time.Second, 90 * time.Second, 5*time.Minute + 30*time.Second} {
-		s.Sync([]triage.Incident{in}, t0.Add(after), nil)
+		s.Sync([]incident.Incident{in}, t0.Add(after), nil)
 		flush(t, s)
 		if am.count() != i+2 {
 			t.Fatalf("at +%s: %d posts, want %d", after, am.count(), i+2)
@@ -188,7 +189,7 @@ func TestSenderResolvedKeepsGoingOut(t *testing.T) {
 		}
 	}
 	// Past retention there is nothing to say.
-	s.Sync([]triage.Incident{in}, t0.Add(6*time.Minute), nil)
+	s.Sync([]incident.Incident{in}, t0.Add(6*time.Minute), nil)
 	flush(t, s)
 	if am.count() != 4 {
 		t.Errorf("posts past retention: %d, want still 4", am.count())
@@ -198,7 +199,7 @@ func TestSenderResolvedKeepsGoingOut(t *testing.T) {
 func TestSenderChunks(t *testing.T) {
 	am := newFakeAM(t)
 	s := newTestSender(t, Config{URL: am.srv.URL}, nil)
-	var incs []triage.Incident
+	var incs []incident.Incident
 	for i := 0; i < 2*MaxAlertsPerPost+500; i++ {
 		in := openIncident()
 		in.Verdict, in.TopCause = nil, ""
@@ -239,7 +240,7 @@ func TestSenderAuthAndHeaders(t *testing.T) {
 			cfg.URL = am.srv.URL + "/prefix/"
 			cfg.Headers = map[string]notifiers.Secret{"X-Scope-OrgID": "tenant-a"}
 			s := newTestSender(t, cfg, nil)
-			s.Sync([]triage.Incident{openIncident()}, t0, nil)
+			s.Sync([]incident.Incident{openIncident()}, t0, nil)
 			flush(t, s)
 			h := am.headers[0]
 			if got := h.Get("Authorization"); got != tt.want {
@@ -268,7 +269,7 @@ func TestSenderFailureLoggedAndRetried(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Sync([]triage.Incident{openIncident()}, t0, nil)
+	s.Sync([]incident.Incident{openIncident()}, t0, nil)
 	err = s.Flush(context.Background())
 	if err == nil {
 		t.Fatal("flush: no error on a 400")
@@ -289,7 +290,7 @@ func TestSenderFailureLoggedAndRetried(t *testing.T) {
 	am.mu.Lock()
 	am.status = http.StatusOK
 	am.mu.Unlock()
-	s.Sync([]triage.Incident{openIncident()}, t0.Add(time.Second), nil)
+	s.Sync([]incident.Incident{openIncident()}, t0.Add(time.Second), nil)
 	flush(t, s)
 	if am.count() != 2 {
 		t.Errorf("posts = %d, want the retry", am.count())
@@ -318,7 +319,7 @@ func TestSenderNetworkErrorHidesURLPassword(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Sync([]triage.Incident{openIncident()}, t0, nil)
+	s.Sync([]incident.Incident{openIncident()}, t0, nil)
 	err = s.Flush(context.Background())
 	if err == nil {
 		t.Fatal("no error from a closed port")
@@ -347,7 +348,7 @@ func TestSenderSyncDoesNotBlock(t *testing.T) {
 		defer close(synced)
 		for i := 0; i < 50; i++ {
 			in.TopCause = in.Verdict.Causes[i%3].ID
-			s.Sync([]triage.Incident{in}, t0.Add(time.Duration(i)*time.Second), nil)
+			s.Sync([]incident.Incident{in}, t0.Add(time.Duration(i)*time.Second), nil)
 		}
 	}()
 	select {

@@ -1,7 +1,7 @@
 // Package chart draws the picture on-call engineers look at before reading:
 // TTFT p95, ITL/TPOT p95, KV-cache usage and queue depth, the incident window
 // drawn over the baseline window, as one PNG. Build fetches the curves with
-// range queries from any triage.Metrics; the chart model (model.go) holds
+// range queries from any query.Metrics; the chart model (model.go) holds
 // every rule about the curves' gaps, the axes, their ticks and labels, for
 // this PNG and daemon/web's SVG alike; Render draws it (render.go) with
 // the standard library's image packages, golang.org/x/image/vector's
@@ -23,7 +23,8 @@ import (
 
 	"github.com/prometheus/common/model"
 
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/query"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // Units of a panel.
@@ -59,8 +60,8 @@ type Data struct {
 	Title string
 	// Incident and Baseline are the two windows; x is time since each
 	// window's start, so the curves lie on top of each other.
-	Incident triage.Window
-	Baseline triage.Window
+	Incident verdict.Window
+	Baseline verdict.Window
 	// Panels are drawn in a 2×2 grid, row by row.
 	Panels []Panel
 }
@@ -162,7 +163,7 @@ func orderFor(exprs []string, engine string) []string {
 // Build runs the range queries for selector over both windows and returns
 // the chart data. A panel with no data in either window stays empty; an
 // error is returned only when no panel got any data and a query failed.
-func Build(ctx context.Context, m triage.Metrics, selector string, incident, baseline triage.Window, o Options) (Data, error) {
+func Build(ctx context.Context, m query.Metrics, selector string, incident, baseline verdict.Window, o Options) (Data, error) {
 	if m == nil {
 		return Data{}, errors.New("build chart: no metrics source")
 	}
@@ -210,7 +211,7 @@ func Build(ctx context.Context, m triage.Metrics, selector string, incident, bas
 
 // ForVerdict builds the chart of a verdict: its scope over its incident and
 // baseline windows, titled with its scope and status.
-func ForVerdict(ctx context.Context, m triage.Metrics, v *triage.Verdict, o Options) (Data, error) {
+func ForVerdict(ctx context.Context, m query.Metrics, v *verdict.Verdict, o Options) (Data, error) {
 	if v == nil {
 		return Data{}, errors.New("build chart: nil verdict")
 	}
@@ -227,8 +228,8 @@ func ForVerdict(ctx context.Context, m triage.Metrics, v *triage.Verdict, o Opti
 
 // PNGFunc returns a function that renders a verdict's chart as PNG from m:
 // the Slack receiver's chart source.
-func PNGFunc(m triage.Metrics, o Options) func(ctx context.Context, v *triage.Verdict) ([]byte, error) {
-	return func(ctx context.Context, v *triage.Verdict) ([]byte, error) {
+func PNGFunc(m query.Metrics, o Options) func(ctx context.Context, v *verdict.Verdict) ([]byte, error) {
+	return func(ctx context.Context, v *verdict.Verdict) ([]byte, error) {
 		d, err := ForVerdict(ctx, m, v, o)
 		if err != nil {
 			return nil, err
@@ -237,7 +238,7 @@ func PNGFunc(m triage.Metrics, o Options) func(ctx context.Context, v *triage.Ve
 	}
 }
 
-func title(v *triage.Verdict) string {
+func title(v *verdict.Verdict) string {
 	scope := v.Scope.Selector
 	if scope == "" {
 		scope = "all targets"
@@ -245,7 +246,7 @@ func title(v *triage.Verdict) string {
 	s := scope
 	if v.Status != "" {
 		s += " — " + string(v.Status)
-		if v.Severity != "" && v.Severity != triage.SeverityNone {
+		if v.Severity != "" && v.Severity != verdict.SeverityNone {
 			s += " (" + string(v.Severity) + ")"
 		}
 	}
@@ -258,7 +259,7 @@ func title(v *triage.Verdict) string {
 }
 
 // queryRange runs one range query and returns its first series' points.
-func queryRange(ctx context.Context, m triage.Metrics, expr string, w triage.Window, step time.Duration) ([]Point, error) {
+func queryRange(ctx context.Context, m query.Metrics, expr string, w verdict.Window, step time.Duration) ([]Point, error) {
 	mat, _, err := m.QueryRange(ctx, expr, w.Start, w.End, step)
 	if err != nil {
 		return nil, err

@@ -13,7 +13,7 @@ import (
 
 	"github.com/prometheus/common/model"
 
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 var t0 = time.Unix(1700000000, 0).UTC()
@@ -48,9 +48,9 @@ func (f *fakeMetrics) QueryRange(_ context.Context, expr string, start, end time
 	return model.Matrix{}, nil, nil
 }
 
-func windows() (triage.Window, triage.Window) {
-	return triage.Window{Start: t0.Add(-10 * time.Minute), End: t0},
-		triage.Window{Start: t0.Add(-70 * time.Minute), End: t0.Add(-60 * time.Minute)}
+func windows() (verdict.Window, verdict.Window) {
+	return verdict.Window{Start: t0.Add(-10 * time.Minute), End: t0},
+		verdict.Window{Start: t0.Add(-70 * time.Minute), End: t0.Add(-60 * time.Minute)}
 }
 
 // incidentOnly returns base before the incident window and high inside it.
@@ -124,7 +124,7 @@ func TestBuildErrors(t *testing.T) {
 	if _, err := Build(ctx, nil, "", inc, base, Options{}); err == nil {
 		t.Error("nil metrics: no error")
 	}
-	if _, err := Build(ctx, kvFake(), "", triage.Window{Start: t0, End: t0}, base, Options{}); err == nil {
+	if _, err := Build(ctx, kvFake(), "", verdict.Window{Start: t0, End: t0}, base, Options{}); err == nil {
 		t.Error("empty window: no error")
 	}
 	// No data at all is not an error: the panels say "no data".
@@ -192,8 +192,8 @@ func notWhite(img image.Image, x, y int) bool {
 
 func TestRenderPNG(t *testing.T) {
 	inc, base := windows()
-	v := &triage.Verdict{Status: triage.StatusAnomaly, Severity: triage.SeverityCritical, Engine: "vllm",
-		Scope: triage.Scope{Selector: `model_name="llama"`}, Incident: inc, Baseline: base}
+	v := &verdict.Verdict{Status: verdict.StatusAnomaly, Severity: verdict.SeverityCritical, Engine: "vllm",
+		Scope: verdict.Scope{Selector: `model_name="llama"`}, Incident: inc, Baseline: base}
 	d, err := ForVerdict(context.Background(), kvFake(), v, Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 	"github.com/whyslow/whyslow/collectors/store"
 	"github.com/whyslow/whyslow/notifiers/chart"
 	"github.com/whyslow/whyslow/testbed/sim"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // TestKVPressureChart renders the chart of the engine model's kv_pressure
@@ -31,11 +31,11 @@ func TestKVPressureChart(t *testing.T) {
 		t.Fatal(err)
 	}
 	inc := b.Incident
-	v := &triage.Verdict{
-		Status: triage.StatusAnomaly, Severity: triage.SeverityCritical, Engine: inc.Engine,
-		Scope:    triage.Scope{Selector: inc.Selector},
-		Incident: triage.Window{Start: inc.At.Add(-inc.Window), End: inc.At},
-		Baseline: triage.Window{Start: inc.At.Add(-inc.Baseline - inc.Window), End: inc.At.Add(-inc.Baseline)},
+	v := &verdict.Verdict{
+		Status: verdict.StatusAnomaly, Severity: verdict.SeverityCritical, Engine: inc.Engine,
+		Scope:    verdict.Scope{Selector: inc.Selector},
+		Incident: verdict.Window{Start: inc.At.Add(-inc.Window), End: inc.At},
+		Baseline: verdict.Window{Start: inc.At.Add(-inc.Baseline - inc.Window), End: inc.At.Add(-inc.Baseline)},
 	}
 	d, err := chart.ForVerdict(ctx, st, v, chart.Options{})
 	if err != nil {

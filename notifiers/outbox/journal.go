@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/notifiers"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // DeliveryStatus is what became of a notification the outbox took.
@@ -48,7 +48,7 @@ type JournalEntry struct {
 	// Cause and CauseTitle are its verdict's top cause ("" for none),
 	// Severity its verdict's severity.
 	Cause, CauseTitle string
-	Severity          triage.Severity
+	Severity          verdict.Severity
 	Status            DeliveryStatus
 	// StatusAt is when the status was set (the outbox's clock).
 	StatusAt time.Time

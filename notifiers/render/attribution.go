@@ -5,14 +5,14 @@ import (
 	"math"
 	"strings"
 
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // componentNames are the attribution components in words.
 var componentNames = map[string]string{
-	triage.CompQueue: "queue", triage.CompPrefill: "prefill", triage.CompOutside: "outside the engine",
-	triage.CompBatch: "decode batch", triage.CompContext: "context per request", triage.CompRecompute: "recompute",
-	triage.CompClock: "clocks",
+	verdict.CompQueue: "queue", verdict.CompPrefill: "prefill", verdict.CompOutside: "outside the engine",
+	verdict.CompBatch: "decode batch", verdict.CompContext: "context per request", verdict.CompRecompute: "recompute",
+	verdict.CompClock: "clocks",
 }
 
 // AttributionLines renders the verdict's attribution, one line per latency
@@ -20,7 +20,7 @@ var componentNames = map[string]string{
 // with the unexplained remainder and the parts that could not be measured.
 // Parts under 3% of the change are left out of the line (they are in the
 // JSON).
-func AttributionLines(v *triage.Verdict) []string {
+func AttributionLines(v *verdict.Verdict) []string {
 	var out []string
 	for _, s := range attributionSplits(v) {
 		out = append(out, splitLine(s.name, s.split))
@@ -31,12 +31,12 @@ func AttributionLines(v *triage.Verdict) []string {
 // namedSplit is one latency of the attribution with its display name.
 type namedSplit struct {
 	name  string
-	split *triage.LatencySplit
+	split *verdict.LatencySplit
 }
 
 // attributionSplits are the verdict's attributed latencies that rose, in
 // display order.
-func attributionSplits(v *triage.Verdict) []namedSplit {
+func attributionSplits(v *verdict.Verdict) []namedSplit {
 	a := v.Attribution
 	if a == nil {
 		return nil
@@ -57,7 +57,7 @@ func signedSeconds(f float64) string {
 	return "+" + FormatSeconds(f)
 }
 
-func splitLine(name string, s *triage.LatencySplit) string {
+func splitLine(name string, s *verdict.LatencySplit) string {
 	head := fmt.Sprintf("%s %s (%s → %s)", name, signedSeconds(s.Delta), FormatSeconds(s.Baseline), FormatSeconds(s.Now))
 	var parts []string
 	for _, p := range s.Parts {
@@ -69,7 +69,7 @@ func splitLine(name string, s *triage.LatencySplit) string {
 			label = p.Component
 		}
 		part := fmt.Sprintf("%s %s (%.0f%%)", label, signedSeconds(p.Seconds), 100*p.Share)
-		if p.Driver != "" && p.Component != triage.CompQueue && p.Component != triage.CompPrefill && p.Component != triage.CompOutside {
+		if p.Driver != "" && p.Component != verdict.CompQueue && p.Component != verdict.CompPrefill && p.Component != verdict.CompOutside {
 			part += " [" + p.Driver + "]"
 		}
 		parts = append(parts, part)
@@ -92,7 +92,7 @@ func splitLine(name string, s *triage.LatencySplit) string {
 
 // ChainText renders a cause's chain: "arrivals ×1.3 → KV cache peak 99% →
 // queue time 4m45s → TTFT ×3000"; empty without links.
-func ChainText(c triage.Cause) string {
+func ChainText(c verdict.Cause) string {
 	texts := make([]string, 0, len(c.Chain))
 	for _, l := range c.Chain {
 		if l.Text != "" {
@@ -109,7 +109,7 @@ const PossibleBelow = 0.6
 
 // CausesHeading is the heading of the ranked causes in every rendering:
 // "possible causes" when even the top one is below PossibleBelow.
-func CausesHeading(v *triage.Verdict) string {
+func CausesHeading(v *verdict.Verdict) string {
 	if len(v.Causes) > 0 && v.Causes[0].Confidence < PossibleBelow {
 		return fmt.Sprintf("Possible causes (none reaches %.0f%% confidence), most likely first", 100*PossibleBelow)
 	}
@@ -117,6 +117,6 @@ func CausesHeading(v *triage.Verdict) string {
 }
 
 // ConfidenceText renders a cause's confidence as a percentage.
-func ConfidenceText(c triage.Cause) string {
+func ConfidenceText(c verdict.Cause) string {
 	return fmt.Sprintf("%.0f%%", 100*c.Confidence)
 }

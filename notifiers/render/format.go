@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // Units the renderers understand (the `unit` field of a headline
@@ -182,7 +182,7 @@ func GuessUnit(signal string) string {
 // the unit fields); GuessUnit after that.
 type units map[string]string
 
-func unitsOf(v *triage.Verdict) units {
+func unitsOf(v *verdict.Verdict) units {
 	u := make(units, len(v.Headline))
 	for _, c := range v.Headline {
 		if c.Unit != "" {
@@ -205,7 +205,7 @@ func (u units) of(own, signal string) string {
 }
 
 // comparisonTitle is the human name of a headline row.
-func comparisonTitle(c triage.Comparison) string {
+func comparisonTitle(c verdict.Comparison) string {
 	if c.Title != "" {
 		return c.Title
 	}
@@ -222,7 +222,7 @@ func timeFmt(t time.Time) string {
 
 // windowFmt renders a window as "start → end (length)", dropping the date of
 // the end when it is the same day.
-func windowFmt(w triage.Window) string {
+func windowFmt(w verdict.Window) string {
 	if w.Label != "" {
 		return w.Label
 	}
@@ -251,7 +251,7 @@ func shortDur(d time.Duration) string {
 
 // ScopeText renders the scope selector in braces, or "{} (all series)"
 // when empty.
-func ScopeText(s triage.Scope) string {
+func ScopeText(s verdict.Scope) string {
 	if s.Selector == "" {
 		return "{} (all series)"
 	}
@@ -260,7 +260,7 @@ func ScopeText(s triage.Scope) string {
 
 // EngineLine names the engine and, where it has several shipped forms, the
 // one the triage read: "trtllm (trtllm-serve ≤1.1, unprefixed names)".
-func EngineLine(v *triage.Verdict) string {
+func EngineLine(v *verdict.Verdict) string {
 	if v.EngineShape == nil || v.EngineShape.Title == "" {
 		return v.Engine
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // FuzzText renders arbitrary verdict JSON: it must never panic and text must
@@ -21,7 +21,7 @@ func FuzzText(f *testing.F) {
 	}
 	f.Add([]byte(`{"status":"anomaly","causes":[{"title":"` + strings.Repeat("x", 300) + `"}]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var v triage.Verdict
+		var v verdict.Verdict
 		if json.Unmarshal(b, &v) != nil {
 			return
 		}

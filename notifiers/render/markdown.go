@@ -7,13 +7,13 @@ import (
 	"io"
 	"strings"
 
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // Markdown writes v as GitHub-flavoured Markdown for webhooks and tickets:
 // the same content as Text (headline table, ranked causes with evidence and
 // fix, ruled-out causes, data gaps, and with Explain the steps and signals).
-func Markdown(w io.Writer, v *triage.Verdict, opts Options) error {
+func Markdown(w io.Writer, v *verdict.Verdict, opts Options) error {
 	if v == nil {
 		return errors.New("render markdown: nil verdict")
 	}
@@ -93,7 +93,7 @@ func Markdown(w io.Writer, v *triage.Verdict, opts Options) error {
 				}
 			}
 		}
-	} else if v.Status == triage.StatusAnomaly {
+	} else if v.Status == verdict.StatusAnomaly {
 		p("\nNo cause could be ranked: see the data gaps for the series that would have told.\n")
 	}
 
@@ -170,7 +170,7 @@ func Markdown(w io.Writer, v *triage.Verdict, opts Options) error {
 }
 
 // mdEvidence is the evidence text with its numbers, the signal in code.
-func mdEvidence(e triage.Evidence, u units) string {
+func mdEvidence(e verdict.Evidence, u units) string {
 	s := mdEscape(titleOr(e.Text, e.Rule))
 	un := u.of(e.Unit, e.Signal)
 	var parts []string

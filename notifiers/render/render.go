@@ -1,4 +1,4 @@
-// Package render turns a triage.Verdict into text for a terminal, Markdown for
+// Package render turns a verdict.Verdict into text for a terminal, Markdown for
 // webhooks and tickets, or the versioned JSON contract. Renderers decide
 // nothing: they only present what the verdict says.
 package render
@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // Format is an output format.
@@ -62,7 +62,7 @@ type Options struct {
 }
 
 // Render writes v to w in format f.
-func Render(w io.Writer, v *triage.Verdict, f Format, opts Options) error {
+func Render(w io.Writer, v *verdict.Verdict, f Format, opts Options) error {
 	switch f {
 	case FormatText:
 		return Text(w, v, opts)

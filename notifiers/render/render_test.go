@@ -14,14 +14,14 @@ import (
 	"unicode/utf8"
 
 	"github.com/whyslow/whyslow/notifiers/notifytest"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden")
 
 var samples = []struct {
 	name string
-	v    func() *triage.Verdict
+	v    func() *verdict.Verdict
 }{
 	{"anomaly", notifytest.Anomaly},
 	{"healthy", notifytest.Healthy},
@@ -32,9 +32,9 @@ var samples = []struct {
 
 // insufficientReasonVerdict is the insufficient-data verdict with the
 // reason newer producers give.
-func insufficientReasonVerdict() *triage.Verdict {
+func insufficientReasonVerdict() *verdict.Verdict {
 	v := notifytest.Insufficient()
-	v.InsufficientReason = &triage.InsufficientReason{Code: triage.InsufficientSelector,
+	v.InsufficientReason = &verdict.InsufficientReason{Code: verdict.InsufficientSelector,
 		Message: `the selector {model_name="llama"} matched no vllm series in the source; model_name values: a, b: fix --selector (or incident.yaml's selector)`}
 	return v
 }
@@ -45,23 +45,23 @@ func fp(v float64) *float64 { return &v }
 // evidence, targets and signals, the GPU class and where it came from, and
 // seven slow requests with their full breakdown and pod context (text and
 // Markdown list five).
-func tracesVerdict() *triage.Verdict {
+func tracesVerdict() *verdict.Verdict {
 	v := notifytest.Anomaly()
 	// A quantile estimated inside a coarse bucket, its mean on the next
 	// row, and a cause below the evidence bar.
-	v.Headline[0].NowBucket = &triage.Bucket{Lower: 1, Upper: 2.5}
-	v.Headline[0].BaselineBucket = &triage.Bucket{Lower: 0.25, Upper: 0.5}
-	v.Headline = append(v.Headline[:2:2], append([]triage.Comparison{{Signal: "tpot_mean", Title: "TPOT mean", Unit: "seconds",
+	v.Headline[0].NowBucket = &verdict.Bucket{Lower: 1, Upper: 2.5}
+	v.Headline[0].BaselineBucket = &verdict.Bucket{Lower: 0.25, Upper: 0.5}
+	v.Headline = append(v.Headline[:2:2], append([]verdict.Comparison{{Signal: "tpot_mean", Title: "TPOT mean", Unit: "seconds",
 		Now: fp(0.036), Baseline: fp(0.02), Ratio: fp(1.8)}}, v.Headline[2:]...)...)
-	v.Considered = []triage.Considered{{ID: "prefix_cache_regression", Title: "Prefix cache hit rate fell", Score: 0.42}}
-	v.GPU = &triage.GPUClass{Class: "H200", Source: triage.GPUSourceMetrics,
+	v.Considered = []verdict.Considered{{ID: "prefix_cache_regression", Title: "Prefix cache hit rate fell", Score: 0.42}}
+	v.GPU = &verdict.GPUClass{Class: "H200", Source: verdict.GPUSourceMetrics,
 		Detail: `model="NVIDIA H200" on the whyslow_gpu_* series of 8 GPUs serving the scope`}
 	v.Causes[2].Evidence = append(v.Causes[2].Evidence,
-		triage.Evidence{Step: "kv_cache", Rule: "preemptions_rose", Signal: "preemption_rate", Now: fp(5.58), Baseline: fp(0),
+		verdict.Evidence{Step: "kv_cache", Rule: "preemptions_rose", Signal: "preemption_rate", Now: fp(5.58), Baseline: fp(0),
 			Unit: "preemptions/s", Weight: 2, Text: "preemptions rose to 5.58/s (baseline 0/s)"},
-		triage.Evidence{Step: "scheduler", Rule: "arrivals_up", Signal: "request_rate", Now: fp(4.65), Baseline: fp(7.44),
+		verdict.Evidence{Step: "scheduler", Rule: "arrivals_up", Signal: "request_rate", Now: fp(4.65), Baseline: fp(7.44),
 			Unit: "req/s", Weight: 1, Text: "request rate fell"},
-		triage.Evidence{Step: "correlate", Rule: "traces.one_pod_slow", Now: fp(3.2), Baseline: fp(0.4), Unit: "seconds", Weight: 1.2,
+		verdict.Evidence{Step: "correlate", Rule: "traces.one_pod_slow", Now: fp(3.2), Baseline: fp(0.4), Unit: "seconds", Weight: 1.2,
 			Text: "one pod holds the slow requests"})
 	for i := range v.Targets {
 		v.Targets[i].Unit = "seconds"
@@ -69,9 +69,9 @@ func tracesVerdict() *triage.Verdict {
 	for i := range v.Signals {
 		v.Signals[i].Unit = map[string]string{"ttft_p95": "seconds", "kv_cache_usage": "fraction"}[v.Signals[i].Name]
 	}
-	v.Signals = append(v.Signals, triage.SignalValue{Name: "request_rate", Expr: "sum(rate(vllm:request_success_total[5m]))",
+	v.Signals = append(v.Signals, verdict.SignalValue{Name: "request_rate", Expr: "sum(rate(vllm:request_success_total[5m]))",
 		Now: fp(4.65), Baseline: fp(7.44), Unit: "req/s"})
-	v.Requests = []triage.Request{
+	v.Requests = []verdict.Request{
 		{TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", RequestID: "chatcmpl-0000000200008562", Pod: "vllm-70b-7d9f-abcde",
 			Start: notifytest.T0.Add(-time.Minute), E2E: 15.412, TTFT: 3.212, Dominant: "decode",
 			Parts: map[string]float64{"before_engine": 0.112, "before_engine.client": 0.05, "before_engine.admission": 0.002,
@@ -86,7 +86,7 @@ func tracesVerdict() *triage.Verdict {
 				"engine_other": 0.01, "after_engine": 0.001}},
 	}
 	for i := 0; i < 5; i++ {
-		v.Requests = append(v.Requests, triage.Request{TraceID: fmt.Sprintf("%032x", i+1), E2E: 8 - float64(i), Dominant: "decode",
+		v.Requests = append(v.Requests, verdict.Request{TraceID: fmt.Sprintf("%032x", i+1), E2E: 8 - float64(i), Dominant: "decode",
 			Parts: map[string]float64{"queue": 0.1, "prefill": 0.2, "decode": 7.7 - float64(i)}})
 	}
 	return v
@@ -180,7 +180,7 @@ func TestTextFitsWidth(t *testing.T) {
 func TestTextContent(t *testing.T) {
 	tests := []struct {
 		name string
-		v    *triage.Verdict
+		v    *verdict.Verdict
 		want []string
 	}{
 		{"anomaly", notifytest.Anomaly(), []string{
@@ -243,14 +243,14 @@ func TestJSONRoundTrip(t *testing.T) {
 	if err := json.Unmarshal(buf.Bytes(), &raw); err != nil {
 		t.Fatal(err)
 	}
-	if raw["schema_version"] != float64(triage.SchemaVersion) {
+	if raw["schema_version"] != float64(verdict.SchemaVersion) {
 		t.Errorf("schema_version = %v", raw["schema_version"])
 	}
 	ev := raw["causes"].([]any)[0].(map[string]any)["evidence"]
 	if ev == nil {
 		t.Error("nil evidence must be encoded as []")
 	}
-	var back triage.Verdict
+	var back verdict.Verdict
 	if err := json.Unmarshal(buf.Bytes(), &back); err != nil {
 		t.Fatal(err)
 	}
@@ -386,7 +386,7 @@ func TestRequestParts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := requestParts(triage.Request{Parts: tt.parts}); got != tt.want {
+			if got := requestParts(verdict.Request{Parts: tt.parts}); got != tt.want {
 				t.Errorf("requestParts = %q\nwant            %q", got, tt.want)
 			}
 		})

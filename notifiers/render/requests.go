@@ -6,14 +6,14 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // MaxRequests is how many of the slowest requests text and Markdown list;
 // the JSON carries every request of the verdict.
 const MaxRequests = 5
 
-// partOrder is the time order of a request's parts (triage.RequestPart);
+// partOrder is the time order of a request's parts (requests.RequestPart);
 // beforeEngineOrder that of the sub-parts of before_engine, which the
 // verdict names "before_engine.<sub-part>".
 var (
@@ -25,7 +25,7 @@ const beforeEnginePrefix = "before_engine."
 
 // requestHead is the first line of a request: ids, pod, e2e, TTFT, tokens
 // and the dominant part.
-func requestHead(r triage.Request) string {
+func requestHead(r verdict.Request) string {
 	s := r.TraceID
 	if s == "" {
 		s = "(no trace id)"
@@ -64,7 +64,7 @@ type RequestPart struct {
 // RequestParts returns a request's parts in time order, before_engine with
 // its sub-parts. Zero parts are left out; parts this renderer does not know
 // come last, by name.
-func RequestParts(r triage.Request) []RequestPart {
+func RequestParts(r verdict.Request) []RequestPart {
 	var subs []RequestPart
 	known := map[string]bool{}
 	for _, k := range beforeEngineOrder {
@@ -101,7 +101,7 @@ func RequestParts(r triage.Request) []RequestPart {
 // requestParts lists the parts in time order, before_engine with its
 // sub-parts in brackets: "before_engine 62 ms [client 50 ms, admission
 // 2 ms], queue 2.7 s, prefill 400 ms, decode 12.2 s".
-func requestParts(r triage.Request) string {
+func requestParts(r verdict.Request) string {
 	var out []string
 	for _, p := range RequestParts(r) {
 		s := p.Name + " " + FormatSeconds(p.Seconds)
@@ -120,7 +120,7 @@ func requestParts(r triage.Request) string {
 // requestContext is the pod's state when the engine queued the request:
 // "its pod then: KV cache 93%, 30 waiting, 12 running", or "" without
 // pod context.
-func requestContext(r triage.Request) string {
+func requestContext(r verdict.Request) string {
 	var parts []string
 	if v, ok := r.Context["kv_cache_usage"]; ok {
 		parts = append(parts, "KV cache "+FormatValue(v, UnitFraction))
@@ -138,7 +138,7 @@ func requestContext(r triage.Request) string {
 }
 
 // moreRequests says how many requests the listing left out, or "".
-func moreRequests(v *triage.Verdict) string {
+func moreRequests(v *verdict.Verdict) string {
 	n := len(v.Requests) - MaxRequests
 	if n <= 0 {
 		return ""
@@ -147,21 +147,21 @@ func moreRequests(v *triage.Verdict) string {
 }
 
 // shownRequests returns the requests text and Markdown list.
-func shownRequests(v *triage.Verdict) []triage.Request {
+func shownRequests(v *verdict.Verdict) []verdict.Request {
 	return v.Requests[:min(len(v.Requests), MaxRequests)]
 }
 
 // gpuFmt renders the GPU class and where it came from: "H100 (from
 // incident.yaml)", "H200 (from the GPU counters: model="NVIDIA H200" on
 // …)", or "" when the verdict names none.
-func gpuFmt(g *triage.GPUClass) string {
+func gpuFmt(g *verdict.GPUClass) string {
 	if g == nil || g.Class == "" {
 		return ""
 	}
 	switch {
-	case g.Source == triage.GPUSourceMetrics && g.Detail != "":
+	case g.Source == verdict.GPUSourceMetrics && g.Detail != "":
 		return g.Class + " (from the GPU counters: " + g.Detail + ")"
-	case g.Source == triage.GPUSourceMetrics:
+	case g.Source == verdict.GPUSourceMetrics:
 		return g.Class + " (from the GPU counters)"
 	case g.Detail != "":
 		return g.Class + " (from " + g.Detail + ")"

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // ANSI colour codes used when Options.Color is set.
@@ -161,7 +161,7 @@ func endsInDigit(s string) bool {
 // Text writes v for a terminal: the headline, causes in rank order with their
 // evidence and fix, ruled-out causes, data gaps and, with Explain, every step,
 // rule outcome and signal value. Lines fit Options.Width (default 100).
-func Text(w io.Writer, v *triage.Verdict, opts Options) error {
+func Text(w io.Writer, v *verdict.Verdict, opts Options) error {
 	if v == nil {
 		return errors.New("render text: nil verdict")
 	}
@@ -176,11 +176,11 @@ func Text(w io.Writer, v *triage.Verdict, opts Options) error {
 	// Headline.
 	statusCode := ansiGreen
 	switch {
-	case v.Status == triage.StatusAnomaly && v.Severity == triage.SeverityCritical:
+	case v.Status == verdict.StatusAnomaly && v.Severity == verdict.SeverityCritical:
 		statusCode = ansiRed
-	case v.Status == triage.StatusAnomaly:
+	case v.Status == verdict.StatusAnomaly:
 		statusCode = ansiYellow
-	case v.Status == triage.StatusInsufficientData:
+	case v.Status == verdict.StatusInsufficientData:
 		statusCode = ansiYellow
 	}
 	t.line(0, 2, ansiBold+statusCode, statusSentence(v))
@@ -265,7 +265,7 @@ func Text(w io.Writer, v *triage.Verdict, opts Options) error {
 				t.line(4, 2, ansiDim, "- not advised here: "+r)
 			}
 		}
-	} else if v.Status == triage.StatusAnomaly {
+	} else if v.Status == verdict.StatusAnomaly {
 		t.blank()
 		t.line(0, 2, ansiYellow, "No cause could be ranked: see the data gaps for the series that would have told.")
 	}
@@ -361,7 +361,7 @@ func Text(w io.Writer, v *triage.Verdict, opts Options) error {
 // TTFT/TPOT split, e.g. "ANOMALY (critical): prefill is slower (TTFT) — TTFT
 // p95 2.41 s vs 310 ms ×7.77, TPOT p95 42 ms vs 40 ms ×1.05". Notifiers use it
 // for log lines and plain-text fallbacks; it is not wrapped.
-func Summary(v *triage.Verdict) string {
+func Summary(v *verdict.Verdict) string {
 	s := statusSentence(v)
 	if split := splitSummary(v, ", "); split != "" {
 		s += " — " + split
@@ -370,15 +370,15 @@ func Summary(v *triage.Verdict) string {
 }
 
 // statusSentence is status, severity and phase.
-func statusSentence(v *triage.Verdict) string {
+func statusSentence(v *verdict.Verdict) string {
 	var b strings.Builder
 	switch v.Status {
-	case triage.StatusAnomaly:
+	case verdict.StatusAnomaly:
 		b.WriteString("ANOMALY")
-		if v.Severity != "" && v.Severity != triage.SeverityNone {
+		if v.Severity != "" && v.Severity != verdict.SeverityNone {
 			b.WriteString(" (" + string(v.Severity) + ")")
 		}
-		if v.Phase != "" && v.Phase != triage.PhaseNone {
+		if v.Phase != "" && v.Phase != verdict.PhaseNone {
 			b.WriteString(": " + phaseWords(v.Phase))
 		}
 		for i, br := range v.SLOBreaches {
@@ -389,9 +389,9 @@ func statusSentence(v *triage.Verdict) string {
 			}
 			b.WriteString(fmt.Sprintf("%s %s (bound %s)", br.Signal, FormatValue(br.Value, br.Unit), br.Text))
 		}
-	case triage.StatusHealthy:
+	case verdict.StatusHealthy:
 		b.WriteString("HEALTHY: no anomaly against the baseline")
-	case triage.StatusInsufficientData:
+	case verdict.StatusInsufficientData:
 		b.WriteString("INSUFFICIENT DATA: triage could not decide")
 	default:
 		b.WriteString(strings.ToUpper(string(v.Status)))
@@ -399,13 +399,13 @@ func statusSentence(v *triage.Verdict) string {
 	return b.String()
 }
 
-func phaseWords(p triage.Phase) string {
+func phaseWords(p verdict.Phase) string {
 	switch p {
-	case triage.PhasePrefill:
+	case verdict.PhasePrefill:
 		return "prefill is slower (TTFT)"
-	case triage.PhaseDecode:
+	case verdict.PhaseDecode:
 		return "decode is slower (TPOT)"
-	case triage.PhaseBoth:
+	case verdict.PhaseBoth:
 		return "prefill and decode are slower"
 	}
 	return string(p) + " phase"
@@ -415,7 +415,7 @@ func phaseWords(p triage.Phase) string {
 // "TTFT p95 2.41 s vs 310 ms ×7.8, TPOT p95 42 ms vs 40 ms ×1.05 (mean
 // ×1.8)". A quantile's mean row (ttft_mean after ttft_p95) joins its
 // quantile's part; a value estimated inside a coarse bucket reads "≈".
-func splitSummary(v *triage.Verdict, sep string) string {
+func splitSummary(v *verdict.Verdict, sep string) string {
 	var parts []string
 	quantiles := map[string]int{} // "ttft" → index in parts
 	for _, c := range v.Headline {
@@ -448,7 +448,7 @@ func splitSummary(v *triage.Verdict, sep string) string {
 }
 
 // approx is a value, marked "≈" when it was estimated inside a coarse bucket.
-func approx(v *float64, b *triage.Bucket, unit string) string {
+func approx(v *float64, b *verdict.Bucket, unit string) string {
 	if v != nil && b != nil {
 		return "≈" + optValue(v, unit)
 	}
@@ -458,7 +458,7 @@ func approx(v *float64, b *triage.Bucket, unit string) string {
 // bucketNotes says, for each headline row with a value estimated inside a
 // coarse bucket, which bucket: "TTFT p95: now ≈2m34s (bucket 1m20s–2m40s),
 // baseline ≈136 ms (bucket 100–250 ms)".
-func bucketNotes(rows []triage.Comparison) []string {
+func bucketNotes(rows []verdict.Comparison) []string {
 	var out []string
 	for _, c := range rows {
 		var parts []string
@@ -477,7 +477,7 @@ func bucketNotes(rows []triage.Comparison) []string {
 
 // bucketValue is a headline value, with the coarse bucket it was estimated
 // in: "≈238 ms (bucket 100–250 ms)".
-func bucketValue(v *float64, b *triage.Bucket, unit string) string {
+func bucketValue(v *float64, b *verdict.Bucket, unit string) string {
 	if v == nil || b == nil {
 		return optValue(v, unit)
 	}
@@ -485,7 +485,7 @@ func bucketValue(v *float64, b *triage.Bucket, unit string) string {
 }
 
 // bucketRange is "100–250 ms": the unit once when both bounds share it.
-func bucketRange(b triage.Bucket, unit string) string {
+func bucketRange(b verdict.Bucket, unit string) string {
 	lo, hi := FormatValue(b.Lower, unit), FormatValue(b.Upper, unit)
 	if i := strings.LastIndexByte(hi, ' '); i > 0 && strings.HasSuffix(lo, hi[i:]) {
 		lo = strings.TrimSuffix(lo, hi[i:])
@@ -494,15 +494,15 @@ func bucketRange(b triage.Bucket, unit string) string {
 }
 
 // insufficientText is the reason an insufficient-data verdict gives, or "".
-func insufficientText(v *triage.Verdict) string {
-	if v.Status != triage.StatusInsufficientData || v.InsufficientReason == nil {
+func insufficientText(v *verdict.Verdict) string {
+	if v.Status != verdict.StatusInsufficientData || v.InsufficientReason == nil {
 		return ""
 	}
 	return v.InsufficientReason.Message
 }
 
 // consideredLine is one cause below the evidence bar: "Title [id] score 0.42".
-func consideredLine(c triage.Considered) string {
+func consideredLine(c verdict.Considered) string {
 	return titleOr(c.Title, c.ID) + " [" + c.ID + "] score " + num(c.Score)
 }
 
@@ -517,7 +517,7 @@ func isSplitSignal(name string) bool {
 
 // engineLine is "engine: vllm  at: 2023-11-14 22:13:20 UTC" (either part may
 // be missing).
-func engineLine(v *triage.Verdict) string {
+func engineLine(v *verdict.Verdict) string {
 	var parts []string
 	if v.Engine != "" {
 		parts = append(parts, "engine:   "+EngineLine(v))
@@ -532,7 +532,7 @@ func engineLine(v *triage.Verdict) string {
 	return strings.Join(parts, "   ")
 }
 
-func comparisonRow(c triage.Comparison) []string {
+func comparisonRow(c verdict.Comparison) []string {
 	change := ""
 	if c.Ratio != nil {
 		change = FormatRatio(*c.Ratio)
@@ -574,7 +574,7 @@ func table(rows [][]string, right []bool) []string {
 }
 
 // evidenceLine is the evidence text followed by its numbers.
-func evidenceLine(e triage.Evidence, u units) string {
+func evidenceLine(e verdict.Evidence, u units) string {
 	s := e.Text
 	if s == "" {
 		s = e.Rule
@@ -585,7 +585,7 @@ func evidenceLine(e triage.Evidence, u units) string {
 	return s
 }
 
-func evidenceNumbers(e triage.Evidence, u units) string {
+func evidenceNumbers(e verdict.Evidence, u units) string {
 	var parts []string
 	un := u.of(e.Unit, e.Signal)
 	if e.Signal != "" && (e.Now != nil || e.Baseline != nil) {
@@ -601,7 +601,7 @@ func evidenceNumbers(e triage.Evidence, u units) string {
 
 // weightText is what the evidence added: "weight 4" for a rule that held
 // fully (or was given no grade), "weight 4 × grade 0.62" otherwise.
-func weightText(e triage.Evidence) string {
+func weightText(e verdict.Evidence) string {
 	if e.Grade > 0 && e.Grade < 0.995 {
 		return "weight " + num(e.Weight) + " × grade " + num(e.Grade)
 	}
@@ -616,7 +616,7 @@ func ratioSuffix(now, base *float64) string {
 	return " " + FormatRatio(*now / *base)
 }
 
-func gapLine(g triage.DataGap) string {
+func gapLine(g verdict.DataGap) string {
 	s := g.Signal
 	if g.Window != "" {
 		s += " (" + g.Window + " window)"
@@ -624,7 +624,7 @@ func gapLine(g triage.DataGap) string {
 	return s + ": " + g.Reason
 }
 
-func ruleLine(r triage.RuleOutcome) string {
+func ruleLine(r verdict.RuleOutcome) string {
 	mark := "no match"
 	if r.Matched {
 		mark = "matched"
@@ -642,7 +642,7 @@ func ruleLine(r triage.RuleOutcome) string {
 	return s
 }
 
-func ruleCode(r triage.RuleOutcome) string {
+func ruleCode(r verdict.RuleOutcome) string {
 	switch {
 	case r.Error != "":
 		return ansiRed

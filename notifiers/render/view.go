@@ -5,7 +5,7 @@ import (
 	"math"
 	"strings"
 
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // View is a verdict laid out for a page: every value formatted as Text and
@@ -146,7 +146,7 @@ type SignalRow struct {
 }
 
 // ViewOf lays out v for a page.
-func ViewOf(v *triage.Verdict) View {
+func ViewOf(v *verdict.Verdict) View {
 	u := unitsOf(v)
 	out := View{
 		Status:        statusSentence(v),
@@ -161,7 +161,7 @@ func ViewOf(v *triage.Verdict) View {
 		Incident:      windowFmt(v.Incident),
 		Baseline:      windowFmt(v.Baseline),
 		BucketNotes:   bucketNotes(v.Headline),
-		NoCause:       len(v.Causes) == 0 && v.Status == triage.StatusAnomaly,
+		NoCause:       len(v.Causes) == 0 && v.Status == verdict.StatusAnomaly,
 		CausesHeading: CausesHeading(v),
 	}
 	if len(v.Scope.Labels) > 0 {
@@ -232,7 +232,7 @@ func ViewOf(v *triage.Verdict) View {
 
 // attributionView is the verdict's attribution, one SplitView per latency
 // that rose, with every part (the lines leave out those under 3%).
-func attributionView(v *triage.Verdict) []SplitView {
+func attributionView(v *verdict.Verdict) []SplitView {
 	var out []SplitView
 	for _, s := range attributionSplits(v) {
 		sp := s.split
@@ -261,7 +261,7 @@ func shareText(f float64) string {
 }
 
 // requestView lays out one slow request.
-func requestView(r triage.Request) RequestView {
+func requestView(r verdict.Request) RequestView {
 	rv := RequestView{Head: requestHead(r), PartsText: requestParts(r), Context: requestContext(r), E2E: r.E2E}
 	for _, p := range RequestParts(r) {
 		share := 0.0

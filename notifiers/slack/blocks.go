@@ -11,7 +11,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/whyslow/whyslow/notifiers/render"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // Slack's Block Kit limits that the renderer keeps to.
@@ -85,7 +85,7 @@ type RenderOptions struct {
 
 // Blocks renders a verdict as a Slack message. It never fails: missing data
 // is shown as missing, and every Block Kit size limit is respected.
-func Blocks(v *triage.Verdict, o RenderOptions) Message {
+func Blocks(v *verdict.Verdict, o RenderOptions) Message {
 	if o.MaxCauses <= 0 {
 		o.MaxCauses = DefaultMaxCauses
 	}
@@ -150,29 +150,29 @@ func truncate(s string, n int) string {
 	return string(r[:n-1]) + "…"
 }
 
-func severityEmoji(v *triage.Verdict, resolved bool) string {
+func severityEmoji(v *verdict.Verdict, resolved bool) string {
 	switch {
 	case resolved:
 		return ":white_check_mark:"
 	case v == nil:
 		return ":grey_question:"
-	case v.Status == triage.StatusHealthy:
+	case v.Status == verdict.StatusHealthy:
 		return ":large_green_circle:"
-	case v.Status == triage.StatusInsufficientData:
+	case v.Status == verdict.StatusInsufficientData:
 		return ":grey_question:"
-	case v.Severity == triage.SeverityCritical:
+	case v.Severity == verdict.SeverityCritical:
 		return ":red_circle:"
 	}
 	return ":large_orange_circle:"
 }
 
-func phaseShort(p triage.Phase) string {
+func phaseShort(p verdict.Phase) string {
 	switch p {
-	case triage.PhasePrefill:
+	case verdict.PhasePrefill:
 		return "prefill slower (TTFT)"
-	case triage.PhaseDecode:
+	case verdict.PhaseDecode:
 		return "decode slower (TPOT)"
-	case triage.PhaseBoth:
+	case verdict.PhaseBoth:
 		return "prefill and decode slower"
 	}
 	return ""
@@ -180,7 +180,7 @@ func phaseShort(p triage.Phase) string {
 
 // ScopeShort is a compact scope for headers: the scope labels as k=v sorted
 // by name, or the selector when there are no labels.
-func ScopeShort(s triage.Scope) string {
+func ScopeShort(s verdict.Scope) string {
 	if len(s.Labels) == 0 {
 		if s.Selector == "" {
 			return "all targets"
@@ -200,7 +200,7 @@ func ScopeShort(s triage.Scope) string {
 }
 
 // headerText is "<emoji> SEVERITY · phase · scope" (plain text).
-func headerText(v *triage.Verdict, resolved bool) string {
+func headerText(v *verdict.Verdict, resolved bool) string {
 	parts := []string{severityEmoji(v, resolved)}
 	if v == nil {
 		return parts[0] + " whyslow"
@@ -209,30 +209,30 @@ func headerText(v *triage.Verdict, resolved bool) string {
 	switch {
 	case resolved:
 		status = "RESOLVED"
-		if v.Status == triage.StatusAnomaly && v.Severity != triage.SeverityNone {
+		if v.Status == verdict.StatusAnomaly && v.Severity != verdict.SeverityNone {
 			status += " · was " + string(v.Severity)
 		}
-	case v.Status == triage.StatusAnomaly:
+	case v.Status == verdict.StatusAnomaly:
 		status = strings.ToUpper(string(v.Severity))
-		if v.Severity == "" || v.Severity == triage.SeverityNone {
+		if v.Severity == "" || v.Severity == verdict.SeverityNone {
 			status = "ANOMALY"
 		}
-	case v.Status == triage.StatusHealthy:
+	case v.Status == verdict.StatusHealthy:
 		status = "HEALTHY"
-	case v.Status == triage.StatusInsufficientData:
+	case v.Status == verdict.StatusInsufficientData:
 		status = "INSUFFICIENT DATA"
 	default:
 		status = strings.ToUpper(string(v.Status))
 	}
 	s := parts[0] + " " + status
-	if p := phaseShort(v.Phase); p != "" && v.Status == triage.StatusAnomaly {
+	if p := phaseShort(v.Phase); p != "" && v.Status == verdict.StatusAnomaly {
 		s += " · " + p
 	}
 	return s + " · " + ScopeShort(v.Scope)
 }
 
 // summaryText is the one-line verdict plus scope, engine and windows.
-func summaryText(v *triage.Verdict) string {
+func summaryText(v *verdict.Verdict) string {
 	var b strings.Builder
 	b.WriteString("*" + esc(render.Summary(v)) + "*\n")
 	sel := v.Scope.Selector
@@ -251,7 +251,7 @@ func summaryText(v *triage.Verdict) string {
 	return b.String()
 }
 
-func windowText(w triage.Window) string {
+func windowText(w verdict.Window) string {
 	if w.Label != "" {
 		return w.Label
 	}
@@ -297,8 +297,8 @@ func isSplit(name string) bool {
 
 // headlineFields renders the headline comparisons as section fields, the
 // TTFT/TPOT split first: "*TTFT p95*\n*2.41 s* vs 310 ms  ×7.77".
-func headlineFields(v *triage.Verdict) []*slack.TextBlockObject {
-	var split, rest []triage.Comparison
+func headlineFields(v *verdict.Verdict) []*slack.TextBlockObject {
+	var split, rest []verdict.Comparison
 	for _, c := range v.Headline {
 		if isSplit(c.Signal) {
 			split = append(split, c)
@@ -346,7 +346,7 @@ func optValue(v *float64, unit string) string {
 
 // unitOf is the unit of a signal: the headline's when the verdict has it,
 // else guessed from the name.
-func unitOf(v *triage.Verdict, signal string) string {
+func unitOf(v *verdict.Verdict, signal string) string {
 	for _, c := range v.Headline {
 		if c.Signal == signal && c.Unit != "" {
 			return c.Unit
@@ -356,14 +356,14 @@ func unitOf(v *triage.Verdict, signal string) string {
 }
 
 // causeBlocks renders the ranked causes, one section each.
-func causeBlocks(v *triage.Verdict, maxCauses int) []slack.Block {
+func causeBlocks(v *verdict.Verdict, maxCauses int) []slack.Block {
 	if len(v.Causes) == 0 {
 		switch v.Status {
-		case triage.StatusAnomaly:
+		case verdict.StatusAnomaly:
 			return []slack.Block{section(":mag: No cause could be ranked; the data gaps say which series would have told.")}
-		case triage.StatusHealthy:
+		case verdict.StatusHealthy:
 			return []slack.Block{section(":white_check_mark: No anomaly against the baseline.")}
-		case triage.StatusInsufficientData:
+		case verdict.StatusInsufficientData:
 			return []slack.Block{section(":grey_question: Not enough data to decide; see the data gaps below.")}
 		}
 		return nil
@@ -415,7 +415,7 @@ func causeBlocks(v *triage.Verdict, maxCauses int) []slack.Block {
 }
 
 // evidenceText is the evidence sentence with its numbers in brackets.
-func evidenceText(v *triage.Verdict, e triage.Evidence) string {
+func evidenceText(v *verdict.Verdict, e verdict.Evidence) string {
 	s := e.Text
 	if s == "" {
 		s = e.Rule
@@ -438,7 +438,7 @@ func evidenceText(v *triage.Verdict, e triage.Evidence) string {
 	return s
 }
 
-func ruledOutText(v *triage.Verdict) string {
+func ruledOutText(v *verdict.Verdict) string {
 	if len(v.RuledOut) == 0 {
 		return ""
 	}
@@ -462,7 +462,7 @@ func ruledOutText(v *triage.Verdict) string {
 }
 
 // notesElements are the data gaps and warnings, as context elements.
-func notesElements(v *triage.Verdict) []slack.MixedElement {
+func notesElements(v *verdict.Verdict) []slack.MixedElement {
 	var els []slack.MixedElement
 	add := func(s string) {
 		if len(els) < maxContextItems-1 {
@@ -485,7 +485,7 @@ func notesElements(v *triage.Verdict) []slack.MixedElement {
 	return els
 }
 
-func footerText(v *triage.Verdict, o RenderOptions) string {
+func footerText(v *verdict.Verdict, o RenderOptions) string {
 	var parts []string
 	if o.VerdictURL != "" {
 		parts = append(parts, "<"+esc(o.VerdictURL)+"|Verdict page>")
@@ -505,7 +505,7 @@ func footerText(v *triage.Verdict, o RenderOptions) string {
 
 // fallbackText is the plain-text notification: header words and the
 // verdict's one-line summary.
-func fallbackText(v *triage.Verdict, o RenderOptions) string {
+func fallbackText(v *verdict.Verdict, o RenderOptions) string {
 	var prefix string
 	switch {
 	case o.Resolved:

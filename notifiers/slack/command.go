@@ -24,7 +24,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/whyslow/whyslow/notifiers"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // CommandPath is where the daemon mounts the slash command handler.
@@ -47,14 +47,14 @@ const (
 // "" for the daemon's default scope) over the last window. The daemon
 // implements it; the handler does not import the daemon.
 type Triager interface {
-	Triage(ctx context.Context, scope string, window time.Duration) (*triage.Verdict, error)
+	Triage(ctx context.Context, scope string, window time.Duration) (*verdict.Verdict, error)
 }
 
 // TriagerFunc adapts a function to Triager.
-type TriagerFunc func(ctx context.Context, scope string, window time.Duration) (*triage.Verdict, error)
+type TriagerFunc func(ctx context.Context, scope string, window time.Duration) (*verdict.Verdict, error)
 
 // Triage calls f.
-func (f TriagerFunc) Triage(ctx context.Context, scope string, window time.Duration) (*triage.Verdict, error) {
+func (f TriagerFunc) Triage(ctx context.Context, scope string, window time.Duration) (*verdict.Verdict, error) {
 	return f(ctx, scope, window)
 }
 
@@ -133,7 +133,7 @@ type CommandOptions struct {
 	// (default: https on slack.com or one of its subdomains).
 	AllowResponseURL func(u *url.URL) bool
 	// VerdictURL optionally links a verdict in whyslow's API.
-	VerdictURL func(v *triage.Verdict) string
+	VerdictURL func(v *verdict.Verdict) string
 }
 
 // CommandHandler serves POST /slack/commands: it verifies Slack's request

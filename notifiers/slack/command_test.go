@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/notifiers/notifytest"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 const signingSecret = "8f742231b10e8888abcd99yyyzzz85a5"
@@ -56,10 +56,10 @@ type fakeTriager struct {
 	calls  []string
 	err    error
 	block  chan struct{}
-	result *triage.Verdict
+	result *verdict.Verdict
 }
 
-func (f *fakeTriager) Triage(ctx context.Context, scope string, window time.Duration) (*triage.Verdict, error) {
+func (f *fakeTriager) Triage(ctx context.Context, scope string, window time.Duration) (*verdict.Verdict, error) {
 	f.mu.Lock()
 	f.calls = append(f.calls, scope+" "+window.String())
 	f.mu.Unlock()

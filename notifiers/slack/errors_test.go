@@ -18,7 +18,7 @@ import (
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/notifiers/notifytest"
 	"github.com/whyslow/whyslow/notifiers/outbox"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 func yamlUnmarshal(s string, v any) error { return yaml.Unmarshal([]byte(s), v) }
@@ -286,7 +286,7 @@ func TestScrub(t *testing.T) {
 	if scrubError(plain, []string{testToken}) != plain {
 		t.Error("clean error was rewrapped")
 	}
-	_ = triage.StatusAnomaly
+	_ = verdict.StatusAnomaly
 }
 
 func slogDiscard() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -22,7 +22,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/whyslow/whyslow/notifiers"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // Keys this receiver keeps in the per-incident notifiers.State.
@@ -52,7 +52,7 @@ const (
 
 // ChartFunc renders the latency chart of a verdict as PNG. The daemon builds
 // one from its metrics source (see notifiers/chart).
-type ChartFunc func(ctx context.Context, v *triage.Verdict) ([]byte, error)
+type ChartFunc func(ctx context.Context, v *verdict.Verdict) ([]byte, error)
 
 // Options are the receiver's dependencies. Zero values get defaults.
 type Options struct {
@@ -205,7 +205,7 @@ func (d *delivery) finish() {
 	if d.notif.Kind == notifiers.TransitionUpdate || d.notif.Kind == notifiers.TransitionRepeat {
 		d.st[StateUpdates] = strconv.Itoa(d.updates())
 	}
-	if v.Status == triage.StatusAnomaly {
+	if v.Status == verdict.StatusAnomaly {
 		d.st[StateSeverity] = string(v.Severity)
 		if len(v.Causes) > 0 {
 			d.st[StateTopCause] = v.Causes[0].ID
@@ -294,7 +294,7 @@ func (d *delivery) bot(ctx context.Context) (bool, error) {
 
 func (d *delivery) wantChart() bool {
 	k := d.notif.Kind
-	return d.n.o.Chart != nil && d.n.cfg.ChartEnabled() && d.notif.Verdict.Status == triage.StatusAnomaly &&
+	return d.n.o.Chart != nil && d.n.cfg.ChartEnabled() && d.notif.Verdict.Status == verdict.StatusAnomaly &&
 		(k == notifiers.TransitionOpen || k == notifiers.TransitionUpdate)
 }
 
@@ -424,7 +424,7 @@ func (d *delivery) change() string {
 	if top != "" && prevTop != "" && top != prevTop {
 		parts = append(parts, ":arrows_counterclockwise: *Top cause changed:* "+esc(titleOr(prevTitle, prevTop))+" → *"+esc(topTitle)+"*")
 	}
-	if sev := string(v.Severity); prevSev != "" && v.Status == triage.StatusAnomaly && sev != prevSev {
+	if sev := string(v.Severity); prevSev != "" && v.Status == verdict.StatusAnomaly && sev != prevSev {
 		if severityRank(sev) > severityRank(prevSev) {
 			parts = append(parts, ":arrow_up: *Escalated:* "+esc(prevSev)+" → *"+esc(sev)+"*")
 		} else {
@@ -438,10 +438,10 @@ func (d *delivery) change() string {
 }
 
 func severityRank(s string) int {
-	switch triage.Severity(s) {
-	case triage.SeverityWarning:
+	switch verdict.Severity(s) {
+	case verdict.SeverityWarning:
 		return 1
-	case triage.SeverityCritical:
+	case verdict.SeverityCritical:
 		return 2
 	}
 	return 0
@@ -474,7 +474,7 @@ type Target struct {
 // Route chooses the channel or webhook for a scope: the first route whose
 // matchers all match the scope labels (plus the equality matchers of the
 // scope's selector), else the default.
-func (n *Notifier) Route(s triage.Scope) Target {
+func (n *Notifier) Route(s verdict.Scope) Target {
 	labels := ScopeLabels(s)
 	for i := range n.cfg.Routes {
 		r := &n.cfg.Routes[i]
@@ -491,7 +491,7 @@ func (n *Notifier) Route(s triage.Scope) Target {
 
 // ScopeLabels returns the scope's labels merged with the equality matchers
 // of its selector (labels win).
-func ScopeLabels(s triage.Scope) map[string]string {
+func ScopeLabels(s verdict.Scope) map[string]string {
 	out := map[string]string{}
 	if s.Selector != "" {
 		ms, err := parser.NewParser(parser.Options{}).ParseMetricSelector("{" + s.Selector + "}")

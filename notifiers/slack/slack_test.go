@@ -20,7 +20,7 @@ import (
 
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/notifiers/notifytest"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -58,7 +58,7 @@ func newBot(t *testing.T, f *fakeSlack, log *slog.Logger) *Notifier {
 		log = slog.New(slog.DiscardHandler)
 	}
 	n, err := New(botConfig(f), Options{Name: "oncall", Logger: log,
-		Chart: func(context.Context, *triage.Verdict) ([]byte, error) { return tinyPNG(), nil }})
+		Chart: func(context.Context, *verdict.Verdict) ([]byte, error) { return tinyPNG(), nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func newBot(t *testing.T, f *fakeSlack, log *slog.Logger) *Notifier {
 // repeat and resolve notifications.
 func sequence() []*notifiers.Notification {
 	open := notifytest.Anomaly()
-	open.Severity = triage.SeverityWarning
+	open.Severity = verdict.SeverityWarning
 	upd := notifytest.Anomaly()
 	upd.At = t0.Add(10 * time.Minute)
 	upd.Causes[0], upd.Causes[1] = upd.Causes[1], upd.Causes[0]
@@ -81,7 +81,7 @@ func sequence() []*notifiers.Notification {
 	res.Scope, res.Engine = open.Scope, "vllm"
 	res.At = t0.Add(5 * time.Hour)
 	kinds := []notifiers.Transition{notifiers.TransitionOpen, notifiers.TransitionUpdate, notifiers.TransitionRepeat, notifiers.TransitionResolve}
-	verdicts := []*triage.Verdict{open, upd, rep, res}
+	verdicts := []*verdict.Verdict{open, upd, rep, res}
 	var out []*notifiers.Notification
 	for i, k := range kinds {
 		out = append(out, &notifiers.Notification{
@@ -220,9 +220,9 @@ func TestBotSequence(t *testing.T) {
 func TestBlocksWithinLimits(t *testing.T) {
 	v := notifytest.Anomaly()
 	for i := range 30 {
-		v.Causes = append(v.Causes, triage.Cause{ID: fmt.Sprintf("c%d", i), Title: strings.Repeat("long title ", 40),
-			Evidence: []triage.Evidence{{Text: strings.Repeat("<evidence> & ", 400)}}})
-		v.RuledOut = append(v.RuledOut, triage.RuledOut{ID: "r", Reason: "x"})
+		v.Causes = append(v.Causes, verdict.Cause{ID: fmt.Sprintf("c%d", i), Title: strings.Repeat("long title ", 40),
+			Evidence: []verdict.Evidence{{Text: strings.Repeat("<evidence> & ", 400)}}})
+		v.RuledOut = append(v.RuledOut, verdict.RuledOut{ID: "r", Reason: "x"})
 	}
 	v.Scope.Selector = strings.Repeat(`pod="x",`, 50) + `job="y"`
 	for _, kind := range []MessageKind{KindParent, KindReply, KindStandalone} {
@@ -270,7 +270,7 @@ func TestBlocksWithinLimits(t *testing.T) {
 func TestBlocksStatuses(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		v    *triage.Verdict
+		v    *verdict.Verdict
 		want []string
 	}{
 		{"anomaly", notifytest.Anomaly(), []string{":red_circle: CRITICAL · prefill slower (TTFT)", "TTFT p95", "2.41 s", "×7.77",
@@ -299,7 +299,7 @@ func TestWebhookMode(t *testing.T) {
 		WebhookURL: notifiers.Secret(f.HookURL(hookSecret)),
 		Routes:     []Route{{Match: map[string]string{"namespace": "prod"}, WebhookURL: notifiers.Secret(f.HookURL(hookSecret2))}},
 	}
-	n, err := New(cfg, Options{Chart: func(context.Context, *triage.Verdict) ([]byte, error) { return tinyPNG(), nil }})
+	n, err := New(cfg, Options{Chart: func(context.Context, *verdict.Verdict) ([]byte, error) { return tinyPNG(), nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +328,7 @@ func TestWebhookMode(t *testing.T) {
 
 	// Routing picks the prod webhook for a prod scope.
 	x := sequence()[0]
-	x.Verdict.Scope = triage.Scope{Selector: `namespace="prod",model_name="m"`}
+	x.Verdict.Scope = verdict.Scope{Selector: `namespace="prod",model_name="m"`}
 	if _, err := n.Notify(context.Background(), x); err != nil {
 		t.Fatal(err)
 	}
@@ -342,17 +342,17 @@ func TestRoute(t *testing.T) {
 	f := newFakeSlack(t)
 	n := newBot(t, f, nil)
 	for _, tc := range []struct {
-		scope triage.Scope
+		scope verdict.Scope
 		want  string
 	}{
-		{triage.Scope{Labels: map[string]string{"namespace": "inference"}}, "#inference-oncall"},
-		{triage.Scope{Selector: `namespace="inference",model_name="x"`}, "#inference-oncall"},
-		{triage.Scope{Selector: `cluster="us-east-1"`}, "#us-llm"},
-		{triage.Scope{Selector: `cluster=~"us-.*"`}, "#llm-oncall"}, // not an equality matcher
-		{triage.Scope{Selector: `cluster="eu-west"`}, "#llm-oncall"},
-		{triage.Scope{Labels: map[string]string{"namespace": "inference", "cluster": "us-1"}}, "#inference-oncall"}, // first match wins
-		{triage.Scope{Selector: `not a selector`}, "#llm-oncall"},
-		{triage.Scope{}, "#llm-oncall"},
+		{verdict.Scope{Labels: map[string]string{"namespace": "inference"}}, "#inference-oncall"},
+		{verdict.Scope{Selector: `namespace="inference",model_name="x"`}, "#inference-oncall"},
+		{verdict.Scope{Selector: `cluster="us-east-1"`}, "#us-llm"},
+		{verdict.Scope{Selector: `cluster=~"us-.*"`}, "#llm-oncall"}, // not an equality matcher
+		{verdict.Scope{Selector: `cluster="eu-west"`}, "#llm-oncall"},
+		{verdict.Scope{Labels: map[string]string{"namespace": "inference", "cluster": "us-1"}}, "#inference-oncall"}, // first match wins
+		{verdict.Scope{Selector: `not a selector`}, "#llm-oncall"},
+		{verdict.Scope{}, "#llm-oncall"},
 	} {
 		if got := n.Route(tc.scope).Channel; got != tc.want {
 			t.Errorf("Route(%+v) = %s, want %s", tc.scope, got, tc.want)
@@ -481,7 +481,7 @@ func TestPartialFailureNoDuplicate(t *testing.T) {
 func TestChartFailures(t *testing.T) {
 	f := newFakeSlack(t)
 	log, buf := notifytest.NewLogger()
-	n, err := New(botConfig(f), Options{Logger: log, Chart: func(context.Context, *triage.Verdict) ([]byte, error) {
+	n, err := New(botConfig(f), Options{Logger: log, Chart: func(context.Context, *verdict.Verdict) ([]byte, error) {
 		return nil, errors.New("no data")
 	}})
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 	"github.com/whyslow/whyslow/internal/redact"
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/notifiers/render"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // Headers the webhook sets.
@@ -48,17 +48,17 @@ const PayloadVersion = "1"
 
 // Payload is the JSON body of a webhook POST (SCHEMA.md, "Webhook envelope").
 type Payload struct {
-	Version     string          `json:"version"`
-	Receiver    string          `json:"receiver"`
-	ID          string          `json:"id"`
-	IncidentID  string          `json:"incident_id"`
-	IncidentKey string          `json:"incident_key"`
-	Kind        string          `json:"kind"`
-	Sequence    int             `json:"sequence"`
-	CreatedAt   time.Time       `json:"created_at"`
-	VerdictURL  string          `json:"verdict_url,omitempty"`
-	Summary     string          `json:"summary"`
-	Verdict     *triage.Verdict `json:"verdict"`
+	Version     string           `json:"version"`
+	Receiver    string           `json:"receiver"`
+	ID          string           `json:"id"`
+	IncidentID  string           `json:"incident_id"`
+	IncidentKey string           `json:"incident_key"`
+	Kind        string           `json:"kind"`
+	Sequence    int              `json:"sequence"`
+	CreatedAt   time.Time        `json:"created_at"`
+	VerdictURL  string           `json:"verdict_url,omitempty"`
+	Summary     string           `json:"summary"`
+	Verdict     *verdict.Verdict `json:"verdict"`
 }
 
 // Options are the non-configuration dependencies of a webhook.

@@ -17,7 +17,7 @@ import (
 
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/notifiers/notifytest"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 func notification() *notifiers.Notification {
@@ -59,7 +59,7 @@ func TestPostSignedPayload(t *testing.T) {
 		t.Errorf("headers: %v", hdr)
 	}
 	if got.Version != PayloadVersion || got.Kind != "open" || got.IncidentKey != `model_name="llama"/queue_saturation` ||
-		got.Verdict == nil || got.Verdict.Causes[0].ID != "queue_saturation" || got.Verdict.SchemaVersion != triage.SchemaVersion ||
+		got.Verdict == nil || got.Verdict.Causes[0].ID != "queue_saturation" || got.Verdict.SchemaVersion != verdict.SchemaVersion ||
 		!strings.HasPrefix(got.Summary, "ANOMALY (critical)") {
 		t.Errorf("payload: %+v", got)
 	}

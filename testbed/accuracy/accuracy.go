@@ -11,9 +11,11 @@ import (
 
 	"github.com/whyslow/whyslow/collectors/bundle"
 	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/diagnose"
+	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/testbed/sim"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // Case is one scenario instance to draw.
@@ -33,7 +35,7 @@ func (c Case) String() string {
 type Result struct {
 	Case    Case
 	Truth   []string
-	Verdict *triage.Verdict
+	Verdict *verdict.Verdict
 	// Params are the drawn instance's parameters (model, GPU, ...), for reports.
 	Params map[string]any
 	Load   time.Duration
@@ -66,7 +68,7 @@ func (r *Result) InTop(n int) bool {
 // Correct reports top-1 correctness; a healthy instance is correct when not reported as an anomaly.
 func (r *Result) Correct(n int) bool {
 	if len(r.Truth) == 0 {
-		return r.Verdict.Status != triage.StatusAnomaly
+		return r.Verdict.Status != verdict.StatusAnomaly
 	}
 	return r.InTop(n)
 }
@@ -90,9 +92,9 @@ func Load(ctx context.Context, b *sim.Bundle) (*store.Store, error) {
 }
 
 // Options returns the triage options a bundle implies.
-func Options(b *sim.Bundle, m triage.Metrics, rss []*rules.Ruleset) triage.Options {
+func Options(b *sim.Bundle, m query.Metrics, rss []*rules.Ruleset) diagnose.Options {
 	inc := b.Incident
-	return triage.Options{
+	return diagnose.Options{
 		Metrics:  m,
 		Rulesets: rss,
 		Engine:   "auto",
@@ -126,7 +128,7 @@ func Run(ctx context.Context, c Case, rss []*rules.Ruleset, explain bool) (*Resu
 	t1 := time.Now()
 	opts := Options(b, st, rss)
 	opts.Explain = explain
-	v, err := triage.Run(ctx, opts)
+	v, err := diagnose.Run(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("%s: triage: %w", c, err)
 	}

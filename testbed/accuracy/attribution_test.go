@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/whyslow/whyslow/rulesets"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 var attrPer = flag.Int("accuracy.attr-per", 0, "instances per scenario and model in TestAttribution (default 2, 1 with -short)")
@@ -29,16 +29,16 @@ type attrCheck struct {
 }
 
 var attrChecks = map[string]attrCheck{
-	"frontend_delay": {latency: "ttft", component: triage.CompOutside, truth: func(t Truth) float64 { return t.Inc.Outside - t.Base.Outside }},
-	"arrival_surge":  {latency: "ttft", component: triage.CompQueue, truth: func(t Truth) float64 { return t.Inc.Queue - t.Base.Queue }},
-	"kv_pressure":    {latency: "ttft", component: triage.CompQueue, truth: func(t Truth) float64 { return t.Inc.Queue - t.Base.Queue }},
-	"prompt_shift": {latency: "ttft", component: triage.CompPrefill,
+	"frontend_delay": {latency: "ttft", component: verdict.CompOutside, truth: func(t Truth) float64 { return t.Inc.Outside - t.Base.Outside }},
+	"arrival_surge":  {latency: "ttft", component: verdict.CompQueue, truth: func(t Truth) float64 { return t.Inc.Queue - t.Base.Queue }},
+	"kv_pressure":    {latency: "ttft", component: verdict.CompQueue, truth: func(t Truth) float64 { return t.Inc.Queue - t.Base.Queue }},
+	"prompt_shift": {latency: "ttft", component: verdict.CompPrefill,
 		truth: func(t Truth) float64 { return t.Inc.Prefill - t.Base.Prefill }},
-	"prefix_cache_loss": {latency: "ttft", component: triage.CompPrefill,
+	"prefix_cache_loss": {latency: "ttft", component: verdict.CompPrefill,
 		truth: func(t Truth) float64 { return t.Inc.Prefill - t.Base.Prefill }},
-	"gpu_throttle": {latency: "itl", component: triage.CompClock,
+	"gpu_throttle": {latency: "itl", component: verdict.CompClock,
 		truthShare: func(t Truth) float64 { return t.ITL.Clock / t.ITL.Total }},
-	"context_growth": {latency: "itl", component: triage.CompContext,
+	"context_growth": {latency: "itl", component: verdict.CompContext,
 		truthShare: func(t Truth) float64 { return t.ITL.Context / t.ITL.Total }},
 }
 
@@ -113,17 +113,17 @@ const minAttributionMatch = 80.0
 // unmeasured says why an instance's exposition cannot measure the
 // component (the engine does not export its series), or "".
 func unmeasured(o *Outcome, c attrCheck) string {
-	if c.latency == "ttft" && c.component == triage.CompPrefill && o.Truth.Engine == "sglang" {
+	if c.latency == "ttft" && c.component == verdict.CompPrefill && o.Truth.Engine == "sglang" {
 		return "SGLang exports no prefill-phase histogram: " + c.component + " is not separable"
 	}
 	om, _ := o.Truth.Params["omitted_families"].([]string)
 	for _, f := range om {
 		switch {
-		case c.component == triage.CompQueue && strings.HasSuffix(f, "queue_time_seconds"):
+		case c.component == verdict.CompQueue && strings.HasSuffix(f, "queue_time_seconds"):
 			return "no queue-time histogram: " + c.component + " is not measured"
 		case c.latency == "ttft" && strings.HasSuffix(f, "request_prefill_time_seconds"):
 			return "no prefill-phase histogram: " + c.component + " is not separable"
-		case c.component == triage.CompClock && (f == "whyslow_gpu_sm_clock_mhz" || f == "DCGM_FI_DEV_SM_CLOCK"):
+		case c.component == verdict.CompClock && (f == "whyslow_gpu_sm_clock_mhz" || f == "DCGM_FI_DEV_SM_CLOCK"):
 			return "no SM clock series"
 		}
 	}
@@ -143,7 +143,7 @@ func checkAttribution(o *Outcome, c attrCheck) (string, bool) {
 	if split == nil {
 		return c.latency + " not split (it did not rise)", false
 	}
-	var part *triage.Part
+	var part *verdict.Part
 	for i := range split.Parts {
 		if split.Parts[i].Component == c.component {
 			part = &split.Parts[i]

@@ -12,7 +12,7 @@ import (
 
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/rulesets"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 var (
@@ -61,7 +61,7 @@ func TestCalibrate(t *testing.T) {
 	cur := rss[0].Verdict.Confidence
 	var pts []calPoint
 	for _, o := range outs {
-		if !o.Scored() || o.Verdict.Status != triage.StatusAnomaly {
+		if !o.Scored() || o.Verdict.Status != verdict.StatusAnomaly {
 			continue
 		}
 		for i, c := range o.Verdict.Causes {

@@ -6,9 +6,11 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/daemon"
+	"github.com/whyslow/whyslow/detect"
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/testbed/sim"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // EarlyResult is the daemon's view of one case: when its detector fired and
@@ -29,7 +31,7 @@ type EarlyResult struct {
 	// Verdicts are the triages at Fired + k scrape intervals, k = 0, 1, …:
 	// at least Triages of them, more while none names a cause, up to the
 	// tracker's OpenWait.
-	Verdicts []*triage.Verdict
+	Verdicts []*verdict.Verdict
 }
 
 // Intervals is how many scrape intervals after the onset the detector fired
@@ -43,12 +45,12 @@ func (r *EarlyResult) Intervals(step time.Duration) int {
 
 // AtOpen returns the verdict the daemon notifies when the incident opens:
 // the first one that names a cause (the tracker waits up to OpenWait for
-// one, triage.Tracker.Record), or the last when none does (the tracker then
+// one, incident.Tracker.Record), or the last when none does (the tracker then
 // notifies without a cause). Its index is returned too; nil when the
 // detector never fired.
-func (r *EarlyResult) AtOpen() (*triage.Verdict, int) {
+func (r *EarlyResult) AtOpen() (*verdict.Verdict, int) {
 	for i, v := range r.Verdicts {
-		if v.Status == triage.StatusAnomaly && len(v.Causes) > 0 {
+		if v.Status == verdict.StatusAnomaly && len(v.Causes) > 0 {
 			return v, i
 		}
 	}
@@ -60,7 +62,7 @@ func (r *EarlyResult) AtOpen() (*triage.Verdict, int) {
 
 // Top returns a verdict's top cause id, or its status when it has none, or
 // "no_detection" when v is nil.
-func Top(v *triage.Verdict) string {
+func Top(v *verdict.Verdict) string {
 	if v == nil {
 		return "no_detection"
 	}
@@ -71,7 +73,7 @@ func Top(v *triage.Verdict) string {
 }
 
 // RightTop reports whether v's top cause is one of truth.
-func RightTop(v *triage.Verdict, truth []string) bool {
+func RightTop(v *verdict.Verdict, truth []string) bool {
 	if v == nil || len(v.Causes) == 0 {
 		return false
 	}
@@ -124,7 +126,7 @@ func RunEarly(ctx context.Context, c Case, rss []*rules.Ruleset, o EarlyOptions)
 		return nil, fmt.Errorf("%s: load: %w", c, err)
 	}
 	defer st.Close()
-	det, err := triage.NewDetector(cfg.Detect)
+	det, err := detect.NewDetector(cfg.Detect)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", c, err)
 	}
@@ -134,7 +136,7 @@ func RunEarly(ctx context.Context, c Case, rss []*rules.Ruleset, o EarlyOptions)
 	// The recording ends at the bundle's `at`; the triages after the fire
 	// time need data up to max(n-1, wait) intervals later.
 	end := b.Incident.At.Add(-time.Duration(max(n-1, wait)) * step)
-	var scope triage.Detection
+	var scope detect.Detection
 	// The first evaluation is at the onset: a condition already holding
 	// then is noise the detector caught before the cause began (reported
 	// as PendingAtOnset); the `for` hold counts from there.
@@ -146,7 +148,7 @@ func RunEarly(ctx context.Context, c Case, rss []*rules.Ruleset, o EarlyOptions)
 		for _, d := range dets {
 			if at.Equal(res.Onset) {
 				for _, tr := range d.Triggers {
-					if tr.State != triage.TriggerInactive {
+					if tr.State != detect.TriggerInactive {
 						res.PendingAtOnset = append(res.PendingAtOnset, tr.Name)
 					}
 				}
@@ -171,7 +173,7 @@ func RunEarly(ctx context.Context, c Case, rss []*rules.Ruleset, o EarlyOptions)
 	named := false
 	for k := 0; k < n || (!named && k <= wait); k++ {
 		at := res.Fired.Add(time.Duration(k) * step)
-		v, err := triage.Run(ctx, triage.Options{
+		v, err := diagnose.Run(ctx, diagnose.Options{
 			Metrics: st, Rulesets: rss, Engine: cfg.Engine, Selector: scope.Scope.Selector,
 			At: at, Window: daemon.IncidentWindow(cfg, at.Sub(res.Fired)), Baseline: cfg.Triage.Baseline,
 			Scheduler: cfg.Scheduler.Rules(), GPU: gpu, GPUSource: gpuSource, Explain: o.Explain,
@@ -180,7 +182,7 @@ func RunEarly(ctx context.Context, c Case, rss []*rules.Ruleset, o EarlyOptions)
 			return nil, fmt.Errorf("%s: triage at %s: %w", c, at.Format(time.RFC3339), err)
 		}
 		res.Verdicts = append(res.Verdicts, v)
-		named = named || (v.Status == triage.StatusAnomaly && len(v.Causes) > 0)
+		named = named || (v.Status == verdict.StatusAnomaly && len(v.Causes) > 0)
 	}
 	return res, nil
 }

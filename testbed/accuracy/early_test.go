@@ -14,7 +14,7 @@ import (
 	"github.com/whyslow/whyslow/daemon"
 	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/testbed/sim"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 var (
@@ -127,7 +127,7 @@ func TestEarlyAccuracy(t *testing.T) {
 		if len(r.Truth) == 0 {
 			if !r.Fired.IsZero() {
 				healthyPages++
-				if v != nil && v.Status == triage.StatusAnomaly && len(v.Causes) > 0 {
+				if v != nil && v.Status == verdict.StatusAnomaly && len(v.Causes) > 0 {
 					healthyCauses++
 				}
 				t.Logf("DETECTOR FIRED on healthy %s", line)
@@ -164,7 +164,7 @@ func TestEarlyAccuracy(t *testing.T) {
 			switch {
 			case RightTop(vv, r.Truth):
 				allRight++
-			case vv.Status == triage.StatusAnomaly && len(vv.Causes) > 0:
+			case vv.Status == verdict.StatusAnomaly && len(vv.Causes) > 0:
 				wrongNamed++
 				ts.wrong++
 			}
@@ -196,7 +196,7 @@ func TestEarlyAccuracy(t *testing.T) {
 	t.Logf("per scenario:\n%s", b.String())
 	t.Logf("early: top-1 at open %.1f%% (%d/%d); over the triages at fire+0..3: right %.1f%%, a wrong top cause %.1f%% (%d/%d), the rest no cause yet",
 		pct(right, scored), right, scored, pct(allRight, triages), pct(wrongNamed, triages), wrongNamed, triages)
-	// The detector (triage/detect.go) is not under test here: a healthy
+	// The detector (detect/detect.go) is not under test here: a healthy
 	// instance it fires on is reported; the triage's part is to name no
 	// cause for it unless one shows.
 	t.Logf("not scored: %d incident instances whose detector condition already held at the onset (NOISE above)", noise)
@@ -210,7 +210,7 @@ func TestEarlyAccuracy(t *testing.T) {
 }
 
 // explainVerdict prints every signal and step outcome of a verdict.
-func explainVerdict(v *triage.Verdict) string {
+func explainVerdict(v *verdict.Verdict) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "  window %s..%s causes:", v.Incident.Start.Format(time.TimeOnly), v.Incident.End.Format(time.TimeOnly))
 	for _, c := range v.Causes {

@@ -10,9 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/testbed/sim"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // minEngineTop1 is the top-1 floor, in percent, per engine in TestEngineAccuracy.
@@ -167,7 +168,7 @@ func runEngineCase(ctx context.Context, c engineCase, explain bool) (*Result, bo
 	defer st.Close()
 	opts := Options(b, st, rss)
 	opts.Explain = explain
-	v, err := triage.Run(ctx, opts)
+	v, err := diagnose.Run(ctx, opts)
 	if err != nil {
 		return nil, false, fmt.Errorf("%s: triage: %w", c, err)
 	}
@@ -179,7 +180,7 @@ func runEngineCase(ctx context.Context, c engineCase, explain bool) (*Result, bo
 		// model's own request records), the instance is not healthy for
 		// this engine and is not scored.
 		if q := meanQueue(recs, b.Incident.At.Add(-b.Incident.Window), b.Incident.At); q > healthyQueueLimit {
-			return &Result{Verdict: &triage.Verdict{}, Params: map[string]any{"slowed": fmt.Sprintf("queued %.1fs on average", q)}}, true, nil
+			return &Result{Verdict: &verdict.Verdict{}, Params: map[string]any{"slowed": fmt.Sprintf("queued %.1fs on average", q)}}, true, nil
 		}
 		// Nor when the model's own requests got clearly slower to their
 		// first token, over the window and still at its end (the
@@ -187,7 +188,7 @@ func runEngineCase(ctx context.Context, c engineCase, explain bool) (*Result, bo
 		// the metrics): the engine did slow down, whatever queue it built.
 		if o := b.Truth.Observed; o.Incident.TTFTMean > 1.5*o.Baseline.TTFTMean && o.Incident.TTFTMean-o.Baseline.TTFTMean > 0.05 &&
 			o.Recent.TTFTMean > 1.5*o.Baseline.TTFTMean {
-			return &Result{Verdict: &triage.Verdict{}, Params: map[string]any{"slowed": fmt.Sprintf("TTFT ×%.2f in the model's own requests", o.Incident.TTFTMean/o.Baseline.TTFTMean)}}, true, nil
+			return &Result{Verdict: &verdict.Verdict{}, Params: map[string]any{"slowed": fmt.Sprintf("TTFT ×%.2f in the model's own requests", o.Incident.TTFTMean/o.Baseline.TTFTMean)}}, true, nil
 		}
 	}
 	switch c.sc.cause {
@@ -300,7 +301,7 @@ func TestEngineAccuracy(t *testing.T) {
 			confusion[truth][res.Top()]++
 			if len(res.Truth) == 0 {
 				healthy++
-				if res.Verdict.Status == triage.StatusAnomaly {
+				if res.Verdict.Status == verdict.StatusAnomaly {
 					falseAlarms++
 					if !strings.Contains(g.name, "/") || !fullShape(cs[i].names) {
 						t.Errorf("FALSE ALARM %s: %s", cs[i], summary(res))

@@ -10,9 +10,11 @@ import (
 
 	"github.com/whyslow/whyslow/collectors/bundle"
 	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/diagnose"
+	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/rulesets"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // incidentsDir holds the committed bundles of testbed/sim (go generate
@@ -30,8 +32,8 @@ type truthFile struct {
 }
 
 // bundleOptions returns the triage options a loaded bundle implies.
-func bundleOptions(b *bundle.Bundle, m triage.Metrics, rss []*rules.Ruleset) triage.Options {
-	opts := triage.Options{Metrics: m, Rulesets: rss, Engine: "auto"}
+func bundleOptions(b *bundle.Bundle, m query.Metrics, rss []*rules.Ruleset) diagnose.Options {
+	opts := diagnose.Options{Metrics: m, Rulesets: rss, Engine: "auto"}
 	if inc := b.Incident; inc != nil {
 		opts.At, opts.Window, opts.Baseline = inc.At, inc.Window, inc.Baseline
 		opts.Selector, opts.GPU = inc.Selector, inc.GPU
@@ -100,17 +102,17 @@ func TestIncidentBundles(t *testing.T) {
 			if _, err := b.LoadMetrics(ctx, st); err != nil {
 				t.Fatal(err)
 			}
-			v, err := triage.Run(ctx, bundleOptions(b, st, rss))
+			v, err := diagnose.Run(ctx, bundleOptions(b, st, rss))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if len(truth.Causes) == 0 {
-				if v.Status != triage.StatusHealthy {
+				if v.Status != verdict.StatusHealthy {
 					t.Errorf("status %s with causes %v, want healthy", v.Status, goldenCauseIDs(v))
 				}
 				return
 			}
-			if v.Status != triage.StatusAnomaly {
+			if v.Status != verdict.StatusAnomaly {
 				t.Fatalf("status %s, want anomaly with top cause %s", v.Status, truth.Causes[0])
 			}
 			if len(v.Causes) == 0 || !goldenContains(truth.Causes, v.Causes[0].ID) {
@@ -120,7 +122,7 @@ func TestIncidentBundles(t *testing.T) {
 	}
 }
 
-func goldenCauseIDs(v *triage.Verdict) []string {
+func goldenCauseIDs(v *verdict.Verdict) []string {
 	ids := make([]string, len(v.Causes))
 	for i, c := range v.Causes {
 		ids[i] = c.ID

@@ -13,8 +13,9 @@ import (
 
 	"github.com/whyslow/whyslow/collectors/bundle"
 	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/rules"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // An engine model records incident instances with their truth. Two are
@@ -183,7 +184,7 @@ func (o *Outcome) Scored() bool {
 type Outcome struct {
 	Draw    Draw
 	Truth   Truth
-	Verdict *triage.Verdict
+	Verdict *verdict.Verdict
 }
 
 // Top is the verdict's top cause id, or its status when it has none.
@@ -216,7 +217,7 @@ func (o *Outcome) Compound() bool { return len(o.Truth.Causes) > 1 }
 func (o *Outcome) Right() bool {
 	switch {
 	case o.Healthy():
-		return o.Verdict.Status != triage.StatusAnomaly
+		return o.Verdict.Status != verdict.StatusAnomaly
 	case o.Compound():
 		return o.InTop(2)
 	}
@@ -233,7 +234,7 @@ func (o *Outcome) Right3() bool {
 
 // triageInstance loads an instance into a fresh embedded store and triages
 // it as `whyslow why --bundle` would.
-func triageInstance(ctx context.Context, in *Instance, rss []*rules.Ruleset, explain bool) (*triage.Verdict, error) {
+func triageInstance(ctx context.Context, in *Instance, rss []*rules.Ruleset, explain bool) (*verdict.Verdict, error) {
 	st, err := store.Open(store.Options{})
 	if err != nil {
 		return nil, err
@@ -242,7 +243,7 @@ func triageInstance(ctx context.Context, in *Instance, rss []*rules.Ruleset, exp
 	if _, err := bundle.ReadMetrics(ctx, "metrics.om", in.Metrics, st); err != nil {
 		return nil, fmt.Errorf("load: %w", err)
 	}
-	return triage.Run(ctx, triage.Options{Metrics: st, Rulesets: rss, Engine: "auto", At: in.At, Window: in.Window,
+	return diagnose.Run(ctx, diagnose.Options{Metrics: st, Rulesets: rss, Engine: "auto", At: in.At, Window: in.Window,
 		Baseline: in.Baseline, Selector: in.Selector, GPU: in.GPU, Scheduler: in.Scheduler, Explain: explain})
 }
 
@@ -386,7 +387,7 @@ func scoreOutcomes(outs []*Outcome) *Report {
 	}
 	for _, o := range outs {
 		v := o.Verdict
-		if v.Status == triage.StatusAnomaly && len(v.Causes) == 0 {
+		if v.Status == verdict.StatusAnomaly && len(v.Causes) == 0 {
 			r.NoCause++
 		}
 		truth := "healthy"
@@ -401,7 +402,7 @@ func scoreOutcomes(outs []*Outcome) *Report {
 			// it, so the gate may page on it, and need not; it is neither a
 			// false alarm nor a scored fault, and is counted apart.
 			r.FeltNegatives++
-			if v.Status == triage.StatusAnomaly {
+			if v.Status == verdict.StatusAnomaly {
 				r.FeltNegativesPaged++
 			}
 			continue
@@ -409,7 +410,7 @@ func scoreOutcomes(outs []*Outcome) *Report {
 		if o.Healthy() {
 			r.Healthy++
 			r.Confusion[truth][o.Top()]++
-			if v.Status == triage.StatusAnomaly {
+			if v.Status == verdict.StatusAnomaly {
 				r.FalseAlarms++
 				r.ModelFalseAlarms[o.Draw.Model]++
 				r.Misses = append(r.Misses, o)
@@ -426,7 +427,7 @@ func scoreOutcomes(outs []*Outcome) *Report {
 		if !o.Truth.Visible() {
 			r.FeltOnly++
 		}
-		if v.Status != triage.StatusAnomaly {
+		if v.Status != verdict.StatusAnomaly {
 			r.CalledHealthy++
 			r.ModelCalledHy[o.Draw.Model]++
 		}
@@ -573,7 +574,7 @@ func describe(o *Outcome) string {
 		fmt.Fprintf(&b, " p95 ttft ×%.2f itl ×%.2f", ttft, itl)
 	}
 	if a := o.Verdict.Attribution; a != nil {
-		for name, s := range map[string]*triage.LatencySplit{"ttft": a.TTFT, "itl": a.ITL} {
+		for name, s := range map[string]*verdict.LatencySplit{"ttft": a.TTFT, "itl": a.ITL} {
 			if s == nil {
 				continue
 			}

@@ -14,11 +14,12 @@ import (
 	"github.com/whyslow/whyslow/collectors/spanstore"
 	"github.com/whyslow/whyslow/collectors/store"
 	"github.com/whyslow/whyslow/collectors/tracequery"
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/testbed/sim"
 	"github.com/whyslow/whyslow/testbed/simtrace"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 var (
@@ -65,11 +66,11 @@ func runTraced(ctx context.Context, c Case, rss []*rules.Ruleset) (*tracedResult
 	}
 	defer st.Close()
 	out := &tracedResult{requests: len(kept)}
-	for _, traces := range []triage.Traces{nil, ss} {
+	for _, traces := range []diagnose.Traces{nil, ss} {
 		opts := Options(b, st, rss)
 		opts.Traces = traces
 		opts.Explain = *verboseCase
-		v, err := triage.Run(ctx, opts)
+		v, err := diagnose.Run(ctx, opts)
 		if err != nil {
 			return nil, fmt.Errorf("%s: triage: %w", c, err)
 		}
@@ -146,7 +147,7 @@ func TestAccuracyTraces(t *testing.T) {
 		}
 		confusion[truth][tr.with.Top()]++
 		if len(tr.with.Truth) == 0 {
-			if tr.with.Verdict.Status == triage.StatusAnomaly {
+			if tr.with.Verdict.Status == verdict.StatusAnomaly {
 				t.Logf("FALSE ALARM %s: %s", tr.with.Case, summary(tr.with))
 			}
 			continue
@@ -170,7 +171,7 @@ func TestAccuracyTraces(t *testing.T) {
 		// Traces add evidence; whether the window is an anomaly is the
 		// metrics' call, so only anomalies are held to the ranking.
 		for _, must := range []string{"outside_engine", "prefill_contention"} {
-			if tr.with.Truth[0] == must && !w && tr.with.Verdict.Status == triage.StatusAnomaly {
+			if tr.with.Truth[0] == must && !w && tr.with.Verdict.Status == verdict.StatusAnomaly {
 				t.Errorf("%s: with traces, %s is not ranked first: %s", tr.with.Case, must, summary(tr.with))
 			}
 		}
@@ -222,13 +223,13 @@ func TestBundlesWithTraces(t *testing.T) {
 				t.Fatal(err)
 			}
 			inc := b.Incident
-			opts := triage.Options{Metrics: st, Rulesets: rss, At: inc.At, Window: inc.Window, Baseline: inc.Baseline,
+			opts := diagnose.Options{Metrics: st, Rulesets: rss, At: inc.At, Window: inc.Window, Baseline: inc.Baseline,
 				Selector: inc.Selector, Engine: inc.Engine, GPU: inc.GPU, Traces: tf}
 			if s := inc.Scheduler; s.MaxNumBatchedTokens > 0 {
 				opts.Scheduler = rules.Scheduler{Known: true, ChunkedPrefill: s.ChunkedPrefill != nil && *s.ChunkedPrefill,
 					MaxNumBatchedTokens: s.MaxNumBatchedTokens, MaxNumSeqs: s.MaxNumSeqs, Source: "incident"}
 			}
-			v, err := triage.Run(ctx, opts)
+			v, err := diagnose.Run(ctx, opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -259,7 +260,7 @@ func TestBundlesWithTraces(t *testing.T) {
 	}
 }
 
-func causeIDs(v *triage.Verdict) []string {
+func causeIDs(v *verdict.Verdict) []string {
 	var out []string
 	for _, c := range v.Causes {
 		out = append(out, fmt.Sprintf("%s:%.1f", c.ID, c.Score))

@@ -9,8 +9,9 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/collectors/tracequery"
+	"github.com/whyslow/whyslow/requests"
+	"github.com/whyslow/whyslow/span"
 	"github.com/whyslow/whyslow/testbed/sim"
-	"github.com/whyslow/whyslow/triage"
 )
 
 // TestFrontendDelayInTraces checks where a slow API server shows: inside
@@ -29,31 +30,31 @@ func TestFrontendDelayInTraces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var engine, gateway *triage.Span
+	var engine, gateway *span.Span
 	for i := range spans {
 		switch spans[i].Name {
-		case triage.SpanLLMRequest:
+		case span.SpanLLMRequest:
 			engine = &spans[i]
-		case triage.SpanGatewayRequest:
+		case span.SpanGatewayRequest:
 			gateway = &spans[i]
 		}
 	}
 	if engine == nil || gateway == nil {
 		t.Fatalf("spans %+v", spans)
 	}
-	if ttft, _ := engine.Attrs.Number(triage.AttrTTFT); !near(ttft, 2.3) || engine.Start() != a {
+	if ttft, _ := engine.Attrs.Number(span.AttrTTFT); !near(ttft, 2.3) || engine.Start() != a {
 		t.Errorf("llm_request TTFT %v from %v, want 2.3 s from the API server's arrival", ttft, engine.Start())
 	}
 	if gateway.Duration() < 3300*time.Millisecond {
 		t.Errorf("gateway span %v does not cover the request", gateway.Duration())
 	}
-	reqs := triage.BuildRequests(spans)
+	reqs := requests.BuildRequests(spans)
 	if len(reqs) != 1 {
 		t.Fatalf("%d requests", len(reqs))
 	}
 	got := reqs[0]
-	if !near(got.BeforeEngineParts["api_server"], 2.0) || got.Parts[triage.PartBeforeEngine] < 2.0 ||
-		!near(got.Parts[triage.PartQueue], 0.1) || !near(got.EngineE2E, 1.3) || !got.EngineStart.Equal(a.Add(2*time.Second)) {
+	if !near(got.BeforeEngineParts["api_server"], 2.0) || got.Parts[requests.PartBeforeEngine] < 2.0 ||
+		!near(got.Parts[requests.PartQueue], 0.1) || !near(got.EngineE2E, 1.3) || !got.EngineStart.Equal(a.Add(2*time.Second)) {
 		t.Errorf("breakdown = %+v", got)
 	}
 }
@@ -103,8 +104,8 @@ func TestWriteBundleFile(t *testing.T) {
 			t.Fatal(err)
 		}
 		spans, _ := f.SpansBetween(context.Background(), t0.Add(-time.Minute), t0.Add(time.Minute), 0)
-		if f.Spans != 80 || len(triage.BuildRequests(spans)) != 20 {
-			t.Errorf("gz=%v: %d spans, %d requests", gz, f.Spans, len(triage.BuildRequests(spans)))
+		if f.Spans != 80 || len(requests.BuildRequests(spans)) != 20 {
+			t.Errorf("gz=%v: %d spans, %d requests", gz, f.Spans, len(requests.BuildRequests(spans)))
 		}
 	}
 	if _, err := os.Stat(filepath.Join(dir, TracesFile)); !os.IsNotExist(err) {

@@ -11,8 +11,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/whyslow/whyslow/collectors/tracequery"
+	"github.com/whyslow/whyslow/requests"
 	"github.com/whyslow/whyslow/testbed/sim"
-	"github.com/whyslow/whyslow/triage"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 var t0 = time.Unix(1700000000, 0)
@@ -32,13 +33,13 @@ func TestJSONLRoundTrip(t *testing.T) {
 		name     string
 		opts     Options
 		before   float64
-		dominant triage.RequestPart
+		dominant requests.RequestPart
 	}{
 		// The API server holds each request 5 ms before the engine queue.
-		{"engine only", Options{Seed: 1}, 0.005, triage.PartDecode},
+		{"engine only", Options{Seed: 1}, 0.005, requests.PartDecode},
 		{"slow gateway", Options{Seed: 1, Gateway: true, GatewayTime: func(sim.RequestRecord) GatewayTiming {
 			return GatewayTiming{Admission: 1500 * time.Millisecond, Scoring: 10 * time.Millisecond, Routing: 5 * time.Millisecond, Proxy: 5 * time.Millisecond, After: time.Millisecond}
-		}}, 1.525, triage.PartBeforeEngine},
+		}}, 1.525, requests.PartBeforeEngine},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -55,17 +56,17 @@ func TestJSONLRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			spans, _ := f.SpansBetween(context.Background(), t0.Add(-time.Minute), t0.Add(time.Minute), 0)
-			reqs := triage.BuildRequests(spans)
+			reqs := requests.BuildRequests(spans)
 			if len(reqs) != 10 {
 				t.Fatalf("%d requests", len(reqs))
 			}
 			r := reqs[0]
-			if r.Source != "v1" || r.Pod != "vllm-0" || r.Dominant != c.dominant || !near(r.Parts[triage.PartBeforeEngine], c.before) ||
-				!near(r.Parts[triage.PartQueue], 0.1) || !near(r.Parts[triage.PartPrefill], 0.2) || !near(r.Parts[triage.PartDecode], 1.0) {
+			if r.Source != "v1" || r.Pod != "vllm-0" || r.Dominant != c.dominant || !near(r.Parts[requests.PartBeforeEngine], c.before) ||
+				!near(r.Parts[requests.PartQueue], 0.1) || !near(r.Parts[requests.PartPrefill], 0.2) || !near(r.Parts[requests.PartDecode], 1.0) {
 				t.Errorf("request = %+v", r)
 			}
 			if c.opts.Gateway {
-				corr := triage.CorrelateRequests(triage.CorrelationInput{Requests: reqs, Window: triage.Window{Start: t0.Add(-time.Minute), End: t0.Add(time.Minute)}})
+				corr := requests.CorrelateRequests(requests.CorrelationInput{Requests: reqs, Window: verdict.Window{Start: t0.Add(-time.Minute), End: t0.Add(time.Minute)}})
 				if len(corr.Evidence["outside_engine"]) == 0 {
 					t.Errorf("no outside_engine evidence: %+v", corr)
 				}

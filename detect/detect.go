@@ -1,0 +1,958 @@
+// Package detect decides when to triage: the detector evaluates a few
+// PromQL triggers per scope against a learned baseline and says which
+// scopes fire.
+package detect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/promql/parser"
+
+	"github.com/whyslow/whyslow/query"
+	"github.com/whyslow/whyslow/verdict"
+)
+
+// Built-in detection signals. Each expands to PromQL that accepts the same
+// metric-name alternatives as the rulesets (vLLM V1 and V0 names, SGLang,
+// TensorRT-LLM), so one trigger works against any engine.
+const (
+	// SignalTTFTP95 is the p95 time to first token, in seconds.
+	SignalTTFTP95 = "ttft_p95"
+	// SignalTPOTP95 is the p95 inter-token latency (TPOT), in seconds.
+	SignalTPOTP95 = "tpot_p95"
+	// SignalSuccessRate is the share of finished requests the server did not
+	// fail (0–1); client aborts are not failures.
+	SignalSuccessRate = "success_rate"
+	// SignalQueueGrowth is the slope of the waiting queue, in requests per second.
+	SignalQueueGrowth = "queue_growth"
+)
+
+// signalExprs holds the PromQL templates of the built-in signals. Placeholders:
+// $sel (label matchers followed by a comma, or nothing), $by (the scope labels,
+// comma-separated), $window (a PromQL duration).
+var signalExprs = map[string]string{
+	SignalTTFTP95: `histogram_quantile(0.95, sum by (le, $by) (` +
+		`rate(vllm:time_to_first_token_seconds_bucket{$sel}[$window])` +
+		` or rate(sglang:time_to_first_token_seconds_bucket{$sel}[$window])` +
+		` or rate(trtllm_time_to_first_token_seconds_bucket{$sel}[$window])` +
+		` or rate(time_to_first_token_seconds_bucket{$sel engine_type!=""}[$window])))`,
+	SignalTPOTP95: `histogram_quantile(0.95, sum by (le, $by) (` +
+		`rate(vllm:inter_token_latency_seconds_bucket{$sel}[$window])` +
+		` or rate(vllm:time_per_output_token_seconds_bucket{$sel}[$window])` +
+		` or rate(sglang:inter_token_latency_seconds_bucket{$sel}[$window])` +
+		` or rate(sglang:time_per_output_token_seconds_bucket{$sel}[$window])` +
+		` or rate(trtllm_time_per_output_token_seconds_bucket{$sel}[$window])` +
+		` or rate(time_per_output_token_seconds_bucket{$sel engine_type!=""}[$window])))`,
+	// Server-side failures only, the lower of the engine's own success rate
+	// and its API server's.
+	SignalSuccessRate: `((` + engineSuccess + `) < (` + httpSuccess + `)) or (` + httpSuccess + `) or (` + engineSuccess + `)`,
+	SignalQueueGrowth: `sum by ($by) (deriv(vllm:num_requests_waiting{$sel}[$window]))` +
+		` or sum by ($by) (deriv(sglang:num_queue_reqs{$sel}[$window]))` +
+		` or sum by ($by) (deriv(trtllm_num_requests_waiting{$sel}[$window]))`,
+}
+
+// engineSuccess is the share of finished requests the engine did not fail:
+// vLLM's `error` reason, TensorRT-LLM's HTTP errors and timeouts. A client
+// abort (vLLM `abort`, TensorRT-LLM `cancelled`, SGLang's aborted
+// requests) is not a failure.
+const engineSuccess = `(1 - (` +
+	`sum by ($by) (rate(vllm:request_success_total{$sel finished_reason="error"}[$window]))` +
+	` or 0 * sum by ($by) (rate(vllm:request_success_total{$sel}[$window])))` +
+	` / sum by ($by) (rate(vllm:request_success_total{$sel}[$window])))` +
+	` or (1 - (sum by ($by) (rate(trtllm_request_error_total{$sel}[$window]))` +
+	` or 0 * sum by ($by) (rate(trtllm_request_success_total{$sel}[$window])))` +
+	` / (sum by ($by) (rate(trtllm_request_error_total{$sel}[$window])) + sum by ($by) (rate(trtllm_request_success_total{$sel}[$window]))` +
+	` or sum by ($by) (rate(trtllm_request_success_total{$sel}[$window]))))` +
+	` or (1 - (sum by ($by) (rate(request_success_total{$sel engine_type!="", finished_reason="timeout"}[$window]))` +
+	` or 0 * sum by ($by) (rate(request_success_total{$sel engine_type!=""}[$window])))` +
+	` / sum by ($by) (rate(request_success_total{$sel engine_type!=""}[$window])))`
+
+// The API server's HTTP status, for engines whose finish reasons cannot
+// tell a failure from a client abort (vLLM V0, V1 before its `error`
+// reason, SGLang): its counters have no model_name, so they take the
+// scope's labels from the engine series of their pod.
+var httpSuccess = `(1 - ` + httpScoped(`status=~"5.."`, "vllm:num_requests_running") +
+	` / ` + httpScoped(``, "vllm:num_requests_running") + `)` +
+	` or (1 - ` + httpScopedSGLang(`status_code=~"5.."`) + ` / ` + httpScopedSGLang(`endpoint=~"/v1/.*|/generate"`) + `)`
+
+// httpScoped is rate(http_requests_total{match}) per scope: each series
+// takes the scope labels of the engine series of its target (the same
+// pod and instance: the API server's counters come with the engine's
+// scrape); series without a target label are left out rather than
+// matched to every scope.
+func httpScoped(match, engineSeries string) string {
+	return `sum by ($by) (rate(http_requests_total{` + match + `}[$window]) * on ($target) group_left ($scopeonly) ` + oneScopeTargets(engineSeries) + `)`
+}
+
+func httpScopedSGLang(match string) string {
+	return `sum by ($by) (rate(sglang:http_responses_total{` + match + `}[$window]) * on ($target) group_left ($scopeonly) ` +
+		oneScopeTargets("sglang:num_running_reqs") + `)`
+}
+
+// oneScopeTargets is one series per target that serves exactly one scope,
+// with the scope's labels: a target that serves several (one server for
+// two models) cannot say whose its HTTP errors were.
+func oneScopeTargets(engineSeries string) string {
+	scoped := `max by ($target, $by) (` + engineSeries + `{$sel instance=~".+"})`
+	return `(` + scoped + ` and on ($target) (count by ($target) (` + scoped + `) == 1))`
+}
+
+// volumeExprs count the requests behind each built-in signal over $window:
+// a ratio or a quantile over a handful of requests is not evidence, so
+// triggers with MinRequests ignore windows that saw fewer.
+var volumeExprs = map[string]string{
+	SignalTTFTP95: ttftVolume,
+	SignalTPOTP95: ttftVolume,
+	SignalSuccessRate: `sum by ($by) (increase(vllm:request_success_total{$sel}[$window]))` +
+		` or (sum by ($by) (increase(trtllm_request_success_total{$sel}[$window]))` +
+		` + sum by ($by) (increase(trtllm_request_error_total{$sel}[$window]))` +
+		` or sum by ($by) (increase(trtllm_request_success_total{$sel}[$window])))` +
+		` or sum by ($by) (increase(request_success_total{$sel engine_type!=""}[$window]))` +
+		` or sum by ($by) (increase(sglang:num_requests_total{$sel}[$window]))`,
+}
+
+// meanExprs are the exact means (rate of _sum over rate of _count) of the
+// histogram-quantile signals, for Trigger.MeanRatio.
+var meanExprs = map[string]string{
+	SignalTTFTP95: histMean("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds", "trtllm_time_to_first_token_seconds",
+		"time_to_first_token_seconds"),
+	SignalTPOTP95: histMean("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds",
+		"sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds", "trtllm_time_per_output_token_seconds",
+		"time_per_output_token_seconds"),
+}
+
+// histMean builds the mean of the first histogram present among names.
+func histMean(names ...string) string {
+	parts := make([]string, len(names))
+	for i, n := range names {
+		sel := "$sel"
+		if !strings.Contains(n, ":") && !strings.HasPrefix(n, "trtllm_") {
+			sel += ` engine_type!=""` // trtllm-serve ≤1.1's unprefixed names
+		}
+		parts[i] = "(sum by ($by) (rate(" + n + "_sum{" + sel + "}[$window])) / sum by ($by) (rate(" + n + "_count{" + sel + "}[$window])))"
+	}
+	return strings.Join(parts, " or ")
+}
+
+// ttftVolume counts the requests that got a first token.
+const ttftVolume = `sum by ($by) (increase(vllm:time_to_first_token_seconds_count{$sel}[$window]))` +
+	` or sum by ($by) (increase(sglang:time_to_first_token_seconds_count{$sel}[$window]))` +
+	` or sum by ($by) (increase(trtllm_time_to_first_token_seconds_count{$sel}[$window]))` +
+	` or sum by ($by) (increase(time_to_first_token_seconds_count{$sel engine_type!=""}[$window]))`
+
+// Detection defaults: they work out of the box against a vLLM sidecar
+// scraped every 5 s.
+const (
+	DefaultShortWindow = time.Minute
+	DefaultLongWindow  = 2 * time.Minute
+	DefaultBaseline    = time.Hour
+	// DefaultFor is three scrape intervals: one noisy scrape never pages, the
+	// ranking has a few scrapes of the new regime to work with, and an
+	// incident opens within 3 intervals of its signal crossing. A burst
+	// that drains (15–30 s past capacity) still pages briefly; a hold of
+	// 90 s or more keeps such bursts quiet at the cost of opening later.
+	DefaultFor = 15 * time.Second
+)
+
+// MinHistory is the least history a baseline is taken from: with less,
+// whyslow is still learning the baseline, ratio conditions (detector and
+// ruleset) have nothing to compare with, and only absolute triggers and
+// mechanisms count. It is twice the default long window: the least
+// history in which a baseline window as long as the window compared with
+// fits before it without overlapping, so the triggers work from the fourth
+// minute after a (re)start. A longer window needs more (twice its length,
+// see ChooseBaseline). Too little history is still no false alarm: a
+// baseline window needs the trigger's MinRequests like any other, and a
+// learned baseline is the highest of the windows the history holds.
+const MinHistory = 2 * DefaultLongWindow
+
+// learnRecent is how far back the nearest window of a learned baseline
+// ends (less the long window) once the history holds more: an incident of
+// the last minutes stays out of the baseline it is compared with while
+// that baseline is being learnt.
+const learnRecent = 10 * time.Minute
+
+// BaselineChoice is the baseline offset a detection or a triage uses at one
+// time, given how much history the store holds: the configured offset
+// once the history reaches it, else the history there is (the baseline
+// window then starts where the history starts), else none.
+type BaselineChoice struct {
+	// Offset is how far back the baseline window ends; 0 means no baseline
+	// (less than Needed of history).
+	Offset time.Duration
+	// Configured is the offset asked for (e.g. 1h).
+	Configured time.Duration
+	// History is how much history the store holds; 0 when unknown.
+	History time.Duration
+	// Learning says Offset is shorter than Configured (or there is none).
+	Learning bool
+	// Needed is the least history a baseline needs for this window: the
+	// larger of MinHistory and twice the window.
+	Needed time.Duration
+}
+
+// ChooseBaseline picks the baseline offset for a window of length window
+// ending at at, with the history starting at since (zero: unknown, the
+// configured offset is used as is). The baseline window must fit in the
+// history and must not overlap the window.
+func ChooseBaseline(configured, window time.Duration, since, at time.Time) BaselineChoice {
+	c := BaselineChoice{Offset: configured, Configured: configured, Needed: max(MinHistory, 2*window)}
+	if since.IsZero() || configured <= 0 {
+		return c
+	}
+	c.History = max(at.Sub(since), 0)
+	if c.History >= configured+window {
+		return c
+	}
+	c.Learning = true
+	off := (c.History - window).Truncate(time.Second)
+	if m := off.Truncate(time.Minute); m >= window {
+		off = m // whole minutes, as the note says
+	}
+	if c.History < MinHistory || off < window || off <= 0 {
+		c.Offset = 0
+		return c
+	}
+	c.Offset = off
+	return c
+}
+
+// Note says how the baseline was chosen, for a verdict warning: "" with the
+// configured baseline; "baseline 12m (learning: 14 of 60 minutes of
+// history)" with a shortened one; "learning the baseline (7 of 60
+// minutes)..." without one.
+func (c BaselineChoice) Note() string {
+	if !c.Learning {
+		return ""
+	}
+	hist, full := int(c.History/time.Minute), int(c.Configured/time.Minute)
+	if c.Offset == 0 {
+		return fmt.Sprintf("learning the baseline (%d of %d minutes): less than %d minutes of history, so nothing is compared with a baseline; "+
+			"only absolute triggers (success rate, queue growth) and mechanism evidence count", hist, full, int(max(c.Needed, MinHistory)/time.Minute))
+	}
+	return fmt.Sprintf("baseline %s (learning: %d of %d minutes of history)", model.Duration(c.Offset), hist, full)
+}
+
+// DefaultGroupBy is the label set that makes a detection scope.
+var DefaultGroupBy = []string{"model_name"}
+
+// DetectConfig configures the detector: which triggers run, over which
+// windows, and how long a condition must hold before it fires. It is the
+// `detect:` section of the daemon's YAML config; zero values get defaults.
+type DetectConfig struct {
+	// Selector is extra PromQL label matchers (without braces) applied to every query.
+	Selector string `yaml:"selector,omitempty" json:"selector,omitempty"`
+	// GroupBy are the labels that tell scopes apart (default model_name).
+	GroupBy []string `yaml:"group_by,omitempty" json:"group_by,omitempty"`
+	// ShortWindow catches a change fast (default 1m).
+	ShortWindow time.Duration `yaml:"short_window,omitempty" json:"short_window,omitempty"`
+	// LongWindow confirms it (default 2m). Both windows must violate.
+	LongWindow time.Duration `yaml:"long_window,omitempty" json:"long_window,omitempty"`
+	// Baseline is how far back the reference window ends (default 1h).
+	// With less history in the store (a fresh sidecar), ratio conditions
+	// compare with the history there is (see ChooseBaseline); with less
+	// than MinHistory (or twice the long window) only above/below
+	// conditions fire.
+	Baseline time.Duration `yaml:"baseline,omitempty" json:"baseline,omitempty"`
+	// For is how long a condition must hold before it fires (default 15s;
+	// see DefaultFor).
+	For time.Duration `yaml:"for,omitempty" json:"for,omitempty"`
+	// Triggers replace the built-in defaults when set.
+	Triggers []Trigger `yaml:"triggers,omitempty" json:"triggers,omitempty"`
+}
+
+// Trigger is one detection condition. It fires for a scope when, in both
+// windows, any of its conditions holds: the value reached Ratio times the
+// baseline (and rose by at least MinIncrease), went above Above, or went
+// below Below.
+type Trigger struct {
+	// Name identifies the trigger in output and metrics.
+	Name string `yaml:"name" json:"name"`
+	// Signal is a built-in signal (ttft_p95, tpot_p95, success_rate, queue_growth).
+	Signal string `yaml:"signal,omitempty" json:"signal,omitempty"`
+	// Expr is custom PromQL used instead of Signal; it may use $sel, $by and $window.
+	Expr string `yaml:"expr,omitempty" json:"expr,omitempty"`
+	// Ratio fires when value >= Ratio × baseline. Zero disables it.
+	Ratio float64 `yaml:"ratio,omitempty" json:"ratio,omitempty"`
+	// MinIncrease is the least absolute rise over the baseline for Ratio to count.
+	MinIncrease float64 `yaml:"min_increase,omitempty" json:"min_increase,omitempty"`
+	// MeanRatio, with a histogram-quantile signal (ttft_p95, tpot_p95) and
+	// Ratio, also requires the window's mean (rate of _sum over rate of
+	// _count, exact) to reach MeanRatio × the baseline's mean. A quantile
+	// interpolated inside coarse buckets jumps between bucket bounds: with
+	// vLLM's inter-token buckets 0.025 → 0.05 s a 9% rise of the mean can
+	// read as a doubling of p95; a real slowdown moves the mean too. Zero
+	// disables the check.
+	MeanRatio float64 `yaml:"mean_ratio,omitempty" json:"mean_ratio,omitempty"`
+	// Above is an absolute SLO: fires when value > Above.
+	Above *float64 `yaml:"above,omitempty" json:"above,omitempty"`
+	// Below fires when value < Below (success rate).
+	Below *float64 `yaml:"below,omitempty" json:"below,omitempty"`
+	// For overrides the detector's hold for this trigger.
+	For *time.Duration `yaml:"for,omitempty" json:"for,omitempty"`
+	// MinRequests is the least number of requests a window must have seen
+	// for its value to count (in the short, the long and, for Ratio, the
+	// baseline window), as SREs require a minimum volume before a burn-rate
+	// alert: five aborts out of forty warm-up requests is not an error
+	// storm. Zero disables the check.
+	MinRequests float64 `yaml:"min_requests,omitempty" json:"min_requests,omitempty"`
+	// VolumeExpr counts the requests over $window for MinRequests with a
+	// custom Expr (built-in signals have their own).
+	VolumeExpr string `yaml:"volume_expr,omitempty" json:"volume_expr,omitempty"`
+	// Severity of an incident this trigger opens (default warning).
+	Severity verdict.Severity `yaml:"severity,omitempty" json:"severity,omitempty"`
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// DefaultTriggers returns the built-in triggers: TTFT p95 at 2× baseline,
+// TPOT p95 at 1.5× baseline with its mean at 1.2× (each window, baseline
+// included, with at least 20 requests), success rate below 98% (critical;
+// at least 50 requests per window), and a waiting queue growing by more
+// than one request every 5 s.
+func DefaultTriggers() []Trigger {
+	return []Trigger{
+		{Name: "ttft_p95", Signal: SignalTTFTP95, Ratio: 2, MinIncrease: 0.1, MinRequests: 20, Severity: verdict.SeverityWarning},
+		{Name: "tpot_p95", Signal: SignalTPOTP95, Ratio: 1.5, MinIncrease: 0.01, MeanRatio: 1.2, MinRequests: 20, Severity: verdict.SeverityWarning},
+		{Name: "success_rate", Signal: SignalSuccessRate, Below: ptr(0.98), MinRequests: 50, Severity: verdict.SeverityCritical},
+		{Name: "queue_growth", Signal: SignalQueueGrowth, Above: ptr(0.2), Severity: verdict.SeverityWarning},
+	}
+}
+
+// WithDefaults returns c with every zero value replaced by its default.
+func (c DetectConfig) WithDefaults() DetectConfig {
+	if len(c.GroupBy) == 0 {
+		c.GroupBy = append([]string(nil), DefaultGroupBy...)
+	}
+	if c.ShortWindow == 0 {
+		c.ShortWindow = DefaultShortWindow
+	}
+	if c.LongWindow == 0 {
+		c.LongWindow = DefaultLongWindow
+	}
+	if c.Baseline == 0 {
+		c.Baseline = DefaultBaseline
+	}
+	if c.For == 0 {
+		c.For = DefaultFor
+	}
+	if len(c.Triggers) == 0 {
+		c.Triggers = DefaultTriggers()
+	}
+	ts := make([]Trigger, len(c.Triggers))
+	for i, t := range c.Triggers {
+		if t.Severity == "" {
+			t.Severity = verdict.SeverityWarning
+		}
+		if t.Name == "" {
+			t.Name = t.Signal
+		}
+		ts[i] = t
+	}
+	c.Triggers = ts
+	return c
+}
+
+// Validate reports every problem with c (after defaults), joined.
+func (c DetectConfig) Validate() error {
+	c = c.WithDefaults()
+	var errs []error
+	if c.ShortWindow < 0 || c.LongWindow < 0 || c.Baseline < 0 || c.For < 0 {
+		errs = append(errs, errors.New("windows, baseline and for must not be negative"))
+	}
+	if c.ShortWindow > c.LongWindow {
+		errs = append(errs, fmt.Errorf("short_window %s is longer than long_window %s", c.ShortWindow, c.LongWindow))
+	}
+	for _, l := range c.GroupBy {
+		if !model.LabelName(l).IsValidLegacy() {
+			errs = append(errs, fmt.Errorf("group_by: invalid label name %q", l))
+		}
+	}
+	if c.Selector != "" {
+		if _, err := parser.NewParser(parser.Options{}).ParseMetricSelector("{" + c.Selector + "}"); err != nil {
+			errs = append(errs, fmt.Errorf("selector %q: %w", c.Selector, err))
+		}
+	}
+	seen := map[string]bool{}
+	for i, t := range c.Triggers {
+		where := fmt.Sprintf("trigger %d (%s)", i+1, t.Name)
+		if seen[t.Name] {
+			errs = append(errs, fmt.Errorf("%s: duplicate name", where))
+		}
+		seen[t.Name] = true
+		switch {
+		case t.Signal == "" && t.Expr == "":
+			errs = append(errs, fmt.Errorf("%s: set signal or expr", where))
+		case t.Signal != "" && t.Expr != "":
+			errs = append(errs, fmt.Errorf("%s: signal and expr are exclusive", where))
+		case t.Signal != "" && signalExprs[t.Signal] == "":
+			errs = append(errs, fmt.Errorf("%s: unknown signal %q (want ttft_p95, tpot_p95, success_rate or queue_growth)", where, t.Signal))
+		}
+		if t.Ratio == 0 && t.Above == nil && t.Below == nil {
+			errs = append(errs, fmt.Errorf("%s: no condition: set ratio, above or below", where))
+		}
+		if t.Ratio < 0 || (t.Ratio > 0 && t.Ratio <= 1) {
+			errs = append(errs, fmt.Errorf("%s: ratio %g must be greater than 1", where, t.Ratio))
+		}
+		if t.MeanRatio < 0 || (t.MeanRatio > 0 && (t.Ratio == 0 || meanExprs[t.Signal] == "")) {
+			errs = append(errs, fmt.Errorf("%s: mean_ratio needs ratio and a histogram-quantile signal (ttft_p95, tpot_p95)", where))
+		}
+		if t.MinRequests < 0 {
+			errs = append(errs, fmt.Errorf("%s: min_requests must not be negative", where))
+		}
+		if t.MinRequests > 0 && t.volumeTemplate() == "" {
+			errs = append(errs, fmt.Errorf("%s: min_requests needs volume_expr (signal %q has no built-in request count)", where, t.Signal))
+		}
+		if t.VolumeExpr != "" {
+			if _, err := parser.NewParser(parser.Options{}).ParseExpr(c.fill(t.VolumeExpr, c.ShortWindow)); err != nil {
+				errs = append(errs, fmt.Errorf("%s: volume_expr: %w", where, err))
+			}
+		}
+		if t.For != nil && *t.For < 0 {
+			errs = append(errs, fmt.Errorf("%s: for must not be negative", where))
+		}
+		switch t.Severity {
+		case verdict.SeverityWarning, verdict.SeverityCritical:
+		default:
+			errs = append(errs, fmt.Errorf("%s: severity %q (want warning or critical)", where, t.Severity))
+		}
+		if t.Signal == "" || signalExprs[t.Signal] != "" {
+			expr := c.expr(t, c.ShortWindow)
+			if _, err := parser.NewParser(parser.Options{}).ParseExpr(expr); err != nil {
+				errs = append(errs, fmt.Errorf("%s: expr: %w", where, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c DetectConfig) expr(t Trigger, window time.Duration) string {
+	tmpl := t.Expr
+	if tmpl == "" {
+		tmpl = signalExprs[t.Signal]
+	}
+	return c.fill(tmpl, window)
+}
+
+// volumeTemplate is the request-count expression of t, "" when none.
+func (t Trigger) volumeTemplate() string {
+	if t.VolumeExpr != "" {
+		return t.VolumeExpr
+	}
+	if t.Expr != "" {
+		return ""
+	}
+	return volumeExprs[t.Signal]
+}
+
+// fill expands the placeholders of a template.
+func (c DetectConfig) fill(tmpl string, window time.Duration) string {
+	sel := ""
+	if c.Selector != "" {
+		sel = c.Selector + ","
+	}
+	// A target is its pod and instance, and its namespace when scopes
+	// have one: in a fleet, pod names repeat across namespaces.
+	target := []string{"pod", "instance"}
+	if slices.Contains(c.GroupBy, "namespace") {
+		target = []string{"namespace", "pod", "instance"}
+	}
+	// The scope labels a target's series take from its engine series
+	// (group_left): those the join does not already match on.
+	var scopeOnly []string
+	for _, l := range c.GroupBy {
+		if !slices.Contains(target, l) {
+			scopeOnly = append(scopeOnly, l)
+		}
+	}
+	return strings.NewReplacer(
+		"$sel", sel,
+		"$by", strings.Join(c.GroupBy, ", "),
+		"$target", strings.Join(target, ", "),
+		"$scopeonly", strings.Join(scopeOnly, ", "),
+		"$window", model.Duration(window).String(),
+	).Replace(tmpl)
+}
+
+// TriggerState is where one trigger stands for one scope.
+type TriggerState int
+
+// Trigger states, as in Prometheus alerting rules.
+const (
+	TriggerInactive TriggerState = iota
+	TriggerPending
+	TriggerFiring
+)
+
+// String returns the state's name.
+func (s TriggerState) String() string {
+	switch s {
+	case TriggerInactive:
+		return "inactive"
+	case TriggerPending:
+		return "pending"
+	case TriggerFiring:
+		return "firing"
+	}
+	return fmt.Sprintf("trigger_state(%d)", int(s))
+}
+
+// MarshalText encodes the state by name.
+func (s TriggerState) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// TriggerResult is one trigger's evaluation for one scope.
+type TriggerResult struct {
+	Name  string       `json:"name"`
+	State TriggerState `json:"state"`
+	// Short, Long and Baseline are the signal values; nil means no data.
+	Short    *float64 `json:"short"`
+	Long     *float64 `json:"long"`
+	Baseline *float64 `json:"baseline"`
+	// Requests is the long window's request count, when MinRequests is set.
+	Requests *float64 `json:"requests,omitempty"`
+	// Since is when the condition started holding (pending or firing).
+	Since time.Time `json:"since,omitzero"`
+	// Reason says which condition holds, e.g. "ratio 3.10 >= 2".
+	Reason   string           `json:"reason,omitempty"`
+	Severity verdict.Severity `json:"severity"`
+}
+
+// Detection is the detector's output for one scope.
+type Detection struct {
+	// Key identifies the scope: its selector, labels sorted.
+	Key      string           `json:"key"`
+	Scope    verdict.Scope    `json:"scope"`
+	Firing   bool             `json:"firing"`
+	Severity verdict.Severity `json:"severity"`
+	Triggers []TriggerResult  `json:"triggers"`
+}
+
+// FiringTriggers returns the names of the firing triggers.
+func (d Detection) FiringTriggers() []string {
+	var out []string
+	for _, t := range d.Triggers {
+		if t.State == TriggerFiring {
+			out = append(out, t.Name)
+		}
+	}
+	return out
+}
+
+// Holding returns the names of the triggers whose condition holds now
+// (pending or firing): what keeps an open incident open, since the `for`
+// hold guards the opening only.
+func (d Detection) Holding() []string {
+	var out []string
+	for _, t := range d.Triggers {
+		if t.State != TriggerInactive {
+			out = append(out, t.Name)
+		}
+	}
+	return out
+}
+
+// Detector evaluates triggers each interval. It keeps only the pending-since
+// times that implement the `for` hold; time always comes in as an argument.
+// A Detector is not safe for concurrent use.
+type Detector struct {
+	cfg     DetectConfig
+	pending map[string]time.Time // scope key + "\x00" + trigger name
+}
+
+// NewDetector validates cfg and returns a detector.
+func NewDetector(cfg DetectConfig) (*Detector, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("detect config: %w", err)
+	}
+	return &Detector{cfg: cfg.WithDefaults(), pending: map[string]time.Time{}}, nil
+}
+
+// Config returns the detector's effective configuration.
+func (d *Detector) Config() DetectConfig { return d.cfg }
+
+// Evaluate runs every trigger at time at and returns one Detection per scope
+// that has data, sorted by key. A query error fails the evaluation; the
+// pending state is left untouched then.
+func (d *Detector) Evaluate(ctx context.Context, m query.Metrics, at time.Time) ([]Detection, error) {
+	return d.EvaluateSince(ctx, m, at, time.Time{})
+}
+
+// EvaluateSince is Evaluate for a store whose history starts at since
+// (zero: unknown, taken as long enough). With less history than the
+// configured baseline, ratio conditions compare with the history there is
+// (ChooseBaseline over the long window), from MinHistory (twice the long
+// window when longer) on; with less they are off, and the absolute
+// conditions (above, below) still fire.
+func (d *Detector) EvaluateSince(ctx context.Context, m query.Metrics, at, since time.Time) ([]Detection, error) {
+	choice := ChooseBaseline(d.cfg.Baseline, d.cfg.LongWindow, since, at)
+	w := evalWindows{at: at, offset: choice.Offset, baseAt: at.Add(-choice.Offset)}
+	if choice.Learning && w.offset > 0 {
+		w.learnAt = d.learnPoints(at, w.offset)
+	}
+	byScope := map[string]*Detection{}
+	results := make([]map[string]triggerVals, len(d.cfg.Triggers))
+	for i, t := range d.cfg.Triggers {
+		r, err := d.triggerValues(ctx, m, t, w)
+		if err != nil {
+			return nil, err
+		}
+		results[i] = r
+		for key := range r {
+			if byScope[key] == nil {
+				byScope[key] = &Detection{Key: key, Scope: d.scopeOf(key), Severity: verdict.SeverityNone}
+			}
+		}
+	}
+	live := map[string]bool{}
+	for i, t := range d.cfg.Triggers {
+		for key, det := range byScope {
+			d.judge(t, key, results[i][key], det, at, live)
+		}
+	}
+	d.keepPending(live, at)
+	out := make([]Detection, 0, len(byScope))
+	for _, det := range byScope {
+		out = append(out, *det)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
+}
+
+// evalWindows are the times one evaluation reads: now (at), the baseline
+// window's end (baseAt, offset before at) and, while learning, the points
+// of the learned baseline (learnAt; nil otherwise).
+type evalWindows struct {
+	at, baseAt time.Time
+	offset     time.Duration
+	learnAt    []time.Time
+}
+
+// learnPoints are the ends of the windows a learning baseline reads. While
+// learning, one window of the little history there is would be a noisy
+// reference (the engine's first minutes, a lull): the baseline is the
+// highest of a few windows spread over the history (none of the last
+// learnRecent less the window; with less history than that, the oldest
+// window there is), which only ever makes a ratio harder to reach.
+func (d *Detector) learnPoints(at time.Time, offset time.Duration) []time.Time {
+	var learnAt []time.Time
+	lo := max(d.cfg.LongWindow, learnRecent-d.cfg.LongWindow)
+	n := 1
+	if offset > lo {
+		n = min(6, 1+int((offset-lo)/d.cfg.LongWindow))
+	}
+	for k := 0; k < n; k++ {
+		off := offset
+		if n > 1 {
+			off = offset - time.Duration(k)*(offset-lo)/time.Duration(n-1)
+		}
+		learnAt = append(learnAt, at.Add(-off))
+	}
+	return learnAt
+}
+
+// triggerVals are one trigger's values for one scope.
+type triggerVals struct {
+	short, long, base *float64
+	// Request counts of the windows (nil: not checked or no data).
+	nShort, nLong, nBase *float64
+	// Means of the windows, for MeanRatio (nil: not checked or no data).
+	mShort, mLong, mBase *float64
+}
+
+// windowQuery is one window of a per-window query: its length, its end,
+// where its value goes, and whether it is left out.
+type windowQuery struct {
+	window time.Duration
+	at     time.Time
+	set    func(r *triggerVals, v float64)
+	skip   bool
+}
+
+// triggerValues evaluates t's windows (short, long, baseline), then its
+// request counts and means where it has them, by scope key.
+func (d *Detector) triggerValues(ctx context.Context, m query.Metrics, t Trigger, w evalWindows) (map[string]triggerVals, error) {
+	short, err := d.query(ctx, m, t, d.cfg.ShortWindow, w.at)
+	if err != nil {
+		return nil, fmt.Errorf("trigger %s: %w", t.Name, err)
+	}
+	long, err := d.query(ctx, m, t, d.cfg.LongWindow, w.at)
+	if err != nil {
+		return nil, fmt.Errorf("trigger %s: %w", t.Name, err)
+	}
+	base := map[string]float64{}
+	if t.Ratio > 0 && w.offset > 0 && w.learnAt == nil {
+		b, err := d.query(ctx, m, t, d.cfg.LongWindow, w.baseAt)
+		if err != nil {
+			return nil, fmt.Errorf("trigger %s baseline: %w", t.Name, err)
+		}
+		base = b
+	}
+	res := map[string]triggerVals{}
+	for key, v := range short {
+		r := res[key]
+		r.short = ptr(v)
+		res[key] = r
+	}
+	for key, v := range long {
+		r := res[key]
+		r.long = ptr(v)
+		res[key] = r
+	}
+	for key, v := range base {
+		if r, ok := res[key]; ok {
+			r.base = ptr(v)
+			res[key] = r
+		}
+	}
+	if t.MinRequests > 0 {
+		if err := d.perWindow(ctx, m, res, t.volumeTemplate(), []windowQuery{
+			{d.cfg.ShortWindow, w.at, func(r *triggerVals, v float64) { r.nShort = ptr(v) }, false},
+			{d.cfg.LongWindow, w.at, func(r *triggerVals, v float64) { r.nLong = ptr(v) }, false},
+			{d.cfg.LongWindow, w.baseAt, func(r *triggerVals, v float64) { r.nBase = ptr(v) }, t.Ratio == 0 || w.offset == 0 || w.learnAt != nil},
+		}); err != nil {
+			return nil, fmt.Errorf("trigger %s request count: %w", t.Name, err)
+		}
+	}
+	if t.MeanRatio > 0 {
+		if err := d.perWindow(ctx, m, res, meanExprs[t.Signal], []windowQuery{
+			{d.cfg.ShortWindow, w.at, func(r *triggerVals, v float64) { r.mShort = ptr(v) }, false},
+			{d.cfg.LongWindow, w.at, func(r *triggerVals, v float64) { r.mLong = ptr(v) }, false},
+			{d.cfg.LongWindow, w.baseAt, func(r *triggerVals, v float64) { r.mBase = ptr(v) }, w.offset == 0 || w.learnAt != nil},
+		}); err != nil {
+			return nil, fmt.Errorf("trigger %s mean: %w", t.Name, err)
+		}
+	}
+	if t.Ratio > 0 && w.learnAt != nil {
+		if err := d.learnedBaseline(ctx, m, t, w.learnAt, func(key string, v, n, mean *float64) {
+			if r, ok := res[key]; ok {
+				r.base, r.nBase, r.mBase = v, n, mean
+				res[key] = r
+			}
+		}); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// perWindow evaluates the template tmpl over each window not skipped and
+// sets its values on the scopes res already has.
+func (d *Detector) perWindow(ctx context.Context, m query.Metrics, res map[string]triggerVals, tmpl string, ws []windowQuery) error {
+	for _, w := range ws {
+		if w.skip {
+			continue
+		}
+		n, err := d.queryExpr(ctx, m, d.cfg.fill(tmpl, w.window), w.at)
+		if err != nil {
+			return err
+		}
+		for key, v := range n {
+			if r, ok := res[key]; ok {
+				w.set(&r, v)
+				res[key] = r
+			}
+		}
+	}
+	return nil
+}
+
+// judge decides trigger t for one scope from its values r: a condition
+// that holds in both windows is pending (marked live), and firing once it
+// has held for the trigger's hold; det gets the result.
+func (d *Detector) judge(t Trigger, key string, r triggerVals, det *Detection, at time.Time, live map[string]bool) {
+	hold := d.cfg.For
+	if t.For != nil {
+		hold = *t.For
+	}
+	tr := TriggerResult{Name: t.Name, Short: r.short, Long: r.long, Baseline: r.base, Requests: r.nLong, Severity: t.Severity}
+	short, long, base := r.short, r.long, r.base
+	if t.MinRequests > 0 {
+		// A window with too few requests is no evidence either way.
+		if !enough(r.nShort, t.MinRequests) {
+			short = nil
+		}
+		if !enough(r.nLong, t.MinRequests) {
+			long = nil
+		}
+		if !enough(r.nBase, t.MinRequests) {
+			base = nil
+		}
+	}
+	reason, okShort := t.holds(short, base, r.mShort, r.mBase)
+	_, okLong := t.holds(long, base, r.mLong, r.mBase)
+	pk := key + "\x00" + t.Name
+	if okShort && okLong {
+		since, ok := d.pending[pk]
+		if !ok {
+			since = at
+		}
+		live[pk] = true
+		tr.Since, tr.Reason, tr.State = since, reason, TriggerPending
+		if at.Sub(since) >= hold {
+			tr.State = TriggerFiring
+			det.Firing = true
+			if t.Severity.Rank() > det.Severity.Rank() {
+				det.Severity = t.Severity
+			}
+		}
+	}
+	det.Triggers = append(det.Triggers, tr)
+}
+
+// keepPending keeps the pending-since times of the conditions that hold
+// (live), from at for those that just began, and forgets the others.
+func (d *Detector) keepPending(live map[string]bool, at time.Time) {
+	for pk := range d.pending {
+		if !live[pk] {
+			delete(d.pending, pk)
+		}
+	}
+	for pk := range live {
+		if _, ok := d.pending[pk]; !ok {
+			d.pending[pk] = at
+		}
+	}
+}
+
+// learnedBaseline evaluates t's baseline at each of points and sets, per
+// scope, the highest value among the windows with enough requests (with
+// its request count) and the highest mean.
+func (d *Detector) learnedBaseline(ctx context.Context, m query.Metrics, t Trigger, points []time.Time, set func(key string, v, n, mean *float64)) error {
+	best := map[string]*float64{}
+	count := map[string]*float64{}
+	means := map[string]*float64{}
+	for _, p := range points {
+		vals, err := d.query(ctx, m, t, d.cfg.LongWindow, p)
+		if err != nil {
+			return fmt.Errorf("trigger %s baseline: %w", t.Name, err)
+		}
+		var vols map[string]float64
+		if t.MinRequests > 0 {
+			if vols, err = d.queryExpr(ctx, m, d.cfg.fill(t.volumeTemplate(), d.cfg.LongWindow), p); err != nil {
+				return fmt.Errorf("trigger %s request count: %w", t.Name, err)
+			}
+		}
+		var mv map[string]float64
+		if t.MeanRatio > 0 {
+			if mv, err = d.queryExpr(ctx, m, d.cfg.fill(meanExprs[t.Signal], d.cfg.LongWindow), p); err != nil {
+				return fmt.Errorf("trigger %s mean: %w", t.Name, err)
+			}
+		}
+		for key, v := range vals {
+			var n *float64
+			if t.MinRequests > 0 {
+				nv, ok := vols[key]
+				if !ok || nv < t.MinRequests {
+					continue
+				}
+				n = ptr(nv)
+			}
+			if b := best[key]; b == nil || v > *b {
+				best[key], count[key] = ptr(v), n
+			}
+			if mean, ok := mv[key]; ok && (means[key] == nil || mean > *means[key]) {
+				means[key] = ptr(mean)
+			}
+		}
+	}
+	for key, v := range best {
+		set(key, v, count[key], means[key])
+	}
+	return nil
+}
+
+// enough reports whether a window's request count reaches min.
+func enough(n *float64, min float64) bool { return n != nil && *n >= min }
+
+// holds reports whether one window's value meets a condition of t; mean
+// and baseMean are the window's and the baseline's means, for MeanRatio.
+func (t Trigger) holds(v, base, mean, baseMean *float64) (string, bool) {
+	if v == nil {
+		return "", false
+	}
+	if t.Below != nil && *v < *t.Below {
+		return fmt.Sprintf("%.4g < %g", *v, *t.Below), true
+	}
+	if t.Above != nil && *v > *t.Above {
+		return fmt.Sprintf("%.4g > %g", *v, *t.Above), true
+	}
+	if t.Ratio > 0 && base != nil && *base > 0 && *v >= t.Ratio**base && *v-*base >= t.MinIncrease {
+		if t.MeanRatio > 0 {
+			if mean == nil || baseMean == nil || *baseMean <= 0 || *mean < t.MeanRatio**baseMean {
+				return "", false
+			}
+			return fmt.Sprintf("%.4g is %.2f× baseline %.4g (>= %g×), mean %.2f× (>= %g×)",
+				*v, *v / *base, *base, t.Ratio, *mean / *baseMean, t.MeanRatio), true
+		}
+		return fmt.Sprintf("%.4g is %.2f× baseline %.4g (>= %g×)", *v, *v / *base, *base, t.Ratio), true
+	}
+	return "", false
+}
+
+// query evaluates t over window at time at and returns finite values by scope key.
+func (d *Detector) query(ctx context.Context, m query.Metrics, t Trigger, window time.Duration, at time.Time) (map[string]float64, error) {
+	return d.queryExpr(ctx, m, d.cfg.expr(t, window), at)
+}
+
+// queryExpr evaluates expr at time at and returns finite values by scope key.
+func (d *Detector) queryExpr(ctx context.Context, m query.Metrics, expr string, at time.Time) (map[string]float64, error) {
+	vec, _, err := m.Query(ctx, expr, at)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]float64, len(vec))
+	for _, s := range vec {
+		v := float64(s.Value)
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			continue
+		}
+		out[d.keyOf(s.Metric)] = v
+	}
+	return out, nil
+}
+
+// keyOf builds the scope key (a PromQL selector) from the group-by labels.
+func (d *Detector) keyOf(m model.Metric) string {
+	parts := make([]string, 0, len(d.cfg.GroupBy)+1)
+	if d.cfg.Selector != "" {
+		parts = append(parts, d.cfg.Selector)
+	}
+	names := append([]string(nil), d.cfg.GroupBy...)
+	sort.Strings(names)
+	for _, l := range names {
+		if v, ok := m[model.LabelName(l)]; ok && v != "" {
+			parts = append(parts, fmt.Sprintf("%s=%q", l, string(v)))
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// scopeOf turns a scope key back into a Scope.
+func (d *Detector) scopeOf(key string) verdict.Scope {
+	s := verdict.Scope{Selector: key}
+	ms, err := parser.NewParser(parser.Options{}).ParseMetricSelector("{" + key + "}")
+	if err != nil || key == "" {
+		return s
+	}
+	group := map[string]bool{}
+	for _, l := range d.cfg.GroupBy {
+		group[l] = true
+	}
+	for _, m := range ms {
+		if group[m.Name] {
+			if s.Labels == nil {
+				s.Labels = map[string]string{}
+			}
+			s.Labels[m.Name] = m.Value
+		}
+	}
+	return s
+}

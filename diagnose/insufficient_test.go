@@ -1,0 +1,138 @@
+package diagnose
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/whyslow/whyslow/query"
+	"github.com/whyslow/whyslow/query/querytest"
+	"github.com/whyslow/whyslow/rules"
+	"github.com/whyslow/whyslow/rulesets"
+	"github.com/whyslow/whyslow/verdict"
+)
+
+// spanned is querytest.Range that knows its data range, as the embedded store does.
+type spanned struct {
+	querytest.Range
+	start, end time.Time
+}
+
+func (s spanned) DataSpan() (time.Time, time.Time) { return s.start, s.end }
+
+// servingLoad is two vLLM models served from offset on (in 15 s steps) to
+// 90m, with request counts but no TTFT histogram.
+func servingLoad(offset int) string {
+	n := 360 - offset
+	lead := ""
+	if offset > 0 {
+		lead = fmt.Sprintf("_x%d ", offset)
+	}
+	var b strings.Builder
+	b.WriteString("load 15s\n")
+	for _, m := range []string{"a", "b"} {
+		fmt.Fprintf(&b, "  vllm:num_requests_running{model_name=%q, pod=\"p-%s\"} %s1+0x%d\n", m, m, lead, n)
+		fmt.Fprintf(&b, "  vllm:e2e_request_latency_seconds_count{model_name=%q, pod=\"p-%s\"} %s0+3x%d\n", m, m, lead, n)
+	}
+	return b.String()
+}
+
+// TestInsufficientReason checks that each way of getting no verdict names
+// its own cause, in the documented order, with what to do.
+func TestInsufficientReason(t *testing.T) {
+	all, err := rulesets.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vllm, err := rulesets.Default("vllm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(0, 0)
+	for _, tc := range []struct {
+		name     string
+		load     string
+		exact    bool // the source is a DataSpanner
+		at       time.Duration
+		selector string
+		engine   string
+		code     verdict.InsufficientCode
+		want     []string
+	}{
+		{name: "no engine series", load: "load 15s\n  node_load1{instance=\"a\"} 1+0x360\n", at: 90 * time.Minute,
+			code: verdict.InsufficientNoEngine, want: []string{"no series of a known engine (vllm, sglang, trtllm)", "vllm:num_requests_running"}},
+		{name: "other engine", load: servingLoad(0), at: 90 * time.Minute, engine: "sglang",
+			code: verdict.InsufficientNoEngine, want: []string{"no sglang series", "--engine vllm"}},
+		{name: "selector matches nothing", load: servingLoad(0), at: 90 * time.Minute, selector: `model_name="c"`,
+			code: verdict.InsufficientSelector, want: []string{`{model_name="c"}`, "model_name values: a, b", "--selector"}},
+		{name: "unknown label", load: servingLoad(0), at: 90 * time.Minute, selector: `model="a"`, engine: "vllm",
+			code: verdict.InsufficientSelector, want: []string{"no series has the label model"}},
+		{name: "window after the data", load: servingLoad(0), exact: true, at: 5 * time.Hour, selector: `model_name="a"`,
+			code: verdict.InsufficientOutsideData, want: []string{"lies outside the scope's data", "1970-01-01 00:00:00 UTC to 1970-01-01 01:30:00 UTC", "--at 1970-01-01T01:30:00Z"}},
+		{name: "baseline before the data", load: servingLoad(200), exact: true, at: 90 * time.Minute, selector: `model_name="a"`,
+			code: verdict.InsufficientBaseline, want: []string{"1h before --at", "starts at 1970-01-01 00:50:00 UTC", "40m of history", "--baseline 35m or less"}},
+		{name: "required signal missing", load: servingLoad(0), at: 90 * time.Minute, selector: `model_name="a"`,
+			code: verdict.InsufficientSignal, want: []string{"ttft_mean (TTFT mean)", "incident window", "vllm:time_to_first_token_seconds_sum"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var m query.Metrics = querytest.Range{Metrics: querytest.New(t, tc.load)}
+			if tc.exact {
+				m = spanned{m.(querytest.Range), t0, t0.Add(90 * time.Minute)}
+			}
+			opts := Options{Metrics: m, Rulesets: all, At: t0.Add(tc.at), Selector: tc.selector, Engine: tc.engine, GPU: "H100"}
+			if tc.engine == "vllm" {
+				opts.Rulesets, opts.Ruleset = nil, vllm
+			}
+			v, err := Run(context.Background(), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v.Status != verdict.StatusInsufficientData || v.InsufficientReason == nil {
+				t.Fatalf("status %s, reason %+v", v.Status, v.InsufficientReason)
+			}
+			r := v.InsufficientReason
+			if r.Code != tc.code {
+				t.Errorf("code %s, want %s: %s", r.Code, tc.code, r.Message)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(r.Message, w) {
+					t.Errorf("message lacks %q:\n%s", w, r.Message)
+				}
+			}
+		})
+	}
+}
+
+// TestInsufficientReasonNotGapOrder checks that a verdict whose baseline
+// has no TTFT names that, not whichever data gap came first (a --scrape
+// whose engine started serving during the sample).
+func TestInsufficientReasonNotGapOrder(t *testing.T) {
+	rs, err := rulesets.Default("vllm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := baseline()
+	base := map[string]float64{"samples": 20, "kv_usage": 0.1}
+	v := run(t, rs, now, base)
+	if v.Status != verdict.StatusInsufficientData {
+		t.Fatalf("status %s", v.Status)
+	}
+	r := v.InsufficientReason
+	if r == nil || r.Code != verdict.InsufficientSignal || r.Signal != "ttft_mean" || r.Window != "baseline" {
+		t.Fatalf("reason %+v, want ttft_mean missing from the baseline (first gap: %+v)", r, v.DataGaps[0])
+	}
+	if healthy := run(t, rs, now, now); healthy.InsufficientReason != nil {
+		t.Errorf("a healthy verdict carries a reason: %+v", healthy.InsufficientReason)
+	}
+}
+
+func TestRequiredRefs(t *testing.T) {
+	got := requiredRefs(`!("samples" in now) || now.samples < 2.0 || !("ttft_mean" in base) || now.?x.orValue(1.0) > 0`)
+	want := []requiredRef{{"samples", "incident"}, {"ttft_mean", "baseline"}, {"x", "incident"}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("requiredRefs = %v, want %v", got, want)
+	}
+	_ = rules.DefaultTargetLabels
+}

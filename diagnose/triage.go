@@ -1,0 +1,644 @@
+// Package diagnose walks the fixed diagnosis over PromQL signals and builds a Verdict.
+package diagnose
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql/parser"
+
+	"github.com/whyslow/whyslow/query"
+	"github.com/whyslow/whyslow/rules"
+	"github.com/whyslow/whyslow/verdict"
+)
+
+// Options configure one triage. Zero values get defaults.
+type Options struct {
+	// Metrics answers the PromQL (embedded store or remote Prometheus). Required.
+	Metrics query.Metrics
+	// Ruleset, when set, is used as is (its engine wins over Engine).
+	Ruleset *rules.Ruleset
+	// Rulesets are the candidates when Ruleset is nil: the one whose engine
+	// is Engine, or when Engine is "auto" (or empty) the one whose detect
+	// expression finds the most series.
+	Rulesets []*rules.Ruleset
+	// OtherEngines, when set, returns the rulesets of engines not among
+	// Rulesets; it is called only when a named engine's series are
+	// missing, to say which engine the source does hold (so those need
+	// compiling only then).
+	OtherEngines func() []*rules.Ruleset
+	// At is the end of the incident window. Required.
+	At time.Time
+	// Window is the incident window's length (default 5m).
+	Window time.Duration
+	// Baseline is how far back the baseline window ends (default 1h).
+	Baseline time.Duration
+	// Selector is the scope's PromQL label matchers without braces; may be empty.
+	Selector string
+	// Engine is "auto" (or empty) or the engine name (vllm, sglang, trtllm).
+	Engine string
+	// Scheduler holds the incident's scheduler settings; when not Known the
+	// ruleset's engine defaults for the GPU apply.
+	Scheduler rules.Scheduler
+	// GPU is the GPU class (e.g. "H100"), empty when unknown. When empty,
+	// Run infers it from the model label of the scope's GPU counters
+	// (whyslow_gpu_* or dcgm-exporter's DCGM_FI_*) and says so in
+	// Verdict.GPU.
+	GPU string
+	// GPUSource says where GPU came from (e.g. "--gpu", "incident.yaml"),
+	// for Verdict.GPU's detail; optional.
+	GPUSource string
+	// Explain fills Verdict.Signals and every rule outcome.
+	Explain bool
+	// BaselineWithoutRates says the baseline window holds an engine's
+	// lifetime counters scaled to an assumed lifetime (a bare `--scrape` of
+	// an engine that exports no start time): its ratios, means and
+	// quantiles are exact, its rates and counts are not, so those are gaps
+	// no rule reads, never a guess.
+	BaselineWithoutRates bool
+	// TargetLabels identify a target inside the scope (default ["pod",
+	// "instance"]: Kubernetes service discovery adds pod, a bare scrape has
+	// only instance; grouping by both works for either). The first one is
+	// the label spans and GPU series are joined on.
+	TargetLabels []string
+	// Concurrency bounds the queries in flight (default 4).
+	Concurrency int
+	// MaxTargets is how many of the worst targets to list per signal (default 3).
+	MaxTargets int
+	// Traces, when set, adds step 4's correlation of the slowest traced
+	// requests with their pods' metrics (correlate.go).
+	Traces Traces
+	// SLOs are user bounds on signals of the incident window (ParseSLO): a
+	// breach makes the verdict an anomaly on its own.
+	SLOs []verdict.SLO
+	// Shared, when set, answers the queries that read every scope's series
+	// (an insufficient-data diagnosis's engine checks) instead of Metrics,
+	// so triages sharing one (a SharedQueries) run them once. It must hold
+	// the data Metrics does.
+	Shared query.Metrics
+}
+
+// ErrNoData means no metrics source answered any query.
+var ErrNoData = errors.New("no query succeeded")
+
+// noDataError is ErrNoData carrying the first query's failure, so that
+// callers can both test errors.Is(err, ErrNoData) and reach the source's
+// own error (e.g. an unreachable server) with errors.As.
+type noDataError struct{ err error }
+
+func (e noDataError) Error() string        { return ErrNoData.Error() + ": " + e.err.Error() }
+func (e noDataError) Is(target error) bool { return target == ErrNoData }
+func (e noDataError) Unwrap() error        { return e.err }
+
+func (o *Options) defaults() error {
+	if o.Metrics == nil {
+		return errors.New("triage: no metrics source")
+	}
+	if o.At.IsZero() {
+		return errors.New("triage: no evaluation time")
+	}
+	if o.Window <= 0 {
+		o.Window = 5 * time.Minute
+	}
+	if o.Baseline <= 0 {
+		o.Baseline = time.Hour
+	}
+	if o.Baseline < o.Window {
+		return fmt.Errorf("triage: baseline offset %s is shorter than the window %s, so the windows overlap", o.Baseline, o.Window)
+	}
+	if len(o.TargetLabels) == 0 {
+		o.TargetLabels = rules.DefaultTargetLabels
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 4
+	}
+	if o.MaxTargets <= 0 {
+		o.MaxTargets = 3
+	}
+	if o.Engine == "" {
+		o.Engine = "auto"
+	}
+	if o.Ruleset == nil && len(o.Rulesets) == 0 {
+		return errors.New("triage: no ruleset")
+	}
+	if o.Shared == nil {
+		o.Shared = o.Metrics
+	}
+	return nil
+}
+
+// scopeLabels validates the selector and returns its equality matchers.
+func scopeLabels(sel string) (map[string]string, error) {
+	if strings.TrimSpace(sel) == "" {
+		return nil, nil
+	}
+	ms, err := parser.NewParser(parser.Options{}).ParseMetricSelector("{" + sel + "}")
+	if err != nil {
+		return nil, fmt.Errorf("triage: selector %q: %w", sel, err)
+	}
+	out := map[string]string{}
+	for _, m := range ms {
+		if m.Type == labels.MatchEqual {
+			out[m.Name] = m.Value
+		}
+	}
+	return out, nil
+}
+
+// signalQuery is one PromQL evaluation of the triage.
+type signalQuery struct {
+	signal  *rules.Signal
+	expr    string
+	at      time.Time
+	window  string // "incident", "baseline" or "targets"
+	result  model.Vector
+	warns   []string
+	err     error
+	success bool
+}
+
+// runQueries evaluates the queries with bounded concurrency: n goroutines
+// take them in turn. A goroutine per query would grow a fresh stack for
+// every PromQL evaluation (a tenth of a fleet cycle's CPU).
+func runQueries(ctx context.Context, m query.Metrics, qs []*signalQuery, n int) {
+	run := func(q *signalQuery) {
+		if q.err = ctx.Err(); q.err != nil {
+			return
+		}
+		q.result, q.warns, q.err = m.Query(ctx, q.expr, q.at)
+		q.success = q.err == nil
+	}
+	if n == 1 {
+		for _, q := range qs {
+			run(q)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(n, len(qs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1) - 1; i < int64(len(qs)); i = next.Add(1) - 1 {
+				run(qs[i])
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// scalar reduces a scope-level result to one number; NaN and ±Inf count as no data.
+func scalar(v model.Vector) (float64, bool) {
+	found, best := false, 0.0
+	for _, s := range v {
+		f := float64(s.Value)
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			continue
+		}
+		if !found || f > best {
+			best, found = f, true
+		}
+	}
+	return best, found
+}
+
+// Run triages one scope: it evaluates every signal of the ruleset at the
+// incident and baseline windows, walks the steps and builds the Verdict. An
+// error means whyslow failed (bad options, context cancelled, or no query
+// succeeded); a scope without data gets a verdict with status insufficient_data.
+func Run(ctx context.Context, opts Options) (*verdict.Verdict, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	scopeLbls, err := scopeLabels(opts.Selector)
+	if err != nil {
+		return nil, err
+	}
+	win := model.Duration(opts.Window).String()
+	v := &verdict.Verdict{
+		SchemaVersion: verdict.SchemaVersion,
+		Status:        verdict.StatusInsufficientData,
+		Severity:      verdict.SeverityNone,
+		Phase:         verdict.PhaseNone,
+		Scope:         verdict.Scope{Selector: opts.Selector, Labels: scopeLbls},
+		At:            opts.At.UTC(),
+		Incident:      verdict.Window{Start: opts.At.Add(-opts.Window).UTC(), End: opts.At.UTC()},
+		Baseline:      verdict.Window{Start: opts.At.Add(-opts.Baseline - opts.Window).UTC(), End: opts.At.Add(-opts.Baseline).UTC()},
+		Headline:      []verdict.Comparison{},
+		Causes:        []verdict.Cause{},
+		RuledOut:      []verdict.RuledOut{},
+		Steps:         []verdict.Step{},
+		DataGaps:      []verdict.DataGap{},
+	}
+
+	rs, warns, err := pickRuleset(ctx, &opts, win)
+	v.Warnings = appendWarnings(v.Warnings, warns...)
+	if err != nil {
+		return nil, err
+	}
+	if rs == nil {
+		v.Engine = opts.Engine
+		v.DataGaps = append(v.DataGaps, verdict.DataGap{Signal: "engine", Window: "incident",
+			Reason: "no series of a known engine (vllm, sglang, trtllm) matched the scope"})
+		v.InsufficientReason = diagnoseInsufficient(ctx, &opts, nil, nil, nil)
+		return v, nil
+	}
+	v.Engine = rs.Engine
+	if sh := rs.Shape(); sh != nil {
+		v.EngineShape = &verdict.EngineShape{Name: sh.Name, Title: sh.Title}
+	}
+
+	// One query per signal and window, plus the per-target views: rendered once.
+	var qs []*signalQuery
+	baseAt := opts.At.Add(-opts.Baseline)
+	for _, s := range rs.Signals {
+		expr, err := s.Render(opts.Selector, win, nil)
+		if err != nil {
+			return nil, fmt.Errorf("triage: signal %s: %w", s.Name, err)
+		}
+		qs = append(qs, &signalQuery{signal: s, expr: expr, at: opts.At, window: "incident"},
+			&signalQuery{signal: s, expr: expr, at: baseAt, window: "baseline"})
+		if s.Targets {
+			texpr, err := s.Render(opts.Selector, win, opts.TargetLabels)
+			if err != nil {
+				return nil, fmt.Errorf("triage: signal %s: %w", s.Name, err)
+			}
+			qs = append(qs, &signalQuery{signal: s, expr: texpr, at: opts.At, window: "targets"})
+		}
+	}
+	// The GPU class, when not given, comes from the GPU counters: one more
+	// query, run alongside the signals.
+	var gpu gpuInference
+	gpuDone := make(chan struct{})
+	if opts.GPU == "" {
+		go func() {
+			defer close(gpuDone)
+			gpu = inferGPU(ctx, opts.Metrics, opts.Selector, opts.TargetLabels[0], win, opts.At)
+		}()
+	} else {
+		close(gpuDone)
+		gpu.class = &verdict.GPUClass{Class: opts.GPU, Source: verdict.GPUSourceGiven, Detail: opts.GPUSource}
+	}
+	runQueries(ctx, opts.Metrics, qs, opts.Concurrency)
+	<-gpuDone
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("triage: %w", err)
+	}
+	v.GPU = gpu.class
+
+	now, base := map[string]float64{}, map[string]float64{}
+	exprs := map[string]string{}
+	var failed, ok int
+	var firstErr error
+	targetSets := map[string]bool{}
+	for _, q := range qs {
+		v.Warnings = appendWarnings(v.Warnings, q.warns...)
+		if q.err != nil {
+			failed++
+			if firstErr == nil {
+				firstErr = q.err
+			}
+			if q.window != "targets" {
+				v.DataGaps = append(v.DataGaps, verdict.DataGap{Signal: q.signal.Name, Window: q.window, Reason: "query failed: " + q.err.Error()})
+			}
+			continue
+		}
+		ok++
+		switch q.window {
+		case "incident":
+			exprs[q.signal.Name] = q.expr
+			if f, found := scalar(q.result); found {
+				now[q.signal.Name] = f
+			}
+		case "baseline":
+			if f, found := scalar(q.result); found {
+				base[q.signal.Name] = f
+			}
+		case "targets":
+			ts := worstTargets(q.signal.Name, q.signal.Unit, q.result, opts.TargetLabels)
+			for _, t := range ts {
+				targetSets[labelsKey(t.Labels)] = true
+			}
+			if len(ts) >= 2 && imbalanced(ts, q.signal.Unit) {
+				if len(ts) > opts.MaxTargets {
+					ts = ts[:opts.MaxTargets]
+				}
+				v.Targets = append(v.Targets, ts...)
+			}
+		}
+	}
+	if ok == 0 && failed > 0 {
+		return nil, fmt.Errorf("triage: %w", noDataError{firstErr})
+	}
+	v.Warnings = appendWarnings(v.Warnings, gpu.warnings...)
+
+	gaps := zeroGauges(rs, now, base)
+	if opts.BaselineWithoutRates {
+		if g := dropBaselineRates(rs, base); g != nil {
+			gaps = append(gaps, *g)
+		}
+	}
+	coverage, covGap := baselineCoverage(rs, now, base)
+	if covGap != nil {
+		gaps = append(gaps, *covGap)
+	}
+	coverage *= exportCoverage(rs, &opts)
+	gpuClass := ""
+	if v.GPU != nil {
+		gpuClass = v.GPU.Class
+	}
+	clockFracFromClass(now, base, gpuClass)
+	v.Attribution = Attribute(now, base, gpuClass, scopeLbls["model_name"])
+	facts := rules.Facts{
+		Now: now, Base: base, Engine: rs.Engine, Scheduler: opts.Scheduler,
+		Targets: len(targetSets), Attr: AttrMap(v.Attribution), Gaps: missingWords(rs, now, base),
+	}
+	if v.GPU != nil {
+		facts.GPU = rules.GPU{Class: v.GPU.Class, MemoryGiB: GPUMemoryGiB(v.GPU.Class)}
+	}
+	if !opts.BaselineWithoutRates {
+		sigma, sub := baselineNoise(ctx, &opts, rs, baseAt, now, base)
+		facts.Z = noiseZ(sigma, sub, opts.Window, now, base)
+	}
+	breaches, err := checkSLOs(opts.SLOs, rs, now)
+	if err != nil {
+		return nil, err
+	}
+	facts.Breached = len(breaches) > 0
+	v.SLOBreaches = breaches
+	out := rs.Walk(facts)
+	corr := correlate(ctx, &opts, rs, facts, out, v)
+	v.DataGaps = append(v.DataGaps, gaps...)
+	buildVerdict(v, rs, out, &opts, now, base, gpu, coverage, bucketBounds(ctx, &opts, rs, win, now, base))
+	corr.fill(v)
+	if v.Status == verdict.StatusAnomaly && v.Phase == verdict.PhaseNone {
+		v.Phase = sloPhase(breaches)
+	}
+	for i := range v.Headline {
+		if z, ok := facts.Z[v.Headline[i].Signal]; ok {
+			v.Headline[i].Noise = &z
+		}
+	}
+	if v.Status == verdict.StatusInsufficientData {
+		v.InsufficientReason = diagnoseInsufficient(ctx, &opts, rs, now, base)
+	}
+	if opts.Explain {
+		for _, s := range rs.Signals {
+			v.Signals = append(v.Signals, verdict.SignalValue{Name: s.Name, Expr: exprs[s.Name], Now: valuePtr(now, s.Name),
+				Baseline: valuePtr(base, s.Name), Unit: s.Unit, Noise: valuePtr(facts.Z, s.Name)})
+		}
+	}
+	return v, nil
+}
+
+// bucketBounds finds the bucket layout of the headline's quantile signals
+// (histogram_quantile over a *_bucket series): one `count by (le)` query per
+// signal with a value, so that a quantile interpolated inside a coarse
+// bucket can say so. A signal whose query fails or finds nothing is left
+// out.
+func bucketBounds(ctx context.Context, opts *Options, rs *rules.Ruleset, win string, now, base map[string]float64) map[string][]float64 {
+	out := map[string][]float64{}
+	for _, name := range headlineSignals(rs) {
+		s := rs.Declared(name)
+		_, okN := now[name]
+		_, okB := base[name]
+		if s == nil || s.Expr == "" || (!okN && !okB) || !strings.Contains(s.Expr, "histogram_quantile") {
+			continue
+		}
+		expr, err := s.Render(opts.Selector, win, nil)
+		if err != nil {
+			continue
+		}
+		var sels []string
+		for _, vs := range vectorSelectors(expr) {
+			if name, _, _ := strings.Cut(vs, "{"); strings.HasSuffix(name, "_bucket") {
+				sels = append(sels, vs)
+			}
+		}
+		for _, q := range []struct {
+			at time.Time
+			ok bool
+		}{{opts.At, okN}, {opts.At.Add(-opts.Baseline), okB}} {
+			if !q.ok || len(sels) == 0 || out[name] != nil {
+				continue
+			}
+			parts := make([]string, len(sels))
+			for i, sel := range sels {
+				parts[i] = fmt.Sprintf("count by (le) (last_over_time(%s[%s]))", sel, win)
+			}
+			vec, _, err := opts.Metrics.Query(ctx, strings.Join(parts, " or "), q.at)
+			if err != nil {
+				continue
+			}
+			out[name] = bucketLes(vec)
+		}
+	}
+	return out
+}
+
+// bucketLes returns the finite, sorted le bounds of a `count by (le)` result.
+func bucketLes(vec model.Vector) []float64 {
+	var les []float64
+	for _, s := range vec {
+		f, err := strconv.ParseFloat(string(s.Metric["le"]), 64)
+		if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+			continue
+		}
+		les = append(les, f)
+	}
+	sort.Float64s(les)
+	return les
+}
+
+// pickRuleset chooses the ruleset: the given one, the one for the named
+// engine, or (auto) the one whose detect query finds the most series. An
+// engine with several shipped shapes (rules.Shape) is read through the
+// first shape, in file order, whose detect query finds series.
+func pickRuleset(ctx context.Context, opts *Options, win string) (*rules.Ruleset, []string, error) {
+	var pool []*rules.Ruleset
+	switch {
+	case opts.Ruleset != nil:
+		if len(opts.Ruleset.Shapes) == 0 {
+			return opts.Ruleset, nil, nil
+		}
+		pool = []*rules.Ruleset{opts.Ruleset}
+	case opts.Engine != "auto":
+		for _, rs := range opts.Rulesets {
+			if rs.Engine == opts.Engine {
+				pool = []*rules.Ruleset{rs}
+			}
+		}
+		if pool == nil {
+			return nil, nil, fmt.Errorf("triage: no ruleset for engine %q", opts.Engine)
+		}
+		if len(pool[0].Shapes) == 0 {
+			return pool[0], nil, nil
+		}
+	default:
+		pool = opts.Rulesets
+	}
+	var qs []*signalQuery
+	var cands, engineOf []*rules.Ruleset
+	for _, rs := range pool {
+		variants := rs.Shapes
+		if len(variants) == 0 {
+			variants = []*rules.Ruleset{rs}
+		}
+		for _, c := range variants {
+			if c.Detect == nil {
+				continue
+			}
+			expr, err := c.Detect.Render(opts.Selector, win, nil)
+			if err != nil {
+				return nil, nil, fmt.Errorf("triage: detect %s: %w", c.Engine, err)
+			}
+			qs = append(qs, &signalQuery{signal: c.Detect, expr: expr, at: opts.At, window: "incident"})
+			cands, engineOf = append(cands, c), append(engineOf, rs)
+		}
+	}
+	if len(qs) == 0 {
+		if len(pool) == 1 {
+			return pool[0], nil, nil
+		}
+		return nil, nil, errors.New("triage: engine auto needs rulesets with detect expressions")
+	}
+	runQueries(ctx, opts.Metrics, qs, opts.Concurrency)
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("triage: %w", err)
+	}
+	var best *rules.Ruleset
+	bestN, failed := 0.0, 0
+	var warns []string
+	var firstErr error
+	taken := map[*rules.Ruleset]bool{} // engines whose first matching shape is known
+	for i, q := range qs {
+		warns = append(warns, q.warns...)
+		if q.err != nil {
+			failed++
+			if firstErr == nil {
+				firstErr = q.err
+			}
+			continue
+		}
+		n, ok := scalar(q.result)
+		if !ok || n <= 0 || taken[engineOf[i]] {
+			continue
+		}
+		taken[engineOf[i]] = true
+		if n > bestN {
+			best, bestN = cands[i], n
+		}
+	}
+	if failed == len(qs) {
+		return nil, warns, fmt.Errorf("triage: detect engine: %w", noDataError{firstErr})
+	}
+	if best == nil && opts.Engine != "auto" {
+		// A named engine whose shapes all miss is read through its richest
+		// shape, so the verdict lists what is missing instead of nothing.
+		return cands[0], warns, nil
+	}
+	return best, warns, nil
+}
+
+func worstTargets(signal, unit string, vec model.Vector, targetLabels []string) []verdict.Target {
+	ts := make([]verdict.Target, 0, len(vec))
+	for _, s := range vec {
+		f := float64(s.Value)
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			continue
+		}
+		lbls := map[string]string{}
+		for _, l := range targetLabels {
+			if val, ok := s.Metric[model.LabelName(l)]; ok {
+				lbls[l] = string(val)
+			}
+		}
+		if len(lbls) == 0 {
+			continue
+		}
+		ts = append(ts, verdict.Target{Labels: lbls, Signal: signal, Value: f, Unit: unit})
+	}
+	sort.SliceStable(ts, func(i, j int) bool {
+		if ts[i].Value != ts[j].Value {
+			return ts[i].Value > ts[j].Value
+		}
+		return labelsKey(ts[i].Labels) < labelsKey(ts[j].Labels)
+	})
+	return ts
+}
+
+// Imbalance thresholds: the worst target is listed only when it is at least
+// imbalanceRatio times the median target and above it by more than the
+// unit's noise floor, so a fleet whose targets agree lists none.
+const imbalanceRatio = 1.25
+
+var imbalanceFloor = map[string]float64{
+	"seconds": 0.005, "fraction": 0.05, "percent": 5, "requests": 1, "count": 1, "tokens": 16,
+}
+
+// imbalanced reports whether the worst of the targets (sorted worst first)
+// differs materially from the median target.
+func imbalanced(ts []verdict.Target, unit string) bool {
+	worst := ts[0].Value
+	vals := make([]float64, len(ts))
+	for i, t := range ts {
+		vals[i] = t.Value
+	}
+	sort.Float64s(vals)
+	med := vals[len(vals)/2]
+	if len(vals)%2 == 0 {
+		med = (vals[len(vals)/2-1] + vals[len(vals)/2]) / 2
+	}
+	if worst-med <= imbalanceFloor[unit] {
+		return false
+	}
+	return med <= 0 || worst >= imbalanceRatio*med
+}
+
+func labelsKey(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(k + "=" + m[k] + ",")
+	}
+	return b.String()
+}
+
+func appendWarnings(dst []string, ws ...string) []string {
+	for _, w := range ws {
+		dup := false
+		for _, d := range dst {
+			if d == w {
+				dup = true
+				break
+			}
+		}
+		if !dup {
+			dst = append(dst, w)
+		}
+	}
+	return dst
+}
+
+func valuePtr(m map[string]float64, k string) *float64 {
+	// NaN and ±Inf are no value: JSON null, "n/a" in the renderings.
+	if f, ok := m[k]; ok && !math.IsNaN(f) && !math.IsInf(f, 0) {
+		return &f
+	}
+	return nil
+}
