@@ -500,36 +500,3 @@ func dropBaselineRates(rs *rules.Ruleset, base map[string]float64) *verdict.Data
 		Reason: "the engine exports no start time (process_start_time_seconds or *_created), so its lifetime is unknown: " +
 			"baseline rates and counts (" + strings.Join(dropped, ", ") + ") are left out; means, quantiles and ratios of its counters are exact"}
 }
-
-// exportCoverage is the share of the engine-neutral signals this ruleset's
-// shape exports, relative to the richest shipped shape among the rulesets
-// triage was given: the confidences are fitted where every cause's rules
-// could speak, and a shape that leaves some silent (TensorRT-LLM's five
-// per-request families have no KV or token series) must not turn a lone
-// weak candidate into a confident one. Optional and GPU signals do not count.
-func exportCoverage(rs *rules.Ruleset, opts *Options) float64 {
-	mapped := func(r *rules.Ruleset) int {
-		n := 0
-		for _, s := range r.Signals {
-			if !s.Optional && s.Group == "" {
-				n++
-			}
-		}
-		return n
-	}
-	best := mapped(rs)
-	pool := append([]*rules.Ruleset{opts.Ruleset}, opts.Rulesets...)
-	for _, r := range pool {
-		if r == nil {
-			continue
-		}
-		best = max(best, mapped(r))
-		for _, sh := range r.Shapes {
-			best = max(best, mapped(sh))
-		}
-	}
-	if best == 0 {
-		return 1
-	}
-	return float64(mapped(rs)) / float64(best)
-}

@@ -353,7 +353,6 @@ func Run(ctx context.Context, opts Options) (*verdict.Verdict, error) {
 	if covGap != nil {
 		gaps = append(gaps, *covGap)
 	}
-	coverage *= exportCoverage(rs, &opts)
 	gpuClass := ""
 	if v.GPU != nil {
 		gpuClass = v.GPU.Class

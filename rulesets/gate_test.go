@@ -35,3 +35,73 @@ func TestGateMedianAcrossBucketEdge(t *testing.T) {
 		t.Errorf("median ×1.8 with the mean ×1.5: anomaly %v decode %v, want both (errors %v)", out.Anomaly, out.Decode, out.Errors)
 	}
 }
+
+// causeRank returns the rank (1-based) of a cause among the outcome's causes,
+// 0 when it is not ranked.
+func causeRank(out *rules.Outcome, id string) int {
+	for i, c := range out.Causes {
+		if c.Cause.ID == id {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// TestUniformSlowdownNeedsUniform: without GPU series, throttling is read
+// from prefill and decode slowing alike at steady traffic; a TTFT that rose
+// ×40 while inter-token latency rose ×1.5 is queueing or time outside the
+// engine, not a clock.
+func TestUniformSlowdownNeedsUniform(t *testing.T) {
+	rs, err := Default("vllm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := map[string]float64{"samples": 40, "requests": 9000, "ttft_mean": 0.166, "tpot_mean": 0.0315, "prompt_len_mean": 1200,
+		"gen_len_mean": 300, "request_rate": 50, "prefix_hit_rate": 0.4}
+	for _, c := range []struct {
+		ttft, tpot float64
+		throttle   bool
+	}{{6.87, 0.0484, false}, {0.27, 0.0484, true}} {
+		now := map[string]float64{"samples": 40, "requests": 9100, "ttft_mean": c.ttft, "tpot_mean": c.tpot, "prompt_len_mean": 1200,
+			"gen_len_mean": 300, "request_rate": 50.5, "prefix_hit_rate": 0.4}
+		out := rs.Walk(rules.Facts{Now: now, Base: base})
+		if !out.Anomaly {
+			t.Fatalf("TTFT ×%.1f, inter-token ×%.2f: not an anomaly", c.ttft/base["ttft_mean"], c.tpot/base["tpot_mean"])
+		}
+		if got := causeRank(out, "gpu_throttling") == 1; got != c.throttle {
+			t.Errorf("TTFT ×%.1f, inter-token ×%.2f, no GPU series: gpu_throttling first %v, want %v (causes %v)",
+				c.ttft/base["ttft_mean"], c.tpot/base["tpot_mean"], got, c.throttle, out.Causes)
+		}
+	}
+}
+
+// TestContextFromNewPrompt: the context each running request holds grew
+// because the prompts grew and the prefix cache served none of the growth (a
+// prompt shift over the engine's token budget). Memory bandwidth is the
+// mechanism, not the cause: it must not outrank the scheduler's evidence.
+// Cached growth (multi-turn history) keeps it as the cause.
+func TestContextFromNewPrompt(t *testing.T) {
+	rs, err := Default("vllm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := map[string]float64{"samples": 40, "requests": 9000, "ttft_mean": 0.169, "tpot_mean": 0.0304, "prompt_len_mean": 2300,
+		"prompt_len_p90": 4750, "kv_per_running": 0.0099, "prefix_hit_rate": 0.30, "request_rate": 30, "arrival_rate": 30}
+	attr := map[string]float64{"itl_context": 0.6, "itl_symptom": 0.45}
+	now := map[string]float64{"samples": 40, "requests": 9000, "ttft_mean": 0.388, "tpot_mean": 0.0426, "prompt_len_mean": 5860,
+		"prompt_len_p90": 10000, "kv_per_running": 0.0282, "prefix_hit_rate": 0.29, "request_rate": 30, "arrival_rate": 30}
+	sched := rules.Scheduler{Known: true, ChunkedPrefill: true, MaxNumBatchedTokens: 8192}
+	out := rs.Walk(rules.Facts{Now: now, Base: base, Attr: attr, Scheduler: sched})
+	if causeRank(out, "chunked_prefill_mismatch") != 1 {
+		t.Errorf("uncached prompts ×2.5 past the budget: causes %v, want chunked_prefill_mismatch first", out.Causes)
+	}
+	cached := map[string]float64{}
+	for k, v := range now {
+		cached[k] = v
+	}
+	cached["prompt_len_p90"], cached["prefix_hit_rate"] = 4750, 0.75 // the growth is served from the cache
+	out = rs.Walk(rules.Facts{Now: cached, Base: base, Attr: attr, Scheduler: sched})
+	if causeRank(out, "memory_bandwidth_saturation") != 1 {
+		t.Errorf("cached context ×2.8: causes %v, want memory_bandwidth_saturation first", out.Causes)
+	}
+}

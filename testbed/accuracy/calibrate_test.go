@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
-	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/verdict"
 )
@@ -58,22 +58,26 @@ func TestCalibrate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cur := rss[0].Verdict.Confidence
 	var pts []calPoint
 	for _, o := range outs {
-		if !o.Scored() || o.Verdict.Status != verdict.StatusAnomaly {
+		if !o.Scored() || o.Verdict.Status != verdict.StatusAnomaly || baselinePartlyCovered(o.Verdict) {
 			continue
 		}
+		// The walk's share is of every candidate: the ranked causes and
+		// those considered below the evidence bar.
+		total := 0.0
+		for _, c := range o.Verdict.Causes {
+			total += c.Score
+		}
+		for _, c := range o.Verdict.Considered {
+			total += c.Score
+		}
 		for i, c := range o.Verdict.Causes {
-			share, ok := candidateShare(cur, c.Score, c.Confidence)
-			if !ok {
+			if c.Score <= 0 || total <= 0 {
 				continue
 			}
-			right := false
-			for _, tc := range o.Truth.Causes {
-				right = right || tc == c.ID
-			}
-			pts = append(pts, calPoint{model: o.Draw.Model, rank: i, logScore: math.Log(c.Score), share: math.Log(share), right: right})
+			right := slices.Contains(o.Truth.Causes, c.ID)
+			pts = append(pts, calPoint{model: o.Draw.Model, rank: i, logScore: math.Log(c.Score), share: math.Log(math.Min(1, c.Score/total)), right: right})
 		}
 	}
 	if *calibrateOut != "" {
@@ -137,16 +141,16 @@ func readCalPoints(name string) ([]calPoint, error) {
 	return pts, nil
 }
 
-// candidateShare recovers the share of all candidates' scores that the
-// walk used for a reported confidence (the verdict lists only the reported
-// causes, not every candidate): it inverts Calibration.of.
-func candidateShare(c rules.Calibration, score, confidence float64) (float64, bool) {
-	if !c.Defined || c.Share == 0 || score <= 0 || confidence <= 0 || confidence >= 1 {
-		return 0, false
+// baselinePartlyCovered reports a verdict whose confidences were lowered
+// because data covers only part of its baseline window (diagnose's
+// baselineCoverage): not what the calibration maps.
+func baselinePartlyCovered(v *verdict.Verdict) bool {
+	for _, g := range v.DataGaps {
+		if g.Window == "baseline" && g.Signal == "samples" {
+			return true
+		}
 	}
-	logit := math.Log(confidence / (1 - confidence))
-	share := math.Exp((logit - c.LogScore*math.Log(score) - c.Offset) / c.Share)
-	return math.Min(1, share), true
+	return false
 }
 
 // fitLogistic fits σ(a·x + b·y + c) to the points by Newton's method.
