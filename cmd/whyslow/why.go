@@ -102,7 +102,7 @@ func runWhy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	v, err := whyVerdict(ctx, &f, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "whyslow why: %v\n", err)
+		fmt.Fprintf(stderr, "whyslow why: %s\n", render.Escape(err.Error()))
 		return exitFailed
 	}
 	if err := render.Render(stdout, v, format, render.Options{Explain: f.explain, Color: f.color, Indent: true}); err != nil {
@@ -126,7 +126,7 @@ func verdictExit(v *triage.Verdict, stderr io.Writer) int {
 	} else if len(v.DataGaps) > 0 {
 		reason = v.DataGaps[0].Signal + ": " + v.DataGaps[0].Reason
 	}
-	fmt.Fprintf(stderr, "whyslow why: insufficient data: %s\n", reason)
+	fmt.Fprintf(stderr, "whyslow why: insufficient data: %s\n", render.Escape(reason))
 	return exitFailed
 }
 

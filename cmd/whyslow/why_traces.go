@@ -91,7 +91,7 @@ func openTraces(f *whyFlags) (triage.Traces, error) {
 		return nil, fmt.Errorf("--traces: %w", err)
 	}
 	if file.Rejected > 0 {
-		fmt.Fprintf(os.Stderr, "whyslow why: %s: %d invalid spans skipped (first: %s)\n", src, file.Rejected, file.Reason)
+		fmt.Fprintf(os.Stderr, "whyslow why: %s: %d invalid spans skipped (first: %s)\n", src, file.Rejected, render.Escape(file.Reason))
 	}
 	return file, nil
 }
@@ -171,7 +171,7 @@ func (p pagedTempo) SpansBetween(ctx context.Context, start, end time.Time, limi
 func runWhyRequest(ctx context.Context, f *whyFlags, stdout, stderr io.Writer) int {
 	reqs, err := whyRequest(ctx, f)
 	if err != nil {
-		fmt.Fprintf(stderr, "whyslow why: %v\n", err)
+		fmt.Fprintf(stderr, "whyslow why: %s\n", render.Escape(err.Error()))
 		return exitFailed
 	}
 	if f.output == "json" {
@@ -320,8 +320,8 @@ func writeRequest(w io.Writer, r triage.Request) {
 	if r.RequestID != "" {
 		name = r.RequestID + " (trace " + r.TraceID + ")"
 	}
-	fmt.Fprintf(w, "Request %s\n", name)
-	fmt.Fprintf(w, "  started %s on %s: e2e %s", r.Start.Format(time.RFC3339Nano), orDash(r.Pod), render.FormatSeconds(r.E2E))
+	fmt.Fprintf(w, "Request %s\n", render.Escape(name))
+	fmt.Fprintf(w, "  started %s on %s: e2e %s", r.Start.Format(time.RFC3339Nano), render.Escape(orDash(r.Pod)), render.FormatSeconds(r.E2E))
 	if r.TTFT > 0 {
 		fmt.Fprintf(w, ", TTFT %s", render.FormatSeconds(r.TTFT))
 	}
@@ -348,14 +348,14 @@ func writeRequest(w io.Writer, r triage.Request) {
 	if len(r.Scores) > 0 {
 		fmt.Fprintf(w, "  router scores:")
 		for _, k := range sortedParts(r.Scores, "") {
-			fmt.Fprintf(w, " %s=%g", k, r.Scores[k])
+			fmt.Fprintf(w, " %s=%g", render.Escape(k), r.Scores[k])
 		}
 		fmt.Fprintln(w)
 	}
 	if len(r.Context) > 0 {
-		fmt.Fprintf(w, "  %s when the engine queued it:", orDash(r.Pod))
+		fmt.Fprintf(w, "  %s when the engine queued it:", render.Escape(orDash(r.Pod)))
 		for _, k := range sortedParts(r.Context, "") {
-			fmt.Fprintf(w, " %s=%s", k, contextValue(k, r.Context[k]))
+			fmt.Fprintf(w, " %s=%s", render.Escape(k), render.Escape(contextValue(k, r.Context[k])))
 		}
 		fmt.Fprintln(w)
 	}
