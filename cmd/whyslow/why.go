@@ -25,6 +25,7 @@ func init() {
 // whyFlags are the flags of `whyslow why`.
 type whyFlags struct {
 	bundle     string
+	maxSeries  int
 	scrape     string
 	prometheus string
 	server     string
@@ -52,6 +53,7 @@ type whyFlags struct {
 
 func (f *whyFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.bundle, "bundle", "", "incident bundle `DIR` to replay (metrics.om, incident.yaml)")
+	registerMaxSeries(fs, &f.maxSeries)
 	fs.StringVar(&f.scrape, "scrape", "", "engine /metrics `URL[,URL]` to sample directly (no Prometheus)")
 	fs.StringVar(&f.prometheus, "prometheus", "", "Prometheus-compatible query API base `URL` (Prometheus, Thanos, Mimir, VictoriaMetrics)")
 	fs.StringVar(&f.server, "server", "", "a running whyslow daemon's base `URL`: ask it to triage (POST /api/v1/triage)")
@@ -147,7 +149,7 @@ func whyVerdict(ctx context.Context, f *whyFlags, stderr io.Writer) (*triage.Ver
 	}
 	switch {
 	case f.bundle != "":
-		return whyBundle(ctx, f.bundle, opts, f.finish)
+		return whyBundle(ctx, f.bundle, f.maxSeries, opts, f.finish)
 	case f.server != "":
 		return whyServer(ctx, f, opts)
 	case f.prometheus != "":
@@ -288,8 +290,8 @@ func triageThen(ctx context.Context, opts triage.Options, finish finishFunc) (*t
 // openBundle loads all of a bundle's metrics into a fresh embedded store
 // (as `whyslow replay --bundle` needs); the caller closes the store.
 // openBundleKeep loads only some windows.
-func openBundle(ctx context.Context, dir string) (*bundle.Bundle, *store.Store, bundle.LoadStats, error) {
-	return openBundleKeep(ctx, dir, nil)
+func openBundle(ctx context.Context, dir string, maxSeries int) (*bundle.Bundle, *store.Store, bundle.LoadStats, error) {
+	return openBundleKeep(ctx, dir, maxSeries, nil)
 }
 
 // whyBundle replays an incident bundle through the embedded store. When the
@@ -297,14 +299,14 @@ func openBundle(ctx context.Context, dir string) (*bundle.Bundle, *store.Store, 
 // windows the triage reads are loaded (bundleKeep); a verdict of
 // insufficient data, whose diagnosis searches all the data, is then redone
 // over the whole bundle.
-func whyBundle(ctx context.Context, dir string, opts triage.Options, finish finishFunc) (*triage.Verdict, error) {
+func whyBundle(ctx context.Context, dir string, maxSeries int, opts triage.Options, finish finishFunc) (*triage.Verdict, error) {
 	keep := func(b *bundle.Bundle) []bundle.Window {
 		o := opts
 		applyIncident(&o, b.Incident)
 		return bundleKeep(o)
 	}
 	for {
-		b, st, stats, err := openBundleKeep(ctx, dir, keep)
+		b, st, stats, err := openBundleKeep(ctx, dir, maxSeries, keep)
 		if err != nil {
 			return nil, err
 		}

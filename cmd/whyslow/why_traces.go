@@ -272,7 +272,7 @@ func requestContext(ctx context.Context, f *whyFlags, reqs []triage.RequestBreak
 	q := triage.PodContextQuery{Selector: f.selector, Pods: pods, Start: lo.Add(-time.Minute), End: hi}
 	var m triage.Metrics
 	if f.bundle != "" {
-		b, st, _, err := openBundle(ctx, f.bundle)
+		b, st, _, err := openBundle(ctx, f.bundle, f.maxSeries)
 		if err != nil {
 			return nil, err
 		}
