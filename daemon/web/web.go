@@ -71,6 +71,8 @@ type Site struct {
 	Standalone bool
 	// SignOut shows the sign-out button (the pages take a token).
 	SignOut bool
+	// CSRF is the sign-out form's value for this browser's session.
+	CSRF string
 	// Now is when the page is made (the daemon's clock).
 	Now time.Time
 }
