@@ -30,9 +30,9 @@ var openPaths = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": t
 //     but /healthz, /readyz and /metrics. With a token the check is not
 //     needed (the browser holds no credential for a foreign name) and would
 //     only break Service and ingress names;
-//   - a write (any method but GET, HEAD, OPTIONS) whose Origin is another
-//     site is a 403 (cross-site form posts; curl and Alertmanager send no
-//     Origin).
+//   - a write (any method but GET, HEAD, OPTIONS) from another site
+//     (originAllowed) is a 403: cross-site form posts; curl and
+//     Alertmanager send no Origin.
 func (d *Daemon) guardSite(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		cfg := d.Config()
@@ -44,8 +44,8 @@ func (d *Daemon) guardSite(h http.Handler) http.Handler {
 		}
 		if !safeMethod(r.Method) && !originAllowed(cfg, r) {
 			d.stats.apiRefused.WithLabelValues(refusedOrigin).Inc()
-			d.writeError(w, http.StatusForbidden, fmt.Errorf("origin %q is another site: writes are taken from this site, "+
-				"api.external_url or clients that send no Origin", truncate(r.Header.Get("Origin"), 256)))
+			d.writeError(w, http.StatusForbidden, fmt.Errorf("origin %q (Sec-Fetch-Site %q) is another site: writes are taken from this site, "+
+				"api.external_url or clients that send no Origin", truncate(r.Header.Get("Origin"), 256), truncate(r.Header.Get("Sec-Fetch-Site"), 32)))
 			return
 		}
 		h.ServeHTTP(w, r)
@@ -84,10 +84,16 @@ func hostName(host string) string {
 	return strings.ToLower(strings.TrimSuffix(strings.Trim(host, "[]"), "."))
 }
 
-// originAllowed reports whether r's Origin (none: not a browser, or a
-// same-origin GET) is this site: the request's own Host or
-// api.external_url's scheme and host.
+// originAllowed reports whether a write r comes from this site. A browser
+// says so in Sec-Fetch-Site (same-origin; none: typed or bookmarked);
+// one too old for it, in Origin: the request's own Host or
+// api.external_url's scheme and host. Neither header: not a browser
+// (curl, Alertmanager). The pages send no referrer, so their own forms
+// carry Origin: null, which only Sec-Fetch-Site can vouch for.
 func originAllowed(cfg Config, r *http.Request) bool {
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" {
+		return site == "same-origin" || site == "none"
+	}
 	origin := r.Header.Get("Origin")
 	if origin == "" {
 		return true

@@ -10,7 +10,7 @@ import (
 
 // siteReq sends one request to h's server with the given Host, Origin and
 // Content-Type ("" leaves each out) and returns the response, body read.
-func siteReq(t *testing.T, h *harness, method, path, host, origin, ctype, body string) (*http.Response, string) {
+func siteReq(t *testing.T, h *harness, method, path, host, origin, ctype, body string, fetchSite ...string) (*http.Response, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, h.srv.URL+path, strings.NewReader(body))
 	if err != nil {
@@ -24,6 +24,9 @@ func siteReq(t *testing.T, h *harness, method, path, host, origin, ctype, body s
 	}
 	if ctype != "" {
 		req.Header.Set("Content-Type", ctype)
+	}
+	for _, f := range fetchSite {
+		req.Header.Set("Sec-Fetch-Site", f)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -48,34 +51,40 @@ func TestNoCrossSiteWrites(t *testing.T) {
 		name, method, path, host, origin, ctype, body string
 		code                                          int
 		msg                                           string
+		fetchSite                                     []string
 	}{
-		{"cross-site text/plain", "POST", "/api/v1/alerts", "", "https://evil.example", "text/plain", alert, 403, "another site"},
-		{"cross-site null origin", "POST", "/api/v1/alerts", "", "null", "application/json", alert, 403, "another site"},
-		{"text/plain without origin", "POST", "/api/v1/alerts", "", "", "text/plain", alert, 415, "application/json"},
-		{"form to the API", "POST", "/api/v1/triage", "", "", "application/x-www-form-urlencoded", "selector=x", 415, "application/json"},
-		{"cross-site page form", "POST", "/triage", "", "https://evil.example", "application/x-www-form-urlencoded", "selector=", 403, "another site"},
-		{"rebound host reads", "GET", "/api/v1/incidents", "evil.example:9109", "", "", "", 421, "not this daemon's"},
-		{"rebound host page", "GET", "/", "evil.example", "", "", "", 421, "DNS rebinding"},
-		{"rebound host writes", "POST", "/api/v1/alerts", "evil.example", "", "application/json", alert, 421, "not this daemon's"},
-		{"rebound host under the prefix", "GET", "/ops/api/v1/incidents", "evil.example", "", "", "", 421, "not this daemon's"},
-		{"rebound host health", "GET", "/healthz", "evil.example", "", "", "", 200, "ok"},
-		{"rebound host metrics", "GET", "/metrics", "evil.example", "", "", "", 200, "whyslow_"},
-		{"localhost reads", "GET", "/api/v1/incidents", "localhost:9109", "", "", "", 200, "incidents"},
-		{"external_url host reads", "GET", "/api/v1/incidents", "whyslow.example.com", "", "", "", 200, "incidents"},
-		{"external_url origin writes", "POST", "/api/v1/triage", "whyslow.example.com", "https://whyslow.example.com", "application/json", `{"selector":"model_name=\"x\""}`, 200, "status"},
-		{"same-origin write", "POST", "/api/v1/triage", "", "http://" + self, "application/json; charset=utf-8", `{}`, 200, "status"},
-		{"curl write (no origin)", "POST", "/api/v1/alerts", "", "", "application/json", alert, 200, "processed"},
+		{"cross-site text/plain", "POST", "/api/v1/alerts", "", "https://evil.example", "text/plain", alert, 403, "another site", nil},
+		{"cross-site null origin", "POST", "/api/v1/alerts", "", "null", "application/json", alert, 403, "another site", nil},
+		{"text/plain without origin", "POST", "/api/v1/alerts", "", "", "text/plain", alert, 415, "application/json", nil},
+		{"form to the API", "POST", "/api/v1/triage", "", "", "application/x-www-form-urlencoded", "selector=x", 415, "application/json", nil},
+		{"cross-site page form", "POST", "/triage", "", "https://evil.example", "application/x-www-form-urlencoded", "selector=", 403, "another site", nil},
+		{"rebound host reads", "GET", "/api/v1/incidents", "evil.example:9109", "", "", "", 421, "not this daemon's", nil},
+		{"rebound host page", "GET", "/", "evil.example", "", "", "", 421, "DNS rebinding", nil},
+		{"rebound host writes", "POST", "/api/v1/alerts", "evil.example", "", "application/json", alert, 421, "not this daemon's", nil},
+		{"rebound host under the prefix", "GET", "/ops/api/v1/incidents", "evil.example", "", "", "", 421, "not this daemon's", nil},
+		{"rebound host health", "GET", "/healthz", "evil.example", "", "", "", 200, "ok", nil},
+		{"rebound host metrics", "GET", "/metrics", "evil.example", "", "", "", 200, "whyslow_", nil},
+		{"localhost reads", "GET", "/api/v1/incidents", "localhost:9109", "", "", "", 200, "incidents", nil},
+		{"external_url host reads", "GET", "/api/v1/incidents", "whyslow.example.com", "", "", "", 200, "incidents", nil},
+		{"external_url origin writes", "POST", "/api/v1/triage", "whyslow.example.com", "https://whyslow.example.com", "application/json", `{"selector":"model_name=\"x\""}`, 200, "status", nil},
+		{"same-origin write", "POST", "/api/v1/triage", "", "http://" + self, "application/json; charset=utf-8", `{}`, 200, "status", nil},
+		{"curl write (no origin)", "POST", "/api/v1/alerts", "", "", "application/json", alert, 200, "processed", nil},
+		// The pages send no referrer: their forms carry Origin: null, and
+		// the browser vouches with Sec-Fetch-Site.
+		{"own page form (Origin null)", "POST", "/triage", "", "null", "application/x-www-form-urlencoded", "selector=", 200, "doctype", []string{"same-origin"}},
+		{"cross-site by Sec-Fetch-Site", "POST", "/api/v1/triage", "", "", "application/json", `{}`, 403, "another site", []string{"cross-site"}},
+		{"same-site other port", "POST", "/api/v1/triage", "", "http://127.0.0.1:1", "application/json", `{}`, 403, "another site", []string{"same-site"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			resp, body := siteReq(t, h, tc.method, tc.path, tc.host, tc.origin, tc.ctype, tc.body)
+			resp, body := siteReq(t, h, tc.method, tc.path, tc.host, tc.origin, tc.ctype, tc.body, tc.fetchSite...)
 			if resp.StatusCode != tc.code || !strings.Contains(body, tc.msg) {
 				t.Fatalf("%d %.300q, want %d containing %q", resp.StatusCode, body, tc.code, tc.msg)
 			}
 		})
 	}
 	metrics := h.get(t, "/metrics", "", http.StatusOK)
-	for _, want := range []string{`whyslow_api_refused_total{reason="origin"} 3`, `whyslow_api_refused_total{reason="content_type"} 2`,
+	for _, want := range []string{`whyslow_api_refused_total{reason="origin"} 5`, `whyslow_api_refused_total{reason="content_type"} 2`,
 		`whyslow_api_refused_total{reason="host"} 4`} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %s", want)
