@@ -104,7 +104,7 @@ func runWhy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	v, err := whyVerdict(ctx, &f, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "whyslow why: %s\n", render.Escape(err.Error()))
+		fmt.Fprintf(stderr, "whyslow why: %s\n", render.EscapeLines(err.Error()))
 		return exitFailed
 	}
 	if err := render.Render(stdout, v, format, render.Options{Explain: f.explain, Color: f.color, Indent: true}); err != nil {

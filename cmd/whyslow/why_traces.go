@@ -171,7 +171,7 @@ func (p pagedTempo) SpansBetween(ctx context.Context, start, end time.Time, limi
 func runWhyRequest(ctx context.Context, f *whyFlags, stdout, stderr io.Writer) int {
 	reqs, err := whyRequest(ctx, f)
 	if err != nil {
-		fmt.Fprintf(stderr, "whyslow why: %s\n", render.Escape(err.Error()))
+		fmt.Fprintf(stderr, "whyslow why: %s\n", render.EscapeLines(err.Error()))
 		return exitFailed
 	}
 	if f.output == "json" {

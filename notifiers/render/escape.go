@@ -14,9 +14,9 @@ import (
 // engines, alerts and bundles: what they hold is shown, never run.
 func Escape(s string) string { return escape(s, false) }
 
-// escapeLines is Escape that keeps newlines and tabs: for a rendering
-// whose only controls are its own line breaks (Markdown).
-func escapeLines(s string) string { return escape(s, true) }
+// EscapeLines is Escape that keeps newlines and tabs: for a rendering
+// whose only controls are its own line breaks (Markdown, a joined error).
+func EscapeLines(s string) string { return escape(s, true) }
 
 func escape(s string, keepLines bool) string {
 	clean := true

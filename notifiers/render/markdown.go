@@ -17,13 +17,13 @@ func Markdown(w io.Writer, v *triage.Verdict, opts Options) (err error) {
 	if v == nil {
 		return errors.New("render markdown: nil verdict")
 	}
-	// Rendered whole, then escaped (escapeLines): a label's control
+	// Rendered whole, then escaped (EscapeLines): a label's control
 	// characters never reach the terminal or the log a sink writes to.
 	var out strings.Builder
 	b := bufio.NewWriter(&out)
 	defer func() {
 		if err == nil {
-			_, err = io.WriteString(w, escapeLines(out.String()))
+			_, err = io.WriteString(w, EscapeLines(out.String()))
 		}
 	}()
 	u := unitsOf(v)

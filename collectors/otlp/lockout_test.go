@@ -1,0 +1,94 @@
+package otlp
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/whyslow/whyslow/internal/httplimit"
+)
+
+// stallFrom is stall from source address ip (127.0.0.0/8 is all local on
+// Linux, so each address is another client).
+func stallFrom(t *testing.T, ip, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 2 * time.Minute}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\nContent-Length: 100000\r\n\r\n0123456789", TracesPath)
+	return c
+}
+
+// waitFor polls until lost's reason reaches n (hang guard: minutes).
+func waitFor(t *testing.T, r *Receiver, reason string, n float64) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for testutil.ToFloat64(r.connsLost.WithLabelValues("http", reason)) < n && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := testutil.ToFloat64(r.connsLost.WithLabelValues("http", reason)); got != n {
+		t.Fatalf("connections closed for %s = %v, want %v", reason, got, n)
+	}
+}
+
+// TestOneClientCannotLockOut is finding 3 of issue 26: one client holding
+// stalled connections (1024, the receiver's bound) kept every exporter
+// out. Now one address holds at most MaxConnsPerClient, and a full
+// receiver closes unauthenticated stalled connections for new ones, so
+// the OpenTelemetry SDK exporter of another client keeps getting 200.
+func TestOneClientCannotLockOut(t *testing.T) {
+	const token = "otlp-t0ken"
+	r, rec := startReceiver(t, Options{HTTP: httplimit.Limits{MaxConns: 64}, MaxConnsPerClient: 16,
+		Token: func() string { return token }})
+	addr := r.HTTPAddr()
+	// One client: 300 stalled uploads, 16 of them held.
+	for range 300 {
+		stallFrom(t, "127.0.0.3", addr)
+	}
+	waitFor(t, r, httplimit.RejectPerClient, 300-16)
+	// Five more clients fill the receiver (16 + 80 > 64): the oldest stalled
+	// connections make room.
+	for i := range 5 {
+		for range 16 {
+			stallFrom(t, fmt.Sprintf("127.0.0.%d", 4+i), addr)
+		}
+	}
+	waitFor(t, r, httplimit.RejectEvicted, 16+80-64)
+
+	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}, Timeout: 2 * time.Minute}
+	client := &http.Client{Transport: &http.Transport{DialContext: dialer.DialContext}, Timeout: 2 * time.Minute}
+	ctx := context.Background()
+	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpoint(addr), otlptracehttp.WithInsecure(), otlptracehttp.WithHTTPClient(client),
+		otlptracehttp.WithHeaders(map[string]string{"Authorization": "Bearer " + token}), otlptracehttp.WithRetry(otlptracehttp.RetryConfig{Enabled: false}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	defer tp.Shutdown(ctx)
+	tr := tp.Tracer("test")
+	for i := range 3 {
+		// Each export through a full receiver of stalled connections.
+		for range 8 {
+			stallFrom(t, fmt.Sprintf("127.0.0.%d", 10+i), addr)
+		}
+		_, s := tr.Start(ctx, fmt.Sprintf("llm_request-%d", i), trace.WithTimestamp(t0))
+		s.End(trace.WithTimestamp(t0.Add(time.Second)))
+	}
+	if got := len(rec.all()); got != 3 {
+		t.Errorf("%d spans received, want 3 (the exports failed)", got)
+	}
+	if open := testutil.ToFloat64(r.connsLost.WithLabelValues("http", httplimit.RejectFull)); open != 0 {
+		t.Errorf("%v connections refused as full: the stalled ones should have made room", open)
+	}
+}
