@@ -3,7 +3,6 @@ package otlp
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -27,13 +26,7 @@ import (
 // POST and 10 bytes of its body, then nothing.
 func stall(t *testing.T, addr string) net.Conn {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\nContent-Length: 100000\r\n\r\n0123456789", TracesPath)
-	return c
+	return stallFrom(t, "127.0.0.1", addr)
 }
 
 func export(t *testing.T, addr string, body []byte, hdr map[string]string) int {
