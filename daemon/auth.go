@@ -109,7 +109,7 @@ func (d *Daemon) bearer(w http.ResponseWriter, r *http.Request, cfg Config) (ok,
 		return false, true
 	}
 	if !httplimit.BearerOK(h, cfg.API.Token) {
-		d.limiter.fail(clientIP(r), d.opts.Now())
+		d.limiter.fail(limitKey(cfg, r), d.opts.Now())
 		return false, false
 	}
 	return true, false

@@ -199,7 +199,7 @@ func clientIP(r *http.Request) string {
 // tokenThrottled answers 429 with Retry-After when r's client has given too
 // many wrong tokens lately, and reports whether it did.
 func (d *Daemon) tokenThrottled(w http.ResponseWriter, r *http.Request) bool {
-	wait := d.limiter.wait(clientIP(r), d.opts.Now())
+	wait := d.limiter.wait(limitKey(d.Config(), r), d.opts.Now())
 	if wait <= 0 {
 		return false
 	}
@@ -214,7 +214,40 @@ var errTooManyWrong = errors.New("too many wrong tokens from this address; retry
 // tokenFailed counts a wrong token from r's client.
 func (d *Daemon) tokenFailed(r *http.Request) {
 	d.stats.authFailures.WithLabelValues("token").Inc()
-	d.limiter.fail(clientIP(r), d.opts.Now())
+	d.limiter.fail(limitKey(d.Config(), r), d.opts.Now())
+}
+
+// limitKey is the client the limiter counts r against: its address, or,
+// from a proxy in api.trusted_proxies, the last address the proxy put in
+// X-Forwarded-For (one guesser behind the proxy must not hold everyone).
+func limitKey(cfg Config, r *http.Request) string {
+	ip := clientIP(r)
+	if !trustedProxy(cfg, ip) {
+		return ip
+	}
+	xff := r.Header.Values("X-Forwarded-For")
+	if len(xff) == 0 {
+		return ip
+	}
+	parts := strings.Split(xff[len(xff)-1], ",")
+	if last := strings.TrimSpace(parts[len(parts)-1]); net.ParseIP(last) != nil {
+		return last
+	}
+	return ip
+}
+
+// trustedProxy reports whether address ip is in api.trusted_proxies.
+func trustedProxy(cfg Config, ip string) bool {
+	addr := net.ParseIP(ip)
+	if addr == nil {
+		return false
+	}
+	for _, p := range cfg.API.TrustedProxies {
+		if n, ok := parseProxy(p); ok && n.Contains(addr) {
+			return true
+		}
+	}
+	return false
 }
 
 // secureRequest reports whether r reached the daemon over HTTPS: TLS here,
@@ -224,16 +257,7 @@ func secureRequest(cfg Config, r *http.Request) bool {
 	if r.TLS != nil || strings.HasPrefix(strings.ToLower(cfg.API.ExternalURL), "https:") {
 		return true
 	}
-	if !strings.EqualFold(strings.TrimSpace(r.Header.Get("X-Forwarded-Proto")), "https") {
-		return false
-	}
-	ip := net.ParseIP(clientIP(r))
-	for _, p := range cfg.API.TrustedProxies {
-		if n, ok := parseProxy(p); ok && ip != nil && n.Contains(ip) {
-			return true
-		}
-	}
-	return false
+	return strings.EqualFold(strings.TrimSpace(r.Header.Get("X-Forwarded-Proto")), "https") && trustedProxy(cfg, clientIP(r))
 }
 
 // parseProxy reads an api.trusted_proxies entry: an IP address or a CIDR.

@@ -165,3 +165,30 @@ func TestLimiterBounded(t *testing.T) {
 		t.Error("a newcomer past the bound is not held by the shared count (100 failures)")
 	}
 }
+
+// TestWrongTokensBehindProxy: behind a trusted proxy the limiter counts the
+// address the proxy forwards, so one guesser does not hold every user; an
+// untrusted sender's X-Forwarded-For is ignored.
+func TestWrongTokensBehindProxy(t *testing.T) {
+	cfg := testConfig()
+	cfg.API.Token = pageToken
+	cfg.API.TrustedProxies = []string{"127.0.0.1"}
+	req := func(xff string) *http.Request {
+		r, _ := http.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = "127.0.0.1:5555"
+		if xff != "" {
+			r.Header.Set("X-Forwarded-For", xff)
+		}
+		return r
+	}
+	if got := limitKey(cfg, req("203.0.113.9, 198.51.100.7")); got != "198.51.100.7" {
+		t.Errorf("behind the proxy: %q, want the address it forwarded", got)
+	}
+	if got := limitKey(cfg, req("")); got != "127.0.0.1" {
+		t.Errorf("no X-Forwarded-For: %q", got)
+	}
+	cfg.API.TrustedProxies = nil
+	if got := limitKey(cfg, req("198.51.100.7")); got != "127.0.0.1" {
+		t.Errorf("untrusted X-Forwarded-For taken: %q", got)
+	}
+}
