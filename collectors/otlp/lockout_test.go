@@ -5,13 +5,16 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
 
 	"github.com/whyslow/whyslow/internal/httplimit"
 )
@@ -27,6 +30,20 @@ func stallFrom(t *testing.T, ip, addr string) net.Conn {
 	}
 	t.Cleanup(func() { c.Close() })
 	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\nContent-Length: 100000\r\n\r\n0123456789", TracesPath)
+	return c
+}
+
+// stallGRPC opens a connection from ip that sends the HTTP/2 preface and
+// then nothing: a gRPC connection stalled in its handshake.
+func stallGRPC(t *testing.T, ip, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 2 * time.Minute}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	fmt.Fprint(c, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
 	return c
 }
 
@@ -90,5 +107,52 @@ func TestOneClientCannotLockOut(t *testing.T) {
 	}
 	if open := testutil.ToFloat64(r.connsLost.WithLabelValues("http", httplimit.RejectFull)); open != 0 {
 		t.Errorf("%v connections refused as full: the stalled ones should have made room", open)
+	}
+}
+
+// TestGRPCExporterKeptWhenFull: an authenticated gRPC exporter's connection
+// is not the one a full receiver closes for stalled newcomers (it would be
+// the least recently active between batches), so it exports on one
+// connection throughout.
+func TestGRPCExporterKeptWhenFull(t *testing.T) {
+	const token = "otlp-t0ken"
+	r, rec := startReceiver(t, Options{HTTP: httplimit.Limits{MaxConns: 8}, MaxConnsPerClient: 4,
+		Token: func() string { return token }})
+	addr := r.GRPCAddr()
+	var dials atomic.Int32
+	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}, Timeout: 2 * time.Minute}
+	ctx := context.Background()
+	exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(addr), otlptracegrpc.WithInsecure(),
+		otlptracegrpc.WithHeaders(map[string]string{"authorization": "Bearer " + token}),
+		otlptracegrpc.WithDialOption(grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
+			dials.Add(1)
+			return dialer.DialContext(ctx, "tcp", a)
+		})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	defer tp.Shutdown(ctx)
+	tr := tp.Tracer("test")
+	for i := range 3 {
+		_, s := tr.Start(ctx, fmt.Sprintf("llm_request-%d", i), trace.WithTimestamp(t0))
+		s.End(trace.WithTimestamp(t0.Add(time.Second)))
+		// Then stalled connections from two addresses fill the receiver.
+		for j := range 8 {
+			stallGRPC(t, fmt.Sprintf("127.0.0.%d", 10+2*i+j%2), addr)
+		}
+		deadline := time.Now().Add(2 * time.Minute) // hang guard
+		want := float64(8*(i+1) - 7)
+		for testutil.ToFloat64(r.connsLost.WithLabelValues("grpc", httplimit.RejectEvicted)) < want && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	_, s := tr.Start(ctx, "llm_request-last", trace.WithTimestamp(t0))
+	s.End(trace.WithTimestamp(t0.Add(time.Second)))
+	if got := len(rec.all()); got != 4 {
+		t.Errorf("%d spans received, want 4", got)
+	}
+	if n := dials.Load(); n != 1 {
+		t.Errorf("the exporter dialled %d times: its connection was closed for stalled ones", n)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	_ "google.golang.org/grpc/encoding/gzip" // OTLP/gRPC clients may gzip
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -115,6 +116,7 @@ type Receiver struct {
 	connsLost *prometheus.CounterVec
 
 	httpLn, grpcLn net.Listener
+	grpcBounded    net.Listener // grpcLn bounded (httplimit), for MarkAddr
 	httpSrv        *http.Server
 	grpcSrv        *grpc.Server
 }
@@ -238,8 +240,8 @@ func (r *Receiver) Run(ctx context.Context) error {
 	if r.grpcLn != nil {
 		r.grpcSrv = grpc.NewServer(r.grpcOptions()...)
 		coltracepb.RegisterTraceServiceServer(r.grpcSrv, grpcService{r: r})
-		ln := httplimit.ListenerWith(r.grpcLn, r.listenerOptions("grpc"))
-		go func() { errc <- r.grpcSrv.Serve(ln) }()
+		r.grpcBounded = httplimit.ListenerWith(r.grpcLn, r.listenerOptions("grpc"))
+		go func() { errc <- r.grpcSrv.Serve(r.grpcBounded) }()
 		r.log.Info("OTLP/gRPC receiver listening", "addr", r.GRPCAddr(), "auth", r.authState())
 	}
 	var err error
@@ -320,6 +322,10 @@ func (r *Receiver) grpcAuth(ctx context.Context, req any, _ *grpc.UnaryServerInf
 			r.failed.WithLabelValues("grpc", "unauthorized").Inc()
 			return nil, status.Error(codes.Unauthenticated, "missing or wrong bearer token")
 		}
+	}
+	// Authenticated and being served: a full receiver closes others first.
+	if p, ok := peer.FromContext(ctx); ok {
+		defer httplimit.MarkAddr(r.grpcBounded, p.Addr)()
 	}
 	return next(ctx, req)
 }

@@ -134,7 +134,7 @@ func ListenerWith(ln net.Listener, o ListenerOptions) net.Listener {
 	if o.OnReject == nil {
 		o.OnReject = func(string) {}
 	}
-	return &limitListener{Listener: ln, o: o, conns: map[*limitConn]struct{}{}, perClient: map[string]int{}}
+	return &limitListener{Listener: ln, o: o, conns: map[*limitConn]struct{}{}, byAddr: map[string]*limitConn{}, perClient: map[string]int{}}
 }
 
 type limitListener struct {
@@ -144,6 +144,7 @@ type limitListener struct {
 
 	mu        sync.Mutex
 	conns     map[*limitConn]struct{}
+	byAddr    map[string]*limitConn // remote address → connection (MarkAddr)
 	perClient map[string]int
 }
 
@@ -177,6 +178,9 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		lc := &limitConn{Conn: c, l: l, client: client}
 		lc.progress.Store(l.tick.Add(1))
 		l.conns[lc] = struct{}{}
+		if a := c.RemoteAddr(); a != nil {
+			l.byAddr[a.String()] = lc
+		}
 		l.perClient[client]++
 		l.mu.Unlock()
 		if victim != nil {
@@ -217,6 +221,9 @@ func (l *limitListener) removeLocked(c *limitConn) {
 		return
 	}
 	delete(l.conns, c)
+	if a := c.RemoteAddr(); a != nil && l.byAddr[a.String()] == c {
+		delete(l.byAddr, a.String())
+	}
 	if l.perClient[c.client]--; l.perClient[c.client] <= 0 {
 		delete(l.perClient, c.client)
 	}
@@ -300,6 +307,25 @@ func MarkTrusted(ctx context.Context) {
 	if c, ok := ctx.Value(connKey{}).(*limitConn); ok {
 		c.trusted.Store(true)
 	}
+}
+
+// MarkAddr is MarkTrusted and MarkBusy for a server that does not hand its
+// connections to handlers (gRPC): the connection of ln (a ListenerWith)
+// from remote address addr is trusted, and busy until done is called.
+func MarkAddr(ln net.Listener, addr net.Addr) (done func()) {
+	l, ok := ln.(*limitListener)
+	if !ok || addr == nil {
+		return func() {}
+	}
+	l.mu.Lock()
+	c := l.byAddr[addr.String()]
+	l.mu.Unlock()
+	if c == nil {
+		return func() {}
+	}
+	c.trusted.Store(true)
+	c.busy.Add(1)
+	return func() { c.busy.Add(-1) }
 }
 
 // Budget bounds the body bytes that the requests of a server hold in memory
