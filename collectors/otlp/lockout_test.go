@@ -19,9 +19,9 @@ import (
 	"github.com/whyslow/whyslow/internal/httplimit"
 )
 
-// stallFrom is stall from source address ip (127.0.0.0/8 is all local on
-// Linux, so each address is another client).
-func stallFrom(t *testing.T, ip, addr string) net.Conn {
+// dialFrom connects to addr from source address ip (127.0.0.0/8 is all
+// local on Linux, so each address is another client).
+func dialFrom(t *testing.T, ip, addr string) net.Conn {
 	t.Helper()
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 2 * time.Minute}
 	c, err := d.Dial("tcp", addr)
@@ -29,6 +29,13 @@ func stallFrom(t *testing.T, ip, addr string) net.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// stallFrom is stall from source address ip.
+func stallFrom(t *testing.T, ip, addr string) net.Conn {
+	t.Helper()
+	c := dialFrom(t, ip, addr)
 	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\nContent-Length: 100000\r\n\r\n0123456789", TracesPath)
 	return c
 }
@@ -37,12 +44,7 @@ func stallFrom(t *testing.T, ip, addr string) net.Conn {
 // then nothing: a gRPC connection stalled in its handshake.
 func stallGRPC(t *testing.T, ip, addr string) net.Conn {
 	t.Helper()
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 2 * time.Minute}
-	c, err := d.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := dialFrom(t, ip, addr)
 	fmt.Fprint(c, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
 	return c
 }
