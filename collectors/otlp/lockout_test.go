@@ -49,6 +49,24 @@ func stallGRPC(t *testing.T, ip, addr string) net.Conn {
 	return c
 }
 
+// syncTracer is a tracer that exports each span through exp as it ends
+// (the exporter's error, err, fails the test).
+func syncTracer(t *testing.T, exp sdktrace.SpanExporter, err error) trace.Tracer {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	return tp.Tracer("test")
+}
+
+// emit ends one span named name, exported at once.
+func emit(tr trace.Tracer, name string) {
+	_, s := tr.Start(context.Background(), name, trace.WithTimestamp(t0))
+	s.End(trace.WithTimestamp(t0.Add(time.Second)))
+}
+
 // waitFor polls until lost's reason reaches n (hang guard: minutes).
 func waitFor(t *testing.T, r *Receiver, reason string, n float64) {
 	t.Helper()
@@ -90,19 +108,13 @@ func TestOneClientCannotLockOut(t *testing.T) {
 	ctx := context.Background()
 	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpoint(addr), otlptracehttp.WithInsecure(), otlptracehttp.WithHTTPClient(client),
 		otlptracehttp.WithHeaders(map[string]string{"Authorization": "Bearer " + token}), otlptracehttp.WithRetry(otlptracehttp.RetryConfig{Enabled: false}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	defer tp.Shutdown(ctx)
-	tr := tp.Tracer("test")
+	tr := syncTracer(t, exp, err)
 	for i := range 3 {
 		// Each export through a full receiver of stalled connections.
 		for range 8 {
 			stallFrom(t, fmt.Sprintf("127.0.0.%d", 10+i), addr)
 		}
-		_, s := tr.Start(ctx, fmt.Sprintf("llm_request-%d", i), trace.WithTimestamp(t0))
-		s.End(trace.WithTimestamp(t0.Add(time.Second)))
+		emit(tr, fmt.Sprintf("llm_request-%d", i))
 	}
 	if got := len(rec.all()); got != 3 {
 		t.Errorf("%d spans received, want 3 (the exports failed)", got)
@@ -130,15 +142,9 @@ func TestGRPCExporterKeptWhenFull(t *testing.T) {
 			dials.Add(1)
 			return dialer.DialContext(ctx, "tcp", a)
 		})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	defer tp.Shutdown(ctx)
-	tr := tp.Tracer("test")
+	tr := syncTracer(t, exp, err)
 	for i := range 3 {
-		_, s := tr.Start(ctx, fmt.Sprintf("llm_request-%d", i), trace.WithTimestamp(t0))
-		s.End(trace.WithTimestamp(t0.Add(time.Second)))
+		emit(tr, fmt.Sprintf("llm_request-%d", i))
 		// Then stalled connections from two addresses fill the receiver.
 		for j := range 8 {
 			stallGRPC(t, fmt.Sprintf("127.0.0.%d", 10+2*i+j%2), addr)
@@ -149,8 +155,7 @@ func TestGRPCExporterKeptWhenFull(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	_, s := tr.Start(ctx, "llm_request-last", trace.WithTimestamp(t0))
-	s.End(trace.WithTimestamp(t0.Add(time.Second)))
+	emit(tr, "llm_request-last")
 	if got := len(rec.all()); got != 4 {
 		t.Errorf("%d spans received, want 4", got)
 	}
