@@ -53,7 +53,7 @@ func (d *Daemon) Handler() http.Handler {
 	for pattern, h := range d.opts.APIRoutes {
 		api.Handle(pattern, h)
 	}
-	mux.Handle("/api/", d.authorize(api))
+	mux.Handle("/api/", d.authorize(d.requireJSON(api)))
 	prof := http.NewServeMux()
 	prof.HandleFunc("/debug/pprof/", pprof.Index)
 	prof.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -68,7 +68,16 @@ func (d *Daemon) Handler() http.Handler {
 		prof.ServeHTTP(w, r)
 	})))
 	d.registerPages(mux)
-	return d.underPrefix(mux)
+	return secureHeaders(d.underPrefix(d.guardSite(mux)))
+}
+
+// secureHeaders sets the headers every answer carries: nosniff, so a
+// browser never runs a JSON error or a label value as HTML or script.
+func secureHeaders(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		h.ServeHTTP(w, r)
+	})
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

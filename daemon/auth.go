@@ -96,6 +96,25 @@ func LoopbackOnly(addr string) bool {
 var errLocked = errors.New("no api.token is configured and the API listens beyond loopback: " +
 	"every /api/* request is refused (set api.token, or api.insecure: true)")
 
+// bearer checks r's Authorization header against api.token: ok when it
+// holds the token. A wrong one counts against the client (session.go);
+// a client past the limit is answered 429 here (answered true), before
+// its token is looked at. No header is not ok, and not a failure.
+func (d *Daemon) bearer(w http.ResponseWriter, r *http.Request, cfg Config) (ok, answered bool) {
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return false, false
+	}
+	if d.tokenThrottled(w, r) {
+		return false, true
+	}
+	if !httplimit.BearerOK(h, cfg.API.Token) {
+		d.limiter.fail(limitKey(cfg, r), d.opts.Now())
+		return false, false
+	}
+	return true, false
+}
+
 // authorize guards next with the configured authentication (see APIAuth).
 // The bearer scheme is matched case-insensitively; the token is compared
 // in constant time. A browser signed in to the pages (their session
@@ -112,7 +131,11 @@ func (d *Daemon) authorize(next http.Handler) http.Handler {
 			return
 		case AuthToken:
 			read := r.Method == http.MethodGet || r.Method == http.MethodHead
-			if !httplimit.BearerOK(r.Header.Get("Authorization"), cfg.API.Token) && !(read && sessionOK(r, cfg.API.Token)) {
+			ok, answered := d.bearer(w, r, cfg)
+			if answered {
+				return
+			}
+			if !ok && !(read && d.sessionOK(r, cfg.API.Token)) {
 				d.stats.authFailures.WithLabelValues("token").Inc()
 				w.Header().Set("WWW-Authenticate", `Bearer realm="whyslow"`)
 				d.writeError(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token"))

@@ -168,6 +168,10 @@ type APIConfig struct {
 	// ExternalURL is how people reach this daemon; notifications link to
 	// ExternalURL/verdict?scope=… (the verdict page) when set.
 	ExternalURL string `yaml:"external_url,omitempty" json:"external_url,omitempty"`
+	// TrustedProxies are the addresses (IPs or CIDRs) of the reverse
+	// proxies whose X-Forwarded-Proto: https is believed: the session
+	// cookie is then Secure. Anyone else could claim it.
+	TrustedProxies []string `yaml:"trusted_proxies,omitempty" json:"trusted_proxies,omitempty"`
 	// Pprof serves Go's profiles at /debug/pprof/ (behind the token when
 	// one is set), to see where the daemon's memory and CPU go.
 	Pprof bool `yaml:"pprof,omitempty" json:"pprof,omitempty"`
@@ -515,6 +519,11 @@ func (c Config) validateIntake(p *problems) {
 	if c.API.ExternalURL != "" {
 		if pu, err := url.Parse(c.API.ExternalURL); err != nil || pu.Host == "" {
 			p.add("api.external_url", "%q is not a URL", c.API.ExternalURL)
+		}
+	}
+	for i, s := range c.API.TrustedProxies {
+		if _, ok := parseProxy(s); !ok {
+			p.add(fmt.Sprintf("api.trusted_proxies[%d]", i), "%q is not an IP address or CIDR (e.g. 10.0.0.7 or 10.0.0.0/8)", s)
 		}
 	}
 }

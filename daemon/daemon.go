@@ -155,6 +155,8 @@ type Daemon struct {
 	detector    *detect.Detector
 	tracker     *incident.Tracker
 	stats       *stats
+	sessions    *sessions                     // signed-in browsers (session.go)
+	limiter     *limiter                      // wrong tokens per client
 	scraped     atomic.Bool                   // a scrape has succeeded
 	history     atomic.Int64                  // unix ns of the first successful scrape the store holds; 0: none yet
 	triages     atomic.Pointer[chan struct{}] // slots for ad-hoc, alert and Slack triages
@@ -214,6 +216,8 @@ func New(opts Options) (*Daemon, error) {
 		detector:    det,
 		tracker:     incident.NewTracker(cfg.Incidents),
 		budget:      httplimit.NewBudget(bodyBudget),
+		sessions:    newSessions(),
+		limiter:     newLimiter(),
 		down:        map[string]time.Time{},
 		metrics:     opts.Metrics,
 		lastTriaged: map[string]time.Time{},

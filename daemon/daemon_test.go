@@ -342,6 +342,9 @@ func (h *harness) do(t *testing.T, method, path, token string, body io.Reader) (
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	if method != http.MethodGet && method != http.MethodHead {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

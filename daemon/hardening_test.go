@@ -703,3 +703,25 @@ func TestRejectedNotificationDoesNotBlock(t *testing.T) {
 	}
 	h.get(t, "/readyz", "", http.StatusOK)
 }
+
+// TestStaleStateTempsRemoved is finding 8 of issue 26: a crash during a
+// state write left incidents.json.tmp* behind, one more each time.
+func TestStaleStateTempsRemoved(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{stateFile + ".tmp123", stateFile + ".tmp-old"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(`{"version":2,"trac`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := filepath.Join(dir, "notes.tmp1")
+	if err := os.WriteFile(other, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	newHarness(t, testConfigIn(dir))
+	if left, _ := filepath.Glob(filepath.Join(dir, stateFile+".tmp*")); len(left) != 0 {
+		t.Errorf("stale temporary state files left: %v", left)
+	}
+	if _, err := os.Stat(other); err != nil {
+		t.Errorf("a file that is not a state temp was removed: %v", err)
+	}
+}

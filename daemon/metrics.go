@@ -24,6 +24,7 @@ type stats struct {
 	alertsRefused  *prometheus.CounterVec
 	triageRefused  *prometheus.CounterVec
 	authFailures   *prometheus.CounterVec
+	apiRefused     *prometheus.CounterVec
 	stateCorrupt   prometheus.Counter
 	pending        prometheus.Gauge
 	reloads        *prometheus.CounterVec
@@ -78,6 +79,10 @@ func newStats(d *Daemon, reg *prometheus.Registry) *stats {
 		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "whyslow_api_auth_failures_total", Help: "API requests refused by authentication, by reason (token, locked).",
 		}, []string{"reason"}),
+		apiRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "whyslow_api_refused_total",
+			Help: "HTTP requests refused before their handler, by reason (host: not this daemon's Host, origin: another site's write, content_type: an API write not declared JSON, sign_in_rate: too many wrong tokens).",
+		}, []string{"reason"}),
 		fleet: newFleetStats(),
 		stateCorrupt: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "whyslow_state_corrupt_total", Help: "Unreadable incident state files moved aside at start.",
@@ -99,7 +104,7 @@ func newStats(d *Daemon, reg *prometheus.Registry) *stats {
 	})
 	s.reg.MustRegister(s.scrapes, s.lastScrape,
 		s.triageRuns, s.triageDuration, s.detectErrors, s.persistErrors, s.incidentsOpen,
-		s.topCause, s.notifications, s.alerts, s.alertsRefused, s.triageRefused, s.authFailures,
+		s.topCause, s.notifications, s.alerts, s.alertsRefused, s.triageRefused, s.authFailures, s.apiRefused,
 		s.stateCorrupt, s.pending, s.reloads, ready)
 	s.reg.MustRegister(s.fleet.collectors()...)
 	return s

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -37,9 +35,10 @@ const (
 	pathLogin     = "/login"
 )
 
-// sessionCookie holds a signed-in browser's proof of the token:
-// HMAC-SHA256(token, sessionLabel), so the cookie never holds the token
-// itself and a new token signs everyone out.
+// sessionCookie holds a signed-in browser's session id (session.go): a
+// random value the daemon remembers with the token's MAC, so the cookie
+// never holds the token, signing out revokes it and a new token signs
+// everyone out.
 const (
 	sessionCookie = "whyslow_session"
 	sessionLabel  = "whyslow page session v1"
@@ -97,10 +96,15 @@ func (d *Daemon) underPrefix(h http.Handler) http.Handler {
 	})
 }
 
-// site is what every page needs to know about the daemon.
-func (d *Daemon) site(cfg Config) web.Site {
+// site is what every page for r needs to know about the daemon (r nil:
+// no sign-out form).
+func (d *Daemon) site(cfg Config, r *http.Request) web.Site {
 	mode, _ := APIAuth(cfg)
-	return web.Site{Prefix: pagePrefix(cfg), SignOut: mode == AuthToken, Now: d.opts.Now()}
+	s := web.Site{Prefix: pagePrefix(cfg), SignOut: mode == AuthToken, Now: d.opts.Now()}
+	if s.SignOut && r != nil {
+		s.CSRF = d.sessions.csrf(sessionID(r))
+	}
+	return s
 }
 
 // writePage renders p and answers it with code and the pages' headers: the
@@ -124,32 +128,16 @@ func (d *Daemon) writePage(w http.ResponseWriter, code int, p web.Page) {
 }
 
 // pageError answers an error page, its message scrubbed of secrets.
-func (d *Daemon) pageError(w http.ResponseWriter, cfg Config, code int, title string, err error) {
-	d.writePage(w, code, web.ErrorPage{Site: d.site(cfg), Code: code, Title: title, Message: d.secrets.Scrub(err.Error())})
-}
-
-// sessionValue is the cookie value that proves the token.
-func sessionValue(token string) string {
-	mac := hmac.New(sha256.New, []byte(token))
-	mac.Write([]byte(sessionLabel))
-	return hex.EncodeToString(mac.Sum(nil))
-}
-
-// sessionOK reports whether r carries the session cookie of token.
-func sessionOK(r *http.Request, token string) bool {
-	c, err := r.Cookie(sessionCookie)
-	if err != nil || token == "" {
-		return false
-	}
-	return hmac.Equal([]byte(c.Value), []byte(sessionValue(token)))
+func (d *Daemon) pageError(w http.ResponseWriter, r *http.Request, cfg Config, code int, title string, err error) {
+	d.writePage(w, code, web.ErrorPage{Site: d.site(cfg, r), Code: code, Title: title, Message: d.secrets.Scrub(err.Error())})
 }
 
 // setSession gives the browser the session cookie: only for the pages'
 // path, not readable by scripts, sent on links from elsewhere (a Slack
 // message) but not on another site's form posts, and only over HTTPS when
-// the daemon is reached over HTTPS.
+// the daemon is reached over HTTPS (secureRequest).
 func setSession(w http.ResponseWriter, r *http.Request, cfg Config, value string, maxAge time.Duration) {
-	secure := r.TLS != nil || strings.HasPrefix(strings.ToLower(cfg.API.ExternalURL), "https:")
+	secure := secureRequest(cfg, r)
 	c := &http.Cookie{Name: sessionCookie, Value: value, Path: pagePrefix(cfg) + "/", HttpOnly: true, Secure: secure,
 		SameSite: http.SameSiteLaxMode, MaxAge: int(maxAge / time.Second)}
 	if maxAge < 0 {
@@ -162,7 +150,7 @@ const errWrongToken = "That token is not the daemon's api.token."
 
 // loginPage answers the sign-in form, to come back to next.
 func (d *Daemon) loginPage(w http.ResponseWriter, cfg Config, code int, next, msg string) {
-	site := d.site(cfg)
+	site := d.site(cfg, nil)
 	site.SignOut = false
 	d.writePage(w, code, web.LoginPage{Site: site, Next: next, Error: msg})
 }
@@ -182,21 +170,28 @@ func (d *Daemon) pageAuth(next http.HandlerFunc) http.Handler {
 		switch mode {
 		case AuthLocked:
 			d.stats.authFailures.WithLabelValues("locked").Inc()
-			d.pageError(w, cfg, http.StatusForbidden, "Locked", errLocked)
+			d.pageError(w, r, cfg, http.StatusForbidden, "Locked", errLocked)
 			return
 		case AuthToken:
 			q := r.URL.Query()
 			if _, given := q["token"]; given && r.Method == http.MethodGet {
+				if d.tokenThrottled(w, r) {
+					return
+				}
 				if !tokenOK(q.Get("token"), cfg.API.Token) {
-					d.stats.authFailures.WithLabelValues("token").Inc()
+					d.tokenFailed(r)
 					d.loginPage(w, cfg, http.StatusUnauthorized, pageNext(cfg, r, "token"), errWrongToken)
 					return
 				}
-				setSession(w, r, cfg, sessionValue(cfg.API.Token), sessionMaxAge)
+				setSession(w, r, cfg, d.sessions.start(cfg.API.Token, d.opts.Now()), sessionMaxAge)
 				http.Redirect(w, r, pageNext(cfg, r, "token"), http.StatusSeeOther)
 				return
 			}
-			if !httplimit.BearerOK(r.Header.Get("Authorization"), cfg.API.Token) && !sessionOK(r, cfg.API.Token) {
+			ok, answered := d.bearer(w, r, cfg)
+			if answered {
+				return
+			}
+			if !ok && !d.sessionOK(r, cfg.API.Token) {
 				d.stats.authFailures.WithLabelValues("token").Inc()
 				back := pagePrefix(cfg) + "/"
 				if r.Method == http.MethodGet {
@@ -246,7 +241,7 @@ func (d *Daemon) parseForm(w http.ResponseWriter, r *http.Request, cfg Config) b
 			code = http.StatusRequestEntityTooLarge
 			err = fmt.Errorf("form larger than %d bytes", maxFormBytes)
 		}
-		d.pageError(w, cfg, code, "Bad form", err)
+		d.pageError(w, r, cfg, code, "Bad form", err)
 		return false
 	}
 	return true
@@ -271,24 +266,40 @@ func (d *Daemon) pageSignIn(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
 	}
+	if d.tokenThrottled(w, r) {
+		return
+	}
 	if !tokenOK(r.PostForm.Get("token"), cfg.API.Token) {
-		d.stats.authFailures.WithLabelValues("token").Inc()
+		d.tokenFailed(r)
 		d.loginPage(w, cfg, http.StatusUnauthorized, next, errWrongToken)
 		return
 	}
-	setSession(w, r, cfg, sessionValue(cfg.API.Token), sessionMaxAge)
+	setSession(w, r, cfg, d.sessions.start(cfg.API.Token, d.opts.Now()), sessionMaxAge)
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
+// pageSignOut ends the browser's session. It takes the form's CSRF value
+// (only this daemon's pages have it), so another site cannot sign a
+// browser out; without a session there is nothing to end.
 func (d *Daemon) pageSignOut(w http.ResponseWriter, r *http.Request) {
 	cfg := d.Config()
+	if !d.parseForm(w, r, cfg) {
+		return
+	}
+	if id := sessionID(r); id != "" {
+		if !hmac.Equal([]byte(r.PostForm.Get("csrf")), []byte(d.sessions.csrf(id))) {
+			d.pageError(w, r, cfg, http.StatusForbidden, "Sign-out refused", errors.New("the sign-out form's CSRF value is missing or wrong: sign out from a page of this daemon"))
+			return
+		}
+		d.sessions.end(id)
+	}
 	setSession(w, r, cfg, "", -1)
 	http.Redirect(w, r, pagePrefix(cfg)+pathLogin, http.StatusSeeOther)
 }
 
-func (d *Daemon) pageIndex(w http.ResponseWriter, _ *http.Request) {
+func (d *Daemon) pageIndex(w http.ResponseWriter, r *http.Request) {
 	cfg := d.Config()
-	d.writePage(w, http.StatusOK, web.Index(d.site(cfg), d.Incidents(), web.TriageForm{Placeholder: cfg.Detect.Selector}))
+	d.writePage(w, http.StatusOK, web.Index(d.site(cfg, r), d.Incidents(), web.TriageForm{Placeholder: cfg.Detect.Selector}))
 }
 
 // incidentByID returns the incident with that id, open or resolved.
@@ -326,11 +337,11 @@ func (d *Daemon) pageIncident(w http.ResponseWriter, r *http.Request) {
 	cfg := d.Config()
 	in, ok := d.incidentByID(r.PathValue("id"))
 	if !ok {
-		d.pageError(w, cfg, http.StatusNotFound, "No such incident",
+		d.pageError(w, r, cfg, http.StatusNotFound, "No such incident",
 			fmt.Errorf("no incident %q: it may have been resolved long ago (whyslow keeps the newest incidents.keep_resolved)", r.PathValue("id")))
 		return
 	}
-	site := d.site(cfg)
+	site := d.site(cfg, r)
 	p := web.IncidentPage{Site: site, Incident: web.Row(site, in), Timeline: web.Timeline(in, d.notices(in.ID))}
 	if in.Verdict != nil {
 		section := d.verdictSection(r.Context(), cfg, in.Verdict, in.OpenedAt)
@@ -358,7 +369,7 @@ func (d *Daemon) pageVerdict(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	scopes := append(append([]string(nil), q["scope"]...), q["selector"]...)
 	if len(scopes) > 1 {
-		d.pageError(w, cfg, http.StatusBadRequest, "Bad request", errors.New("scope: give at most one scope (scope= or selector=)"))
+		d.pageError(w, r, cfg, http.StatusBadRequest, "Bad request", errors.New("scope: give at most one scope (scope= or selector=)"))
 		return
 	}
 	raw := ""
@@ -367,10 +378,10 @@ func (d *Daemon) pageVerdict(w http.ResponseWriter, r *http.Request) {
 	}
 	sel, err := d.scopeSelector(raw)
 	if err != nil {
-		d.pageError(w, cfg, http.StatusBadRequest, "Bad scope", err)
+		d.pageError(w, r, cfg, http.StatusBadRequest, "Bad scope", err)
 		return
 	}
-	site := d.site(cfg)
+	site := d.site(cfg, r)
 	body := TriageBody{Selector: sel, At: q.Get("at"), Window: q.Get("window"), Baseline: q.Get("baseline")}
 	latest := body.At == "" && body.Window == "" && body.Baseline == ""
 	v, held := (*verdict.Verdict)(nil), false
@@ -380,7 +391,7 @@ func (d *Daemon) pageVerdict(w http.ResponseWriter, r *http.Request) {
 	if !held {
 		req, err := body.Request(cfg, d.opts.Now())
 		if err != nil {
-			d.pageError(w, cfg, http.StatusBadRequest, "Bad request", err)
+			d.pageError(w, r, cfg, http.StatusBadRequest, "Bad request", err)
 			return
 		}
 		var terr *triageError
@@ -388,7 +399,7 @@ func (d *Daemon) pageVerdict(w http.ResponseWriter, r *http.Request) {
 			if terr.retryAfter > 0 {
 				w.Header().Set("Retry-After", strconv.Itoa(int(terr.retryAfter/time.Second)))
 			}
-			d.pageError(w, cfg, terr.code, "Triage failed", terr.err)
+			d.pageError(w, r, cfg, terr.code, "Triage failed", terr.err)
 			return
 		}
 	}
@@ -449,7 +460,7 @@ func (d *Daemon) pageTriage(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		form := web.TriageForm{Selector: f.Get("selector"), At: f.Get("at"), Window: f.Get("window"), Baseline: f.Get("baseline"),
 			Placeholder: cfg.Detect.Selector, Error: err.Error()}
-		d.writePage(w, http.StatusBadRequest, web.Index(d.site(cfg), d.Incidents(), form))
+		d.writePage(w, http.StatusBadRequest, web.Index(d.site(cfg, r), d.Incidents(), form))
 		return
 	}
 	q := url.Values{}

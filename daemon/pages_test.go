@@ -53,6 +53,18 @@ func sessionOf(t *testing.T, resp *http.Response) *http.Cookie {
 	return nil
 }
 
+// csrfOf is the sign-out form's CSRF value on the index page for cookie.
+func csrfOf(t *testing.T, h *harness, cookie *http.Cookie) string {
+	t.Helper()
+	_, body := pageReq(t, h, "GET", "/", nil, cookie)
+	_, rest, ok := strings.Cut(body, `name="csrf" value="`)
+	v, _, _ := strings.Cut(rest, `"`)
+	if !ok || v == "" {
+		t.Fatalf("no CSRF value in the sign-out form:\n%s", body)
+	}
+	return v
+}
+
 // incidentHarness is a daemon with one open incident (cause
 // kv_cache_pressure) and cfg's API settings.
 func incidentHarness(t *testing.T, edit func(*Config)) *harness {
@@ -125,12 +137,13 @@ func TestPagesTakeTheToken(t *testing.T) {
 	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/" {
 		t.Errorf("sign-in with a foreign next: %d, Location %q", resp.StatusCode, resp.Header.Get("Location"))
 	}
-	sessionOf(t, resp)
+	other := sessionOf(t, resp)
 
-	resp, _ = pageReq(t, h, "POST", "/logout", url.Values{}, cookie)
+	resp, _ = pageReq(t, h, "POST", "/logout", url.Values{"csrf": {csrfOf(t, h, cookie)}}, cookie)
 	if c := sessionOf(t, resp); c.MaxAge >= 0 || c.Value != "" {
 		t.Errorf("sign-out cookie %+v", c)
 	}
+	cookie = other
 
 	// A new token signs everyone out.
 	cfg := h.d.Config()

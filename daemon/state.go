@@ -89,6 +89,7 @@ func decodeStateFile(cfg incident.IncidentConfig, b []byte) (*incident.Tracker, 
 // an error line, and the daemon starts with an empty state: a sidecar that
 // crash-loops on a truncated file helps nobody.
 func (d *Daemon) loadState(dir string, now time.Time) {
+	d.removeStaleTemps(dir)
 	path := filepath.Join(dir, stateFile)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -118,6 +119,18 @@ func (d *Daemon) loadState(dir string, now time.Time) {
 	}
 	d.log.Error("Incident state unreadable; moved aside, starting without it", "file", path, "moved_to", aside, "err", err)
 	d.stats.stateCorrupt.Inc()
+}
+
+// removeStaleTemps removes the temporary files of state writes a crash
+// interrupted (incidents.json.tmp*): never renamed, so never the state, and
+// each crash would leave one more.
+func (d *Daemon) removeStaleTemps(dir string) {
+	tmps, _ := filepath.Glob(filepath.Join(dir, stateFile+".tmp*"))
+	for _, tmp := range tmps {
+		if err := os.Remove(tmp); err != nil {
+			d.log.Warn("Could not remove a stale temporary state file", "file", tmp, "err", err)
+		}
+	}
 }
 
 // encodeState returns the state file's bytes.

@@ -193,7 +193,9 @@ func tickStack(t *testing.T, s *Stack, clock *SimClock, n int) {
 func getBody(t *testing.T, h http.Handler, path string) string {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	req := httptest.NewRequest(http.MethodGet, path, nil)
+	req.Host = "127.0.0.1" // not example.com: the daemon answers its own names (guardSite)
+	h.ServeHTTP(rec, req)
 	return rec.Body.String()
 }
 
@@ -467,6 +469,7 @@ func TestStackSlashCommand(t *testing.T) {
 	ts := strconv.FormatInt(clock.Now().Unix(), 10)
 	post := func(sig string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(http.MethodPost, SlackCommandPath, strings.NewReader(body))
+		req.Host = "127.0.0.1"
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		req.Header.Set("X-Slack-Request-Timestamp", ts)
 		req.Header.Set("X-Slack-Signature", sig)

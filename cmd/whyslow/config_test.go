@@ -444,3 +444,21 @@ func TestCheckHelp(t *testing.T) {
 		}
 	}
 }
+
+// TestParseConfigTrustedProxies: api.trusted_proxies holds IPs or CIDRs,
+// each error at its item.
+func TestParseConfigTrustedProxies(t *testing.T) {
+	src := "api:\n  trusted_proxies:\n    - 10.0.0.0/8\n    - proxy.local\n    - 10.0.0.300\n    - \"::1\"\n"
+	_, err := parseConfig("w.yml", []byte(src), envMap(nil))
+	for _, want := range []string{
+		`w.yml:4:7: api.trusted_proxies[1]: "proxy.local" is not an IP address or CIDR`,
+		`w.yml:5:7: api.trusted_proxies[2]: "10.0.0.300" is not an IP address or CIDR`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v, want %q", err, want)
+		}
+	}
+	if _, err := parseConfig("w.yml", []byte("api:\n  trusted_proxies: [10.0.0.7, \"fd00::/8\"]\n"), envMap(nil)); err != nil {
+		t.Errorf("valid proxies: %v", err)
+	}
+}

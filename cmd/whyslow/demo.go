@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/whyslow/whyslow/collectors/bundle"
 	"github.com/whyslow/whyslow/daemon/demo"
 	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/notifiers/render"
@@ -119,7 +120,7 @@ func demoVerdict(ctx context.Context, scenario string, seed int64, keep string, 
 	if err := loadRulesets(&opts, nil); err != nil {
 		return nil, sim.Truth{}, err
 	}
-	v, err := whyBundle(ctx, dir, opts, nil)
+	v, err := whyBundle(ctx, dir, bundle.DefaultMaxSeries, opts, nil)
 	return v, b.Truth, err
 }
 

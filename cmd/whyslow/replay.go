@@ -34,6 +34,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.SetOutput(stderr)
 	var f replayFlags
 	fs.StringVar(&f.source.bundle, "bundle", "", "incident bundle `DIR` to replay (metrics.om, incident.yaml)")
+	registerMaxSeries(fs, &f.source.maxSeries)
 	fs.StringVar(&f.source.prometheus, "prometheus", "", "Prometheus-compatible query API base `URL` holding the interval")
 	fs.StringVar(&f.config, "config", "", "daemon config `FILE` whose detect, incidents, triage and engine settings to replay with (default: the built-in defaults)")
 	fs.StringVar(&f.from, "from", "", "start of the interval, RFC 3339 (with --bundle default: an hour after its first sample, once the baseline exists)")
@@ -93,7 +94,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		o.Config.Source.Prometheus = &daemon.PrometheusSource{URL: f.source.prometheus}
 		o.Config.EngineURLs = nil
 	} else {
-		b, st, stats, err := openBundle(ctx, f.source.bundle)
+		b, st, stats, err := openBundle(ctx, f.source.bundle, f.source.maxSeries)
 		if err != nil {
 			return fail("%v", err)
 		}

@@ -27,6 +27,7 @@ func init() {
 // whyFlags are the flags of `whyslow why`.
 type whyFlags struct {
 	bundle     string
+	maxSeries  int
 	scrape     string
 	prometheus string
 	server     string
@@ -54,6 +55,7 @@ type whyFlags struct {
 
 func (f *whyFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.bundle, "bundle", "", "incident bundle `DIR` to replay (metrics.om, incident.yaml)")
+	registerMaxSeries(fs, &f.maxSeries)
 	fs.StringVar(&f.scrape, "scrape", "", "engine /metrics `URL[,URL]` to sample directly (no Prometheus)")
 	fs.StringVar(&f.prometheus, "prometheus", "", "Prometheus-compatible query API base `URL` (Prometheus, Thanos, Mimir, VictoriaMetrics)")
 	fs.StringVar(&f.server, "server", "", "a running whyslow daemon's base `URL`: ask it to triage (POST /api/v1/triage)")
@@ -104,7 +106,7 @@ func runWhy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	v, err := whyVerdict(ctx, &f, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "whyslow why: %v\n", err)
+		fmt.Fprintf(stderr, "whyslow why: %s\n", render.EscapeLines(err.Error()))
 		return exitFailed
 	}
 	if err := render.Render(stdout, v, format, render.Options{Explain: f.explain, Color: f.color, Indent: true}); err != nil {
@@ -128,7 +130,7 @@ func verdictExit(v *verdict.Verdict, stderr io.Writer) int {
 	} else if len(v.DataGaps) > 0 {
 		reason = v.DataGaps[0].Signal + ": " + v.DataGaps[0].Reason
 	}
-	fmt.Fprintf(stderr, "whyslow why: insufficient data: %s\n", reason)
+	fmt.Fprintf(stderr, "whyslow why: insufficient data: %s\n", render.Escape(reason))
 	return exitFailed
 }
 
@@ -149,7 +151,7 @@ func whyVerdict(ctx context.Context, f *whyFlags, stderr io.Writer) (*verdict.Ve
 	}
 	switch {
 	case f.bundle != "":
-		return whyBundle(ctx, f.bundle, opts, f.finish)
+		return whyBundle(ctx, f.bundle, f.maxSeries, opts, f.finish)
 	case f.server != "":
 		return whyServer(ctx, f, opts)
 	case f.prometheus != "":
@@ -290,8 +292,8 @@ func triageThen(ctx context.Context, opts diagnose.Options, finish finishFunc) (
 // openBundle loads all of a bundle's metrics into a fresh embedded store
 // (as `whyslow replay --bundle` needs); the caller closes the store.
 // openBundleKeep loads only some windows.
-func openBundle(ctx context.Context, dir string) (*bundle.Bundle, *store.Store, bundle.LoadStats, error) {
-	return openBundleKeep(ctx, dir, nil)
+func openBundle(ctx context.Context, dir string, maxSeries int) (*bundle.Bundle, *store.Store, bundle.LoadStats, error) {
+	return openBundleKeep(ctx, dir, maxSeries, nil)
 }
 
 // whyBundle replays an incident bundle through the embedded store. When the
@@ -299,14 +301,14 @@ func openBundle(ctx context.Context, dir string) (*bundle.Bundle, *store.Store, 
 // windows the triage reads are loaded (bundleKeep); a verdict of
 // insufficient data, whose diagnosis searches all the data, is then redone
 // over the whole bundle.
-func whyBundle(ctx context.Context, dir string, opts diagnose.Options, finish finishFunc) (*verdict.Verdict, error) {
+func whyBundle(ctx context.Context, dir string, maxSeries int, opts diagnose.Options, finish finishFunc) (*verdict.Verdict, error) {
 	keep := func(b *bundle.Bundle) []bundle.Window {
 		o := opts
 		applyIncident(&o, b.Incident)
 		return bundleKeep(o)
 	}
 	for {
-		b, st, stats, err := openBundleKeep(ctx, dir, keep)
+		b, st, stats, err := openBundleKeep(ctx, dir, maxSeries, keep)
 		if err != nil {
 			return nil, err
 		}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"time"
 
@@ -56,15 +58,23 @@ func bundleKeep(opts diagnose.Options) []bundle.Window {
 	}
 }
 
+// registerMaxSeries adds --max-series, the series a bundle may load.
+func registerMaxSeries(fs *flag.FlagSet, dst *int) {
+	fs.IntVar(dst, "max-series", bundle.DefaultMaxSeries, "the most series a --bundle may load (about 4 KiB of memory each; 0: no limit)")
+}
+
 // openBundleKeep is openBundle loading only the samples inside the windows
 // keep returns for the bundle (read once its incident.yaml is parsed); a
 // nil keep, or nil windows, load everything.
-func openBundleKeep(ctx context.Context, dir string, keep func(*bundle.Bundle) []bundle.Window) (*bundle.Bundle, *store.Store, bundle.LoadStats, error) {
+func openBundleKeep(ctx context.Context, dir string, maxSeries int, keep func(*bundle.Bundle) []bundle.Window) (*bundle.Bundle, *store.Store, bundle.LoadStats, error) {
 	b, err := bundle.Load(dir)
 	if err != nil {
 		return nil, nil, bundle.LoadStats{}, err
 	}
-	var o bundle.LoadOptions
+	o := bundle.LoadOptions{MaxSeries: maxSeries}
+	if maxSeries == 0 {
+		o.MaxSeries = -1 // --max-series 0: no limit
+	}
 	if keep != nil {
 		o.Keep = keep(b)
 	}
@@ -75,6 +85,10 @@ func openBundleKeep(ctx context.Context, dir string, keep func(*bundle.Bundle) [
 	stats, err := b.LoadMetricsWith(ctx, st, o)
 	if err != nil {
 		st.Close()
+		var le *bundle.SeriesLimitError
+		if errors.As(err, &le) {
+			err = fmt.Errorf("%w (--max-series %d raises the limit; each series takes about 4 KiB of memory)", err, 2*le.Limit)
+		}
 		return nil, nil, bundle.LoadStats{}, err
 	}
 	return b, st, stats, nil

@@ -40,11 +40,11 @@ func TestWhyBundleKeepSameVerdict(t *testing.T) {
 			if err := loadRulesets(&opts, nil); err != nil {
 				t.Fatal(err)
 			}
-			got, err := whyBundle(t.Context(), dir, opts, nil)
+			got, err := whyBundle(t.Context(), dir, bundle.DefaultMaxSeries, opts, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, st, stats, err := openBundle(t.Context(), dir)
+			b, st, stats, err := openBundle(t.Context(), dir, bundle.DefaultMaxSeries)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -58,7 +58,7 @@ func TestWhyBundleKeepSameVerdict(t *testing.T) {
 			if g, w := render(got), render(want); g != w {
 				t.Errorf("verdict over the kept windows differs from the whole bundle's (%d samples):\n got %s\nwant %s", stats.Samples, g, w)
 			}
-			_, kst, kept, err := openBundleKeep(t.Context(), dir, func(*bundle.Bundle) []bundle.Window { return bundleKeep(opts) })
+			_, kst, kept, err := openBundleKeep(t.Context(), dir, bundle.DefaultMaxSeries, func(*bundle.Bundle) []bundle.Window { return bundleKeep(opts) })
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -80,7 +80,7 @@ func runWhyFleet(ctx context.Context, f *whyFlags, stdout, stderr io.Writer) int
 	}
 	var since time.Time
 	if f.bundle != "" {
-		b, st, stats, err := openBundle(ctx, f.bundle)
+		b, st, stats, err := openBundle(ctx, f.bundle, f.maxSeries)
 		if err != nil {
 			return fail(err)
 		}

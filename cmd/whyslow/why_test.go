@@ -745,3 +745,26 @@ func TestWhyTextShowsWhatEvidenceQuotes(t *testing.T) {
 		}
 	}
 }
+
+// TestWhyEscapesControlCharacters is finding 6 of issue 26: a label value
+// holding ESC[2J or an OSC 8 hyperlink reached the terminal raw in `why`'s
+// text output (here from a server's verdict; bundles render the same way).
+func TestWhyEscapesControlCharacters(t *testing.T) {
+	const evil = "llama\x1b[2J\x1b]8;;https://evil.example/\x1b\\docs\x1b]8;;\x1b\\"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v := verdict.Verdict{SchemaVersion: verdict.SchemaVersion, Status: verdict.StatusHealthy, Phase: verdict.PhaseNone, Engine: "vllm",
+			At: time.Unix(1700000000, 0).UTC(), Scope: verdict.Scope{Selector: `model_name="` + evil + `"`, Labels: map[string]string{"model_name": evil}}}
+		_ = json.NewEncoder(w).Encode(v)
+	}))
+	defer srv.Close()
+	r := runCLI(t, "why", "--server", srv.URL)
+	if r.code != exitOK {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	if strings.Contains(r.stdout, "\x1b") {
+		t.Errorf("raw ESC in the text output:\n%q", r.stdout)
+	}
+	if !strings.Contains(r.stdout, `llama\x1b[2J\x1b]8;;https://evil.example/`) {
+		t.Errorf("the label is not shown escaped:\n%s", r.stdout)
+	}
+}

@@ -95,7 +95,7 @@ func openTraces(f *whyFlags) (diagnose.Traces, error) {
 		return nil, fmt.Errorf("--traces: %w", err)
 	}
 	if file.Rejected > 0 {
-		fmt.Fprintf(os.Stderr, "whyslow why: %s: %d invalid spans skipped (first: %s)\n", src, file.Rejected, file.Reason)
+		fmt.Fprintf(os.Stderr, "whyslow why: %s: %d invalid spans skipped (first: %s)\n", src, file.Rejected, render.Escape(file.Reason))
 	}
 	return file, nil
 }
@@ -175,7 +175,7 @@ func (p pagedTempo) SpansBetween(ctx context.Context, start, end time.Time, limi
 func runWhyRequest(ctx context.Context, f *whyFlags, stdout, stderr io.Writer) int {
 	reqs, err := whyRequest(ctx, f)
 	if err != nil {
-		fmt.Fprintf(stderr, "whyslow why: %v\n", err)
+		fmt.Fprintf(stderr, "whyslow why: %s\n", render.EscapeLines(err.Error()))
 		return exitFailed
 	}
 	if f.output == "json" {
@@ -276,7 +276,7 @@ func requestContext(ctx context.Context, f *whyFlags, reqs []requests.RequestBre
 	q := requests.PodContextQuery{Selector: f.selector, Pods: pods, Start: lo.Add(-time.Minute), End: hi}
 	var m query.Metrics
 	if f.bundle != "" {
-		b, st, _, err := openBundle(ctx, f.bundle)
+		b, st, _, err := openBundle(ctx, f.bundle, f.maxSeries)
 		if err != nil {
 			return nil, err
 		}
@@ -324,8 +324,8 @@ func writeRequest(w io.Writer, r verdict.Request) {
 	if r.RequestID != "" {
 		name = r.RequestID + " (trace " + r.TraceID + ")"
 	}
-	fmt.Fprintf(w, "Request %s\n", name)
-	fmt.Fprintf(w, "  started %s on %s: e2e %s", r.Start.Format(time.RFC3339Nano), orDash(r.Pod), render.FormatSeconds(r.E2E))
+	fmt.Fprintf(w, "Request %s\n", render.Escape(name))
+	fmt.Fprintf(w, "  started %s on %s: e2e %s", r.Start.Format(time.RFC3339Nano), render.Escape(orDash(r.Pod)), render.FormatSeconds(r.E2E))
 	if r.TTFT > 0 {
 		fmt.Fprintf(w, ", TTFT %s", render.FormatSeconds(r.TTFT))
 	}
@@ -352,14 +352,14 @@ func writeRequest(w io.Writer, r verdict.Request) {
 	if len(r.Scores) > 0 {
 		fmt.Fprintf(w, "  router scores:")
 		for _, k := range sortedParts(r.Scores, "") {
-			fmt.Fprintf(w, " %s=%g", k, r.Scores[k])
+			fmt.Fprintf(w, " %s=%g", render.Escape(k), r.Scores[k])
 		}
 		fmt.Fprintln(w)
 	}
 	if len(r.Context) > 0 {
-		fmt.Fprintf(w, "  %s when the engine queued it:", orDash(r.Pod))
+		fmt.Fprintf(w, "  %s when the engine queued it:", render.Escape(orDash(r.Pod)))
 		for _, k := range sortedParts(r.Context, "") {
-			fmt.Fprintf(w, " %s=%s", k, contextValue(k, r.Context[k]))
+			fmt.Fprintf(w, " %s=%s", render.Escape(k), render.Escape(contextValue(k, r.Context[k])))
 		}
 		fmt.Fprintln(w)
 	}

@@ -22,6 +22,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/prometheus/prometheus/storage"
 
@@ -64,6 +65,9 @@ func Load(dir string) (*Bundle, error) {
 		return nil, fmt.Errorf("bundle %s: not a directory", dir)
 	}
 	b := &Bundle{Dir: dir}
+	if err := insideBundle(dir); err != nil {
+		return nil, err
+	}
 
 	plain, gz := filepath.Join(dir, MetricsFile), filepath.Join(dir, MetricsGzFile)
 	hasPlain, hasGz := isFile(plain), isFile(gz)
@@ -103,6 +107,32 @@ func Load(dir string) (*Bundle, error) {
 		b.Incident = inc
 	}
 	return b, nil
+}
+
+// insideBundle refuses a bundle whose files are symlinks that leave its
+// directory: a bundle from a ticket or a colleague must not make why read
+// (and quote, in a parse error) ~/.ssh/id_rsa or /etc/shadow. A link to
+// another file of the bundle is fine.
+func insideBundle(dir string) error {
+	root, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return fmt.Errorf("bundle %s: %w", dir, err)
+	}
+	for _, name := range []string{MetricsFile, MetricsGzFile, TracesFile, TracesGzFile, IncidentFile} {
+		p := filepath.Join(dir, name)
+		fi, err := os.Lstat(p)
+		if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			continue
+		}
+		target, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			return fmt.Errorf("bundle %s: %s is a symlink that does not resolve", dir, name)
+		}
+		if rel, err := filepath.Rel(root, target); err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+			return fmt.Errorf("bundle %s: %s is a symlink to outside the bundle directory; copy the file into the bundle instead", dir, name)
+		}
+	}
+	return nil
 }
 
 func isFile(p string) bool {

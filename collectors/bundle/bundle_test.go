@@ -234,3 +234,68 @@ func TestParseIncident(t *testing.T) {
 		})
 	}
 }
+
+// TestSymlinksLeavingTheBundleRefused is finding 7 of issue 26: a bundle
+// whose metrics.om linked to a file elsewhere (~/.ssh/id_rsa) was read, and
+// its parse error quoted the file's first line.
+func TestSymlinksLeavingTheBundleRefused(t *testing.T) {
+	outside := t.TempDir()
+	secret := filepath.Join(outside, "id_rsa")
+	if err := os.WriteFile(secret, []byte("-----BEGIN OPENSSH PRIVATE KEY----- SECRETMATERIAL\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{MetricsFile, MetricsGzFile, TracesFile, TracesGzFile, IncidentFile} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			if name != MetricsFile {
+				if err := os.WriteFile(filepath.Join(dir, MetricsFile), []byte("a 1 1\n# EOF\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if name == MetricsGzFile {
+				os.Remove(filepath.Join(dir, MetricsFile))
+			}
+			if err := os.Symlink(secret, filepath.Join(dir, name)); err != nil {
+				t.Fatal(err)
+			}
+			b, err := Load(dir)
+			if err == nil {
+				_, err = b.LoadMetrics(context.Background(), &countingAppendable{})
+			}
+			if err == nil || !strings.Contains(err.Error(), name+" is a symlink to outside the bundle directory") {
+				t.Fatalf("got %v, want the link refused", err)
+			}
+			if strings.Contains(err.Error(), "SECRET") || strings.Contains(err.Error(), "BEGIN") || strings.Contains(err.Error(), outside) {
+				t.Errorf("the error quotes the file outside: %v", err)
+			}
+		})
+	}
+	t.Run("dangling", func(t *testing.T) {
+		dir := t.TempDir()
+		if err := os.Symlink(filepath.Join(outside, "gone"), filepath.Join(dir, MetricsFile)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Load(dir); err == nil || strings.Contains(err.Error(), outside) {
+			t.Errorf("got %v, want a refusal that does not name the target", err)
+		}
+	})
+	t.Run("inside", func(t *testing.T) {
+		dir := t.TempDir()
+		if err := os.Mkdir(filepath.Join(dir, "data"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "data", "m.om"), []byte("a 1 1\n# EOF\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(filepath.Join("data", "m.om"), filepath.Join(dir, MetricsFile)); err != nil {
+			t.Fatal(err)
+		}
+		b, err := Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.LoadMetrics(context.Background(), &countingAppendable{}); err != nil {
+			t.Errorf("a link inside the bundle: %v", err)
+		}
+	})
+}

@@ -42,6 +42,29 @@ type LoadOptions struct {
 	Keep []Window
 	// Format is the exposition format; FormatAuto detects it.
 	Format Format
+	// MaxSeries bounds the distinct series loaded (kept samples' series):
+	// 0 is DefaultMaxSeries, a negative value no bound. Past it the load
+	// fails with a *SeriesLimitError.
+	MaxSeries int
+}
+
+// DefaultMaxSeries is the series a bundle may load by default. A series
+// holds about 1 KiB of heap before its samples (TestSeriesLimitMemory) and
+// about 4 KiB with hours of them (the million-series bundle of issue 26
+// took 4.1 GB), so 200k series stay under about 800 MiB. A vLLM replica
+// exports about 360 series (testdata/incidents): 200k is over 500 replicas.
+const DefaultMaxSeries = 200_000
+
+// SeriesLimitError is a bundle with more series than LoadOptions.MaxSeries.
+type SeriesLimitError struct {
+	// Pos is where the first series past the limit starts.
+	Pos error
+	// Limit is the bound that was reached.
+	Limit int
+}
+
+func (e *SeriesLimitError) Error() string {
+	return fmt.Sprintf("%v: more than %d series, the most a bundle loads", e.Pos, e.Limit)
 }
 
 // ReadMetrics parses an exposition (format detected by DetectFormat) in
@@ -69,6 +92,10 @@ func ReadMetricsFrom(ctx context.Context, name string, r io.Reader, app storage.
 		return LoadStats{}, err
 	}
 	keep := spans(o.Keep)
+	maxSeries := o.MaxSeries
+	if maxSeries == 0 {
+		maxSeries = DefaultMaxSeries
+	}
 	st = LoadStats{Format: p.Format()}
 	minT, maxT := int64(math.MaxInt64), int64(math.MinInt64)
 	skipMin, skipMax := int64(math.MaxInt64), int64(math.MinInt64)
@@ -125,6 +152,11 @@ func ReadMetricsFrom(ctx context.Context, name string, r io.Reader, app storage.
 		}
 		e := cache[string(p.Series())]
 		if e == nil {
+			if maxSeries > 0 && len(cache) >= maxSeries {
+				// Refused before the store holds more: memory follows the
+				// series, and a small gzip can hold a million of them.
+				return fail(&SeriesLimitError{Pos: p.Errorf("series %s", truncateSeries(p.Series())), Limit: maxSeries})
+			}
 			p.Labels(&lset)
 			if n, dup := lset.HasDuplicateLabelNames(); dup {
 				return fail(p.Errorf("series %s has label %q twice", p.Series(), n))
@@ -154,6 +186,14 @@ func ReadMetricsFrom(ctx context.Context, name string, r io.Reader, app storage.
 	_ = a.Rollback() // release the unused appender opened by commit
 	st.Series = len(cache)
 	return st, nil
+}
+
+// truncateSeries shortens a series' text for an error.
+func truncateSeries(s []byte) string {
+	if len(s) > 200 {
+		return string(s[:200]) + "…"
+	}
+	return string(s)
 }
 
 // ctxReader stops reading once ctx is done: most lines of a bundle may be

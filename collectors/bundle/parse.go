@@ -74,6 +74,8 @@ const (
 	secondsLikeMin = 1e9
 	secondsLikeMax = 1e11
 	millisLikeMin  = 1e14
+	minTimestampMs = -62135596800000 // 0001-01-01T00:00:00Z
+	maxTimestampMs = 253402300799999 // 9999-12-31T23:59:59.999Z
 )
 
 // TextParser reads float samples from Prometheus text or OpenMetrics with
@@ -238,6 +240,12 @@ func (p *TextParser) checkTimestamp(ts int64) error {
 		if ts >= millisLikeMin {
 			return p.Errorf("timestamp %g s looks like milliseconds: OpenMetrics timestamps are seconds", float64(ts)/1000)
 		}
+	}
+	// textparse turns an OpenMetrics timestamp past int64 milliseconds
+	// (1e300) into math.MinInt64, which the store called "too old" at
+	// year -292275055: the years 1..9999 are the ones a bundle can mean.
+	if ts < minTimestampMs || ts > maxTimestampMs {
+		return p.Errorf("timestamp out of range: a bundle's samples lie within the years 1 to 9999")
 	}
 	return nil
 }

@@ -170,6 +170,10 @@ func TestParseErrors(t *testing.T) {
 		{"openmetrics milliseconds timestamp", "a 1 1700000000000\n# EOF\n", "metrics.om:1:1: timestamp 1.7e+12 s looks like milliseconds"},
 		{"openmetrics without eof", "# TYPE a unknown\na 1 1000\n", `metrics.om:1:1: invalid metric type "unknown" (this looks like OpenMetrics: it must end with "# EOF")`},
 		{"unclosed brace", "a{b=\"c\" 1 1000\n", `metrics.om:1:9: expected label name`},
+		// Finding 10 of issue 26: the store called this "too old" at year -292275055.
+		{"openmetrics far-future timestamp", "a 1 1\nb 1 1e300\n# EOF\n", "metrics.om:2:1: timestamp out of range: a bundle's samples lie within the years 1 to 9999"},
+		{"openmetrics far-past timestamp", "a 1 -1e300\n# EOF\n", "metrics.om:1:1: timestamp out of range"},
+		{"classic timestamp past year 9999", "a 1 9000000000000000000\n", "metrics.om:1:1: timestamp out of range"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

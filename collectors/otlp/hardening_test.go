@@ -3,7 +3,6 @@ package otlp
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -27,13 +26,7 @@ import (
 // POST and 10 bytes of its body, then nothing.
 func stall(t *testing.T, addr string) net.Conn {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\nContent-Length: 100000\r\n\r\n0123456789", TracesPath)
-	return c
+	return stallFrom(t, "127.0.0.1", addr)
 }
 
 func export(t *testing.T, addr string, body []byte, hdr map[string]string) int {
@@ -131,15 +124,16 @@ func TestConnectionsBounded(t *testing.T) {
 	for i := 0; i < 10; i++ {
 		conns = append(conns, stall(t, r.HTTPAddr()))
 	}
+	// Stalled connections close each other (issue 26): the oldest goes.
 	deadline := time.Now().Add(2 * time.Minute) // hang guard
-	for testutil.ToFloat64(r.connsLost.WithLabelValues("http")) < 6 && time.Now().Before(deadline) {
+	for testutil.ToFloat64(r.connsLost.WithLabelValues("http", "evicted")) < 6 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if got := testutil.ToFloat64(r.connsLost.WithLabelValues("http")); got != 6 {
-		t.Errorf("rejected connections = %v, want 6", got)
+	if got := testutil.ToFloat64(r.connsLost.WithLabelValues("http", "evicted")); got != 6 {
+		t.Errorf("closed connections = %v, want 6", got)
 	}
-	if n, _ := testutil.GatherAndCount(reg, "whyslow_otlp_connections_rejected_total"); n != 2 {
-		t.Errorf("series = %d", n)
+	if n, _ := testutil.GatherAndCount(reg, "whyslow_otlp_connections_rejected_total"); n != 6 {
+		t.Errorf("series = %d, want 2 transports × 3 reasons", n)
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 	_ "google.golang.org/grpc/encoding/gzip" // OTLP/gRPC clients may gzip
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -48,6 +49,10 @@ const (
 	DefaultBodyBudget = 64 << 20
 	// DefaultMaxConns bounds the open connections of each receiver.
 	DefaultMaxConns = 1024
+	// DefaultMaxConnsPerClient bounds those of one remote IP: an exporter
+	// holds one or two, a node's collector a few; 64 leaves 15/16 of the
+	// slots to others whatever one address does.
+	DefaultMaxConnsPerClient = 64
 	// TracesPath is the OTLP/HTTP traces path.
 	TracesPath = "/v1/traces"
 )
@@ -83,6 +88,11 @@ type Options struct {
 	// DefaultMaxConns). The gRPC server takes MaxConns and uses
 	// ReadHeaderTimeout as its connection handshake timeout.
 	HTTP httplimit.Limits
+	// MaxConnsPerClient bounds the open connections of one remote IP on
+	// each receiver (default DefaultMaxConnsPerClient). When a receiver is
+	// full, a connection that has not authenticated and is not being
+	// served (the least recently active first) is closed for the new one.
+	MaxConnsPerClient int
 	// Token, when set and returning a non-empty token, requires every export
 	// to carry "Authorization: Bearer TOKEN" (the header OTel exporters send
 	// with OTEL_EXPORTER_OTLP_HEADERS): 401 / UNAUTHENTICATED otherwise.
@@ -106,6 +116,7 @@ type Receiver struct {
 	connsLost *prometheus.CounterVec
 
 	httpLn, grpcLn net.Listener
+	grpcBounded    net.Listener // grpcLn bounded (httplimit), for MarkAddr
 	httpSrv        *http.Server
 	grpcSrv        *grpc.Server
 }
@@ -130,6 +141,9 @@ func New(opts Options) (*Receiver, error) {
 	if opts.HTTP.MaxConns <= 0 {
 		opts.HTTP.MaxConns = DefaultMaxConns
 	}
+	if opts.MaxConnsPerClient <= 0 {
+		opts.MaxConnsPerClient = DefaultMaxConnsPerClient
+	}
 	opts.HTTP = opts.HTTP.WithDefaults()
 	r := &Receiver{
 		opts:     opts,
@@ -146,12 +160,15 @@ func New(opts Options) (*Receiver, error) {
 			Name: "whyslow_otlp_requests_failed_total", Help: "Export requests refused whole, by transport and reason.",
 		}, []string{"transport", "reason"}),
 		connsLost: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "whyslow_otlp_connections_rejected_total", Help: "Connections closed on accept because the receiver had its maximum open.",
-		}, []string{"transport"}),
+			Name: "whyslow_otlp_connections_rejected_total",
+			Help: "Connections closed by the receiver's bounds, by transport and reason (full: the most were open and all busy; per_client: the remote IP had its most open; evicted: an unauthenticated, inactive one closed for a new one).",
+		}, []string{"transport", "reason"}),
 	}
 	for _, t := range []string{"http", "grpc"} {
 		r.received.WithLabelValues(t)
-		r.connsLost.WithLabelValues(t)
+		for _, reason := range []string{httplimit.RejectFull, httplimit.RejectPerClient, httplimit.RejectEvicted} {
+			r.connsLost.WithLabelValues(t, reason)
+		}
 	}
 	if opts.Registerer != nil {
 		for _, c := range []prometheus.Collector{r.received, r.rejected, r.failed, r.connsLost} {
@@ -215,15 +232,16 @@ func (r *Receiver) Run(ctx context.Context) error {
 		mux := http.NewServeMux()
 		mux.Handle(TracesPath, r.Handler())
 		r.httpSrv = httplimit.Server(mux, r.opts.HTTP)
-		ln := httplimit.Listener(r.httpLn, r.opts.HTTP.MaxConns, func() { r.connsLost.WithLabelValues("http").Inc() })
+		r.httpSrv.ConnContext = httplimit.ConnContext
+		ln := httplimit.ListenerWith(r.httpLn, r.listenerOptions("http"))
 		go func() { errc <- r.httpSrv.Serve(ln) }()
 		r.log.Info("OTLP/HTTP receiver listening", "addr", r.HTTPAddr(), "auth", r.authState())
 	}
 	if r.grpcLn != nil {
 		r.grpcSrv = grpc.NewServer(r.grpcOptions()...)
 		coltracepb.RegisterTraceServiceServer(r.grpcSrv, grpcService{r: r})
-		ln := httplimit.Listener(r.grpcLn, r.opts.HTTP.MaxConns, func() { r.connsLost.WithLabelValues("grpc").Inc() })
-		go func() { errc <- r.grpcSrv.Serve(ln) }()
+		r.grpcBounded = httplimit.ListenerWith(r.grpcLn, r.listenerOptions("grpc"))
+		go func() { errc <- r.grpcSrv.Serve(r.grpcBounded) }()
 		r.log.Info("OTLP/gRPC receiver listening", "addr", r.GRPCAddr(), "auth", r.authState())
 	}
 	var err error
@@ -252,6 +270,13 @@ func (r *Receiver) Run(ctx context.Context) error {
 		return fmt.Errorf("otlp receiver: %w", err)
 	}
 	return nil
+}
+
+// listenerOptions bound a receiver's connections: in all, per client, and
+// stalled ones closed for new ones when full.
+func (r *Receiver) listenerOptions(transport string) httplimit.ListenerOptions {
+	return httplimit.ListenerOptions{MaxConns: r.opts.HTTP.MaxConns, MaxPerClient: r.opts.MaxConnsPerClient, Evict: true,
+		OnReject: func(reason string) { r.connsLost.WithLabelValues(transport, reason).Inc() }}
 }
 
 // grpcOptions bound the gRPC server as httplimit bounds the HTTP one: the
@@ -297,6 +322,10 @@ func (r *Receiver) grpcAuth(ctx context.Context, req any, _ *grpc.UnaryServerInf
 			r.failed.WithLabelValues("grpc", "unauthorized").Inc()
 			return nil, status.Error(codes.Unauthenticated, "missing or wrong bearer token")
 		}
+	}
+	// Authenticated and being served: a full receiver closes others first.
+	if p, ok := peer.FromContext(ctx); ok {
+		defer httplimit.MarkAddr(r.grpcBounded, p.Addr)()
 	}
 	return next(ctx, req)
 }
@@ -429,8 +458,13 @@ func (r *Receiver) handleHTTP(w http.ResponseWriter, req *http.Request) (*coltra
 	if req.Method != http.MethodPost {
 		return nil, &httpError{http.StatusMethodNotAllowed, "method", "only POST is allowed on " + TracesPath}
 	}
-	if tok := r.token(); tok != "" && !httplimit.BearerOK(req.Header.Get("Authorization"), tok) {
+	tok := r.token()
+	if tok != "" && !httplimit.BearerOK(req.Header.Get("Authorization"), tok) {
 		return nil, &httpError{http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token"}
+	}
+	if tok != "" {
+		// Authenticated: a full receiver closes others' connections first.
+		httplimit.MarkTrusted(req.Context())
 	}
 	mt, _, err := mime.ParseMediaType(req.Header.Get("Content-Type"))
 	if err != nil || (mt != contentProtobuf && mt != contentJSON) {
@@ -442,6 +476,13 @@ func (r *Receiver) handleHTTP(w http.ResponseWriter, req *http.Request) (*coltra
 	defer release()
 	if herr != nil {
 		return nil, herr
+	}
+	// Being served from here on: a full receiver does not close it. A
+	// stalled body (above) is not protected.
+	defer httplimit.MarkBusy(req.Context())()
+	if tok == "" {
+		// No token to show: a whole request read is the proof of a client.
+		httplimit.MarkTrusted(req.Context())
 	}
 	if !r.acquire() {
 		return nil, &httpError{http.StatusServiceUnavailable, "overloaded", "too many exports in flight; retry later"}

@@ -3,7 +3,7 @@
 // with the stylesheet and the charts (SVG) inline. The pages run no script
 // and fetch nothing (their Content-Security-Policy forbids it), so a page
 // saved to a file is the same page (`whyslow why --html` writes one). The
-// package renders and reads the curves through triage.Metrics; the daemon
+// package renders and reads the curves through query.Metrics; the daemon
 // (daemon/pages.go) routes, authenticates and gathers the rest.
 package web
 
@@ -72,6 +72,8 @@ type Site struct {
 	Standalone bool
 	// SignOut shows the sign-out button (the pages take a token).
 	SignOut bool
+	// CSRF is the sign-out form's value for this browser's session.
+	CSRF string
 	// Now is when the page is made (the daemon's clock).
 	Now time.Time
 }

@@ -15,6 +15,7 @@ package httplimit
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
@@ -88,17 +89,63 @@ func Server(h http.Handler, l Limits) *http.Server {
 // Listener returns ln bounded to max open connections: a connection
 // accepted beyond that is closed at once and onReject (optional) is called.
 func Listener(ln net.Listener, max int, onReject func()) net.Listener {
-	if max <= 0 {
-		max = DefaultMaxConns
+	return ListenerWith(ln, ListenerOptions{MaxConns: max, OnReject: func(string) {
+		if onReject != nil {
+			onReject()
+		}
+	}})
+}
+
+// Reasons a ListenerWith passes to OnReject.
+const (
+	// RejectFull: the listener had its most connections open and none it
+	// could close to make room; the new one was closed.
+	RejectFull = "full"
+	// RejectPerClient: the client (remote IP) had its most open.
+	RejectPerClient = "per_client"
+	// RejectEvicted: an older connection that had not shown it is
+	// trusted and was not making progress was closed for a new one.
+	RejectEvicted = "evicted"
+)
+
+// ListenerOptions bound a listener's connections.
+type ListenerOptions struct {
+	// MaxConns bounds the open connections (default DefaultMaxConns).
+	MaxConns int
+	// MaxPerClient bounds the open connections of one remote IP, so one
+	// client cannot take every slot; 0 is no bound.
+	MaxPerClient int
+	// Evict, when the listener is full, closes a connection that is not
+	// serving a request (MarkBusy) to admit the new one: a connection not
+	// yet trusted (MarkTrusted) first, then the one whose last byte
+	// arrived longest ago. Stalled connections thus cannot lock the
+	// listener; only when every one is busy is the new one refused.
+	Evict bool
+	// OnReject (optional) is called with the reason of each connection
+	// closed by the bounds.
+	OnReject func(reason string)
+}
+
+// ListenerWith returns ln bounded by o.
+func ListenerWith(ln net.Listener, o ListenerOptions) net.Listener {
+	if o.MaxConns <= 0 {
+		o.MaxConns = DefaultMaxConns
 	}
-	return &limitListener{Listener: ln, max: int64(max), onReject: onReject}
+	if o.OnReject == nil {
+		o.OnReject = func(string) {}
+	}
+	return &limitListener{Listener: ln, o: o, conns: map[*limitConn]struct{}{}, byAddr: map[string]*limitConn{}, perClient: map[string]int{}}
 }
 
 type limitListener struct {
 	net.Listener
-	max      int64
-	open     atomic.Int64
-	onReject func()
+	o    ListenerOptions
+	tick atomic.Int64 // orders the connections' progress without a clock
+
+	mu        sync.Mutex
+	conns     map[*limitConn]struct{}
+	byAddr    map[string]*limitConn // remote address → connection (MarkAddr)
+	perClient map[string]int
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -107,37 +154,178 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		if l.open.Add(1) > l.max {
-			l.open.Add(-1)
+		client := remoteIP(c)
+		l.mu.Lock()
+		if l.o.MaxPerClient > 0 && l.perClient[client] >= l.o.MaxPerClient {
+			l.mu.Unlock()
 			c.Close()
-			if l.onReject != nil {
-				l.onReject()
-			}
+			l.o.OnReject(RejectPerClient)
 			continue
 		}
-		return &limitConn{Conn: c, l: l}, nil
+		var victim *limitConn
+		if len(l.conns) >= l.o.MaxConns {
+			if l.o.Evict {
+				victim = l.victimLocked()
+			}
+			if victim == nil {
+				l.mu.Unlock()
+				c.Close()
+				l.o.OnReject(RejectFull)
+				continue
+			}
+			l.removeLocked(victim)
+		}
+		lc := &limitConn{Conn: c, l: l, client: client}
+		lc.progress.Store(l.tick.Add(1))
+		l.conns[lc] = struct{}{}
+		if a := c.RemoteAddr(); a != nil {
+			l.byAddr[a.String()] = lc
+		}
+		l.perClient[client]++
+		l.mu.Unlock()
+		if victim != nil {
+			victim.Conn.Close()
+			l.o.OnReject(RejectEvicted)
+		}
+		return lc, nil
 	}
+}
+
+// victimLocked picks the connection to close for a new one: not busy,
+// untrusted before trusted, least recent progress first; nil when all
+// are busy.
+func (l *limitListener) victimLocked() *limitConn {
+	var best *limitConn
+	for c := range l.conns {
+		if c.busy.Load() > 0 {
+			continue
+		}
+		if best == nil || worse(c, best) {
+			best = c
+		}
+	}
+	return best
+}
+
+// worse reports whether a is a better victim than b.
+func worse(a, b *limitConn) bool {
+	at, bt := a.trusted.Load(), b.trusted.Load()
+	if at != bt {
+		return !at
+	}
+	return a.progress.Load() < b.progress.Load()
+}
+
+func (l *limitListener) removeLocked(c *limitConn) {
+	if _, ok := l.conns[c]; !ok {
+		return
+	}
+	delete(l.conns, c)
+	if a := c.RemoteAddr(); a != nil && l.byAddr[a.String()] == c {
+		delete(l.byAddr, a.String())
+	}
+	if l.perClient[c.client]--; l.perClient[c.client] <= 0 {
+		delete(l.perClient, c.client)
+	}
+}
+
+func remoteIP(c net.Conn) string {
+	a := c.RemoteAddr()
+	if a == nil {
+		return ""
+	}
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	return host
 }
 
 // Open returns the number of open connections of a Listener (0 for
 // another listener).
 func Open(ln net.Listener) int {
 	if l, ok := ln.(*limitListener); ok {
-		return int(l.open.Load())
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return len(l.conns)
 	}
 	return 0
 }
 
 type limitConn struct {
 	net.Conn
-	l    *limitListener
-	once sync.Once
+	l        *limitListener
+	client   string
+	progress atomic.Int64 // the listener's tick at the last byte read
+	busy     atomic.Int32 // requests being served (MarkBusy)
+	trusted  atomic.Bool  // a request on it passed authentication
+	once     sync.Once
+}
+
+func (c *limitConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.progress.Store(c.l.tick.Add(1))
+	}
+	return n, err
 }
 
 func (c *limitConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(func() { c.l.open.Add(-1) })
+	c.once.Do(func() {
+		c.l.mu.Lock()
+		c.l.removeLocked(c)
+		c.l.mu.Unlock()
+	})
 	return err
+}
+
+// connKey is the context key ConnContext stores a connection under.
+type connKey struct{}
+
+// ConnContext is an http.Server ConnContext that lets a handler reach its
+// connection (MarkBusy, MarkTrusted).
+func ConnContext(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, c)
+}
+
+// MarkBusy says the request of ctx is being served on its connection,
+// which a full listener then does not close; call the returned function
+// when it is done. Outside a ListenerWith connection it does nothing.
+func MarkBusy(ctx context.Context) func() {
+	c, ok := ctx.Value(connKey{}).(*limitConn)
+	if !ok {
+		return func() {}
+	}
+	c.busy.Add(1)
+	return func() { c.busy.Add(-1) }
+}
+
+// MarkTrusted says a request on ctx's connection passed authentication: a
+// full listener closes untrusted connections first.
+func MarkTrusted(ctx context.Context) {
+	if c, ok := ctx.Value(connKey{}).(*limitConn); ok {
+		c.trusted.Store(true)
+	}
+}
+
+// MarkAddr is MarkTrusted and MarkBusy for a server that does not hand its
+// connections to handlers (gRPC): the connection of ln (a ListenerWith)
+// from remote address addr is trusted, and busy until done is called.
+func MarkAddr(ln net.Listener, addr net.Addr) (done func()) {
+	l, ok := ln.(*limitListener)
+	if !ok || addr == nil {
+		return func() {}
+	}
+	l.mu.Lock()
+	c := l.byAddr[addr.String()]
+	l.mu.Unlock()
+	if c == nil {
+		return func() {}
+	}
+	c.trusted.Store(true)
+	c.busy.Add(1)
+	return func() { c.busy.Add(-1) }
 }
 
 // Budget bounds the body bytes that the requests of a server hold in memory

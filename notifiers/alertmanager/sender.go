@@ -75,7 +75,17 @@ type sentState struct {
 	key    string    // setKey of the last set sent successfully
 	at     time.Time // its Sync time
 	failed bool      // the last attempt failed: send at the next chance
+	// failures counts the attempts that failed in a row: the log says so
+	// at the 1st, 2nd, 4th, 8th… and every logEvery-th one, not every sync.
+	failures int
 }
+
+// logEvery bounds the silence of a failure that persists: at a 5s sync,
+// a line every 85 minutes.
+const logEvery = 1024
+
+// logFailure reports whether the n-th failure in a row is logged.
+func logFailure(n int) bool { return n&(n-1) == 0 || n%logEvery == 0 }
 
 type senderMetrics struct {
 	sends       *prometheus.CounterVec
@@ -202,7 +212,15 @@ func (s *Sender) send(ctx context.Context) error {
 	}
 	if err := s.post(ctx, b.alerts); err != nil {
 		s.sent.failed = true
+		s.sent.failures++
+		if logFailure(s.sent.failures) {
+			s.log.Warn("Sending alerts to Alertmanager failed; retrying at the next sync, logging again at fewer of them",
+				"alerts", len(b.alerts), "failures_in_a_row", s.sent.failures, "reason", notifiers.ReasonOf(err).String(), "err", err)
+		}
 		return err
+	}
+	if s.sent.failures > 0 {
+		s.log.Info("Sending alerts to Alertmanager works again", "failures_in_a_row", s.sent.failures)
 	}
 	s.sent = sentState{ok: true, key: b.key, at: b.at}
 	s.m.alertsSent.WithLabelValues(s.name).Set(float64(len(b.alerts)))
@@ -224,7 +242,7 @@ func (s *Sender) post(ctx context.Context, alerts []Alert) error {
 			return nil
 		}
 		body.WriteByte(']')
-		err := s.postOne(ctx, body.Bytes(), n)
+		err := s.postOne(ctx, body.Bytes())
 		body.Reset()
 		n = 0
 		chunks++
@@ -255,17 +273,14 @@ func (s *Sender) post(ctx context.Context, alerts []Alert) error {
 	return nil
 }
 
-// postOne POSTs one JSON array of n alerts.
-func (s *Sender) postOne(ctx context.Context, body []byte, n int) error {
+// postOne POSTs one JSON array of alerts.
+func (s *Sender) postOne(ctx context.Context, body []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	err := s.do(ctx, body)
 	if err != nil {
 		s.m.sends.WithLabelValues(s.name, resultFailure).Inc()
-		err = s.secrets.Error(err)
-		s.log.Warn("Sending alerts to Alertmanager failed; retrying at the next sync", "alerts", n,
-			"reason", notifiers.ReasonOf(err).String(), "err", err)
-		return err
+		return s.secrets.Error(err)
 	}
 	s.m.sends.WithLabelValues(s.name, resultSuccess).Inc()
 	return nil

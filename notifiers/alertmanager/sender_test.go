@@ -390,3 +390,40 @@ func TestSendersShareRegistry(t *testing.T) {
 	newTestSender(t, Config{URL: "http://a"}, reg)
 	newTestSender(t, Config{URL: "http://b"}, reg)
 }
+
+// TestSenderPersistentFailureLogsWithBackoff is finding 10 of issue 26: an
+// Alertmanager that refused the credentials got a WARN every sync (5s),
+// forever. The n-th failure in a row is logged at 1, 2, 4, 8…, and once
+// sending works again an info line says so.
+func TestSenderPersistentFailureLogsWithBackoff(t *testing.T) {
+	check := secrettest.New(t)
+	am := newFakeAM(t)
+	am.status = http.StatusUnauthorized
+	s, err := NewSender("am", Config{URL: am.srv.URL}, nil, nil, check.Logger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const syncs = 100
+	for i := range syncs {
+		s.Sync([]incident.Incident{openIncident()}, t0.Add(time.Duration(i)*5*time.Second), nil)
+		if s.Flush(context.Background()) == nil {
+			t.Fatal("flush: no error on a 401")
+		}
+	}
+	if am.count() != syncs {
+		t.Errorf("posts = %d, want every sync retried (%d)", am.count(), syncs)
+	}
+	logs := check.Logs()
+	// 1, 2, 4, 8, 16, 32, 64.
+	if n := strings.Count(logs, "level=WARN"); n != 7 {
+		t.Errorf("%d WARN lines for %d failures in a row, want 7:\n%s", n, syncs, logs)
+	}
+	am.mu.Lock()
+	am.status = http.StatusOK
+	am.mu.Unlock()
+	s.Sync([]incident.Incident{openIncident()}, t0.Add(syncs*5*time.Second), nil)
+	flush(t, s)
+	if logs := check.Logs(); !strings.Contains(logs, "works again") || !strings.Contains(logs, "failures_in_a_row=100") {
+		t.Errorf("no line when sending recovered:\n%s", logs)
+	}
+}

@@ -49,9 +49,9 @@ func (s *Sink) Notify(_ context.Context, n *notifiers.Notification) (bool, error
 	var buf bytes.Buffer
 	switch s.format {
 	case render.FormatText:
-		fmt.Fprintf(&buf, "== whyslow %s: incident %s #%d ==\n", n.Kind, n.IncidentID, n.Sequence)
+		fmt.Fprintf(&buf, "== whyslow %s: incident %s #%d ==\n", n.Kind, render.Escape(n.IncidentID), n.Sequence)
 	case render.FormatMarkdown:
-		fmt.Fprintf(&buf, "## whyslow %s: incident %s #%d\n\n", n.Kind, n.IncidentID, n.Sequence)
+		fmt.Fprintf(&buf, "## whyslow %s: incident %s #%d\n\n", n.Kind, render.Escape(n.IncidentID), n.Sequence)
 	}
 	if err := render.Render(&buf, n.Verdict, s.format, s.opts); err != nil {
 		return false, notifiers.NewError(notifiers.ReasonEncode, err)

@@ -75,3 +75,38 @@ func TestErrors(t *testing.T) {
 		t.Error("want error for invalid notification")
 	}
 }
+
+// TestControlCharactersEscaped is finding 6 of issue 26: a label value with
+// ESC[2J cleared the on-call's terminal, and an OSC 8 sequence made a link
+// whose text lied about its target, in the log receiver's output.
+func TestControlCharactersEscaped(t *testing.T) {
+	const evil = "llama\x1b[2J\x1b]8;;https://evil.example/\x1b\\docs\x1b]8;;\x1b\\\r\u202e"
+	for _, format := range []string{"text", "markdown"} {
+		for _, color := range []bool{false, true} {
+			n := notification(notifiers.TransitionOpen)
+			n.IncidentID = "inc-\x1b[2J"
+			n.Verdict.Scope.Selector = `model_name="` + evil + `"`
+			n.Verdict.Scope.Labels = map[string]string{"model_name": evil}
+			var out bytes.Buffer
+			logger, logs := notifytest.NewLogger()
+			s, err := New(Config{Format: format, Color: color}, &out, logger)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Notify(context.Background(), n); err != nil {
+				t.Fatal(err)
+			}
+			got := out.String()
+			for _, raw := range []string{"\x1b[2J", "\x1b]8", "\x1b\\", "\r", "\u202e"} {
+				if strings.Contains(got, raw) || strings.Contains(logs.String(), raw) {
+					t.Errorf("%s color=%v: raw %q reached the output:\n%q\nlogs %q", format, color, raw, got, logs.String())
+				}
+			}
+			for _, shown := range []string{`llama\x1b[2J\x1b]8;;https://evil.example/\x1b\`, `\r\u202e`, `inc-\x1b[2J`} {
+				if !strings.Contains(got, shown) {
+					t.Errorf("%s color=%v: output does not show %q:\n%s", format, color, shown, got)
+				}
+			}
+		}
+	}
+}

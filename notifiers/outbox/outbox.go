@@ -195,6 +195,11 @@ func Open(dir string, o Options) (*Outbox, error) {
 			return nil, fmt.Errorf("open outbox: %w", err)
 		}
 	}
+	// A write a crash interrupted leaves a .tmp-* file; pending/ is swept
+	// by loadPending, the others here.
+	for _, sub := range []string{".", "state"} {
+		removeTemps(filepath.Join(dir, sub))
+	}
 	ob := &Outbox{
 		dir:       dir,
 		o:         o,
@@ -684,6 +689,14 @@ func (ob *Outbox) Close() error {
 		return ob.dlog.Close()
 	}
 	return nil
+}
+
+// removeTemps removes the temporary files of writeFileAtomic in dir.
+func removeTemps(dir string) {
+	tmps, _ := filepath.Glob(filepath.Join(dir, ".tmp-*"))
+	for _, tmp := range tmps {
+		os.Remove(tmp)
+	}
 }
 
 // writeFileAtomic writes b to path via a temporary file in the same

@@ -517,3 +517,24 @@ func TestNewDispatcherErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestStaleTempsRemoved is finding 8 of issue 26: writes of delivered.log
+// and of the receivers' state that a crash interrupted left .tmp-* files.
+func TestStaleTempsRemoved(t *testing.T) {
+	dir := t.TempDir()
+	clock := notifytest.NewFakeClock(t0)
+	ob, _, _ := open(t, dir, clock, Options{})
+	ob.Close()
+	for _, sub := range []string{".", "state", "pending"} {
+		if err := os.WriteFile(filepath.Join(dir, sub, ".tmp-99"), []byte(`{"rec`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ob2, _, _ := open(t, dir, clock, Options{})
+	defer ob2.Close()
+	for _, sub := range []string{".", "state", "pending"} {
+		if left, _ := filepath.Glob(filepath.Join(dir, sub, ".tmp-*")); len(left) != 0 {
+			t.Errorf("%s: stale temporary files left: %v", sub, left)
+		}
+	}
+}

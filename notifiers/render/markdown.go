@@ -13,11 +13,19 @@ import (
 // Markdown writes v as GitHub-flavoured Markdown for webhooks and tickets:
 // the same content as Text (headline table, ranked causes with evidence and
 // fix, ruled-out causes, data gaps, and with Explain the steps and signals).
-func Markdown(w io.Writer, v *verdict.Verdict, opts Options) error {
+func Markdown(w io.Writer, v *verdict.Verdict, opts Options) (err error) {
 	if v == nil {
 		return errors.New("render markdown: nil verdict")
 	}
-	b := bufio.NewWriter(w)
+	// Rendered whole, then escaped (EscapeLines): a label's control
+	// characters never reach the terminal or the log a sink writes to.
+	var out strings.Builder
+	b := bufio.NewWriter(&out)
+	defer func() {
+		if err == nil {
+			_, err = io.WriteString(w, EscapeLines(out.String()))
+		}
+	}()
 	u := unitsOf(v)
 	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
 

@@ -41,6 +41,7 @@ func (t *textWriter) paint(code, s string) string {
 // by hang spaces more than the first; a line that fits is written unchanged.
 // code colours every produced line.
 func (t *textWriter) line(indent, hang int, code, s string) {
+	s = Escape(s)
 	lines := []string{s}
 	if utf8.RuneCountInString(s) > t.width-indent {
 		// Keep the line's own leading spaces (a right-aligned rank).
@@ -63,6 +64,7 @@ const fieldWidth = 10
 // field writes a header line "label:    value", continuation lines aligned
 // under the value.
 func (t *textWriter) field(code, label, value string) {
+	value = Escape(value)
 	pad := max(1, fieldWidth-utf8.RuneCountInString(label))
 	first := label + strings.Repeat(" ", pad)
 	if utf8.RuneCountInString(first+value) <= t.width {
