@@ -167,10 +167,14 @@ func checkConformance(t *testing.T, v *verdict.Verdict, want fixtureShape, varia
 			t.Errorf("core signal %s has no value in the sample", s)
 		}
 	}
-	// The sample's own rates are exact whether or not the engine exports
-	// its start time: each fixture is a 5 req/s engine, served 25× faster.
-	if rr, ok := now["request_rate"]; ok && math.Abs(rr/(5*conformanceSpeed)-1) > 0.1 {
-		t.Errorf("request rate %.1f req/s in the sample, want %d ±10%%", rr, 5*conformanceSpeed)
+	// The sample's own rate is read whether or not the engine exports its
+	// start time: each fixture is a 5 req/s engine, served 25× faster. The
+	// fixture's counters follow the handler's clock while the scraper stamps
+	// each round when it starts, so on a loaded machine the first and last
+	// scrapes lag by different amounts: the bound checks the rate is the
+	// sample's (not zero, not a lifetime count), not the machine's speed.
+	if rr, ok := now["request_rate"]; ok && (rr < 0.5*5*conformanceSpeed || rr > 2*5*conformanceSpeed) {
+		t.Errorf("request rate %.1f req/s in the sample, want about %d", rr, 5*conformanceSpeed)
 	}
 	// The lifetime baseline: an exact rate where the engine says when it
 	// started, one stated gap where it cannot (SGLang, trtllm-serve and
