@@ -203,7 +203,7 @@ func New(opts Options) (*Daemon, error) {
 	// Whatever logger comes in, the daemon's lines go through the redaction
 	// layer (a triage error may quote a URL with a token).
 	opts.Logger = slog.New(redact.Handler(opts.Logger.Handler(), opts.Secrets))
-	det, err := detect.NewDetector(cfg.Detect)
+	det, err := newDetector(cfg.Detect)
 	if err != nil {
 		return nil, fmt.Errorf("new daemon: %w", err)
 	}
@@ -690,7 +690,7 @@ func (d *Daemon) CheckReload(cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("reload: %w", err)
 	}
-	if _, err := detect.NewDetector(cfg.Detect); err != nil {
+	if _, err := newDetector(cfg.Detect); err != nil {
 		return fmt.Errorf("reload: %w", err)
 	}
 	return nil
@@ -707,7 +707,7 @@ func (d *Daemon) Reload(cfg Config, scraper Scraper, receivers []string) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("reload: %w", err)
 	}
-	det, err := detect.NewDetector(cfg.Detect)
+	det, err := newDetector(cfg.Detect)
 	if err != nil {
 		return fmt.Errorf("reload: %w", err)
 	}

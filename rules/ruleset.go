@@ -21,8 +21,11 @@ type File struct {
 // Ruleset is a parsed, fully validated ruleset for one engine. It is safe for
 // concurrent use: every CEL program and template is prepared once by Parse.
 type Ruleset struct {
-	// Engine is the engine the signals speak for (vllm, sglang, trtllm).
+	// Engine is the engine the signals speak for: the map's `engine:`.
 	Engine string
+	// Order is the map's place in the engine list (`order:`, lowest first;
+	// 0 sorts after the ordered ones, by name).
+	Order int
 	// Files are the names of the documents the ruleset was built from.
 	Files []string
 	// Detect is a PromQL template whose non-empty result says this engine's

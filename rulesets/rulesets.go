@@ -6,11 +6,18 @@
 package rulesets
 
 import (
+	"cmp"
 	"embed"
 	"fmt"
+	"io/fs"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 
+	"go.yaml.in/yaml/v3"
+
+	"github.com/whyslow/whyslow/detect"
 	"github.com/whyslow/whyslow/rules"
 )
 
@@ -25,8 +32,62 @@ const (
 	RulebookFile = "rulebook.yaml"
 )
 
-// Engines lists the engines with a shipped signal map (docs/engines.md §2, §3, §4).
-var Engines = []string{"vllm", "sglang", "trtllm"}
+// Engines lists the engines with a shipped signal map (a file here named
+// after its `engine:`), by the maps' `order:`, then by name.
+var Engines = readEngines()
+
+func readEngines() []string {
+	type head struct {
+		Engine string `yaml:"engine"`
+		Order  int    `yaml:"order"`
+	}
+	var heads []head
+	names, _ := fs.Glob(FS, "*.yaml")
+	for _, n := range names {
+		b, _ := FS.ReadFile(n)
+		var h head
+		if yaml.Unmarshal(b, &h) == nil && h.Engine != "" && n == h.Engine+".yaml" {
+			heads = append(heads, h)
+		}
+	}
+	slices.SortFunc(heads, func(a, b head) int {
+		if (a.Order == 0) != (b.Order == 0) {
+			return cmp.Compare(b.Order, a.Order) // unordered last
+		}
+		return cmp.Or(cmp.Compare(a.Order, b.Order), strings.Compare(a.Engine, b.Engine))
+	})
+	out := make([]string, len(heads))
+	for i, h := range heads {
+		out[i] = h.Engine
+	}
+	return out
+}
+
+// Detector returns the shipped maps' `detector:` sections, in Engines
+// order: the built-in detection signals' PromQL (detect.NewDetector).
+func Detector() ([]detect.Engine, error) {
+	out := make([]detect.Engine, 0, len(Engines))
+	for _, e := range Engines {
+		f, err := file(e + ".yaml")
+		if err != nil {
+			return nil, err
+		}
+		d, err := detect.ParseEngine(e, f.Data)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// OneOf lists names for a message: "a, b or c".
+func OneOf(names ...string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
 
 func file(name string) (rules.File, error) {
 	b, err := FS.ReadFile(name)
@@ -59,8 +120,8 @@ func Default(engine string) (*rules.Ruleset, error) {
 		return rs, nil
 	}
 	f, err := file(engine + ".yaml")
-	if err != nil || engine == "causes" || engine == "rulebook" {
-		return nil, fmt.Errorf("no shipped ruleset for engine %q", engine)
+	if err != nil || !slices.Contains(Engines, engine) {
+		return nil, fmt.Errorf("no shipped ruleset for engine %q (want %s)", engine, OneOf(Engines...))
 	}
 	rs, err := rules.Parse(append(Base(), f)...)
 	if err != nil {

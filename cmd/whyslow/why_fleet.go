@@ -16,6 +16,7 @@ import (
 	"github.com/whyslow/whyslow/detect"
 	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/notifiers/render"
+	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -149,7 +150,11 @@ func rankFleet(ctx context.Context, opts diagnose.Options, groupBy []string, sin
 		return nil, fmt.Errorf("--baseline %s is shorter than the window %s, so the windows overlap",
 			model.Duration(cfg.Baseline), model.Duration(max(cfg.LongWindow, triageWindow)))
 	}
-	det, err := detect.NewDetector(cfg)
+	engines, err := rulesets.Detector()
+	if err != nil {
+		return nil, err
+	}
+	det, err := detect.NewDetector(cfg, engines)
 	if err != nil {
 		return nil, err
 	}
