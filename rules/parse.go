@@ -158,6 +158,7 @@ func (b *builder) file(f File) {
 		"causes":             func(k, v *yaml.Node) { b.causes(d, v) },
 		"scheduler_defaults": func(k, v *yaml.Node) { b.schedulerDefaults(d, v) },
 		"detector":           func(k, v *yaml.Node) { detectorSection(d, v) },
+		"chart":              func(k, v *yaml.Node) { chartSection(d, v) },
 		"shapes":             func(k, v *yaml.Node) { b.shapes(d, v) },
 		"verdict":            func(k, v *yaml.Node) { b.verdictBlock(d, v) },
 	})
@@ -181,6 +182,16 @@ func detectorSection(d *decoder, n *yaml.Node) {
 				})
 			}
 		},
+	})
+}
+
+// chartSection checks the shape of a map's `chart:` section (the chart's
+// panels, rulesets.Panels).
+func chartSection(d *decoder, n *yaml.Node) {
+	const ctx = "chart"
+	list := func(key string) func(_, v *yaml.Node) { return func(_, v *yaml.Node) { d.strList(v, ctx, key) } }
+	d.fields(n, ctx, map[string]func(k, v *yaml.Node){
+		"ttft": list("ttft"), "itl": list("itl"), "kv_usage": list("kv_usage"), "queue": list("queue"),
 	})
 }
 

@@ -81,6 +81,33 @@ func Detector() ([]detect.Engine, error) {
 	return out, nil
 }
 
+// Panels are a map's `chart:` section: the series of the chart's panels
+// (notifiers/chart), each list's first with data wins.
+type Panels struct {
+	Engine string `yaml:"-"`
+	// TTFT and ITL are histogram families; KVUsage gauges (max over
+	// targets), Queue the waiting requests (summed).
+	TTFT    []string `yaml:"ttft"`
+	ITL     []string `yaml:"itl"`
+	KVUsage []string `yaml:"kv_usage"`
+	Queue   []string `yaml:"queue"`
+}
+
+// Chart returns the shipped maps' `chart:` sections, in Engines order.
+func Chart() []Panels {
+	out := make([]Panels, 0, len(Engines))
+	for _, e := range Engines {
+		f, _ := file(e + ".yaml")
+		var doc struct {
+			Chart Panels `yaml:"chart"`
+		}
+		_ = yaml.Unmarshal(f.Data, &doc) // rules.Parse checks the section (TestShippedRulesets)
+		doc.Chart.Engine = e
+		out = append(out, doc.Chart)
+	}
+	return out
+}
+
 // OneOf lists names for a message: "a, b or c".
 func OneOf(names ...string) string {
 	if len(names) < 2 {
