@@ -33,6 +33,7 @@ import (
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/rules"
+	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -595,7 +596,7 @@ func (d *Daemon) triagePrepared(ctx context.Context, source string, req TriageRe
 	if learning != "" {
 		v.Warnings = append(v.Warnings, learning)
 	}
-	diagnose.CheckMixedModels(ctx, d.metrics, v)
+	diagnose.CheckMixedModels(ctx, d.metrics, rulesets.Series(), v)
 	return v, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/query/querytest"
+	"github.com/whyslow/whyslow/rulesets"
 )
 
 // TestHistoryStart: the first sample of an engine series in the range, to
@@ -30,7 +31,7 @@ func TestHistoryStart(t *testing.T) {
 		{"before the history", "", 0, time.Minute, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := HistoryStart(ctx, m, tc.selector, start.Add(tc.from), start.Add(tc.to))
+			got, err := HistoryStart(ctx, m, rulesets.HistorySeries(), tc.selector, start.Add(tc.from), start.Add(tc.to))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -159,6 +159,7 @@ func (b *builder) file(f File) {
 		"scheduler_defaults": func(k, v *yaml.Node) { b.schedulerDefaults(d, v) },
 		"detector":           func(k, v *yaml.Node) { detectorSection(d, v) },
 		"chart":              func(k, v *yaml.Node) { chartSection(d, v) },
+		"series":             func(k, v *yaml.Node) { b.seriesSection(d, v) },
 		"shapes":             func(k, v *yaml.Node) { b.shapes(d, v) },
 		"verdict":            func(k, v *yaml.Node) { b.verdictBlock(d, v) },
 	})
@@ -191,7 +192,21 @@ func chartSection(d *decoder, n *yaml.Node) {
 	const ctx = "chart"
 	list := func(key string) func(_, v *yaml.Node) { return func(_, v *yaml.Node) { d.strList(v, ctx, key) } }
 	d.fields(n, ctx, map[string]func(k, v *yaml.Node){
-		"ttft": list("ttft"), "itl": list("itl"), "kv_usage": list("kv_usage"), "queue": list("queue"),
+		"ttft": list("ttft"), "itl": list("itl"), "queue": list("queue"),
+	})
+}
+
+// seriesSection reads a map's `series:` section.
+func (b *builder) seriesSection(d *decoder, n *yaml.Node) {
+	const ctx = "series"
+	sr := &b.rs.Series
+	d.fields(n, ctx, map[string]func(k, v *yaml.Node){
+		"names":    func(_, v *yaml.Node) { sr.Names = d.str(v, ctx, "names") },
+		"requests": func(_, v *yaml.Node) { sr.Requests = d.strList(v, ctx, "requests") },
+		"running":  func(_, v *yaml.Node) { sr.Running = d.strList(v, ctx, "running") },
+		"targets":  func(_, v *yaml.Node) { sr.Targets = d.strList(v, ctx, "targets") },
+		"waiting":  func(_, v *yaml.Node) { sr.Waiting = d.strList(v, ctx, "waiting") },
+		"kv_usage": func(_, v *yaml.Node) { sr.KVUsage = d.strList(v, ctx, "kv_usage") },
 	})
 }
 

@@ -54,10 +54,39 @@ type Ruleset struct {
 	// own ruleset; empty for an engine with one form.
 	Shapes []*Ruleset
 
+	// Series are the engine's own series the triage reads beside its
+	// signals (the map's `series:` section).
+	Series EngineSeries
+	// Known are the Series of every engine loaded beside this one (the
+	// shipped maps and a user's), in the engine list's order: the joins
+	// that find a target whatever engine serves it. The loader
+	// (rulesets) sets them.
+	Known []EngineSeries
+
 	shape       *Shape
 	signalIndex map[string]*Signal // mapped (evaluated) signals
 	declared    map[string]*Signal // every declared signal, mapped or not
 	causeIndex  map[string]*Cause
+}
+
+// EngineSeries are a map's `series:` section: gauges and counters the
+// triage reads by name, beside the signals. A family may carry label
+// matchers, `name{matchers}`.
+type EngineSeries struct {
+	Engine string `yaml:"-"`
+	// Names is a regular expression matching the engine's metric names.
+	Names string `yaml:"names"`
+	// Requests are the finished-requests counters.
+	Requests []string `yaml:"requests"`
+	// Running are the running-requests gauges, one series per target:
+	// they restrict GPU counters to the scope's targets.
+	Running []string `yaml:"running"`
+	// Targets are further series, one per target, for shapes without a
+	// running gauge.
+	Targets []string `yaml:"targets"`
+	// Waiting and KVUsage are the waiting-queue and KV-cache usage gauges.
+	Waiting []string `yaml:"waiting"`
+	KVUsage []string `yaml:"kv_usage"`
 }
 
 // Signal returns the named signal if this ruleset evaluates it, or nil.

@@ -81,15 +81,79 @@ func Detector() ([]detect.Engine, error) {
 	return out, nil
 }
 
+// series returns the `series:` section of each shipped map, in Engines
+// order.
+func series() []rules.EngineSeries {
+	out := make([]rules.EngineSeries, 0, len(Engines))
+	for _, e := range Engines {
+		f, _ := file(e + ".yaml")
+		var doc struct {
+			Series rules.EngineSeries `yaml:"series"`
+		}
+		_ = yaml.Unmarshal(f.Data, &doc) // rules.Parse checks the section (TestShippedRulesets)
+		doc.Series.Engine = e
+		out = append(out, doc.Series)
+	}
+	return out
+}
+
+// Series returns the series of every shipped engine, in Engines order:
+// the joins that find a target whatever engine serves it.
+func Series() []rules.EngineSeries { return slices.Clone(shippedSeries) }
+
+var shippedSeries = series()
+
+// HistorySeries are the series whose presence marks an engine's history
+// (diagnose.HistoryStart): the request counts the detector's built-in
+// triggers read, its TTFT families' _count, then the finished-requests
+// counters, with $sel for the selector's matchers.
+func HistorySeries() []string {
+	var out []string
+	engines, _ := Detector()
+	for _, e := range engines {
+		for _, f := range e.TTFT {
+			name, extra, _ := strings.Cut(f, "{")
+			sel := "$sel"
+			if extra = strings.TrimSuffix(extra, "}"); extra != "" {
+				sel += " " + extra
+			}
+			out = append(out, name+"_count{"+sel+"}")
+		}
+	}
+	for _, e := range shippedSeries {
+		for _, r := range e.Requests {
+			out = append(out, r+"{$sel}")
+		}
+	}
+	return out
+}
+
+// withKnown sets the series of every engine known beside rs (the shipped
+// ones, and rs's own when it is not shipped) on rs and its shapes.
+func withKnown(rs *rules.Ruleset) *rules.Ruleset {
+	known := Series()
+	if !slices.Contains(Engines, rs.Engine) {
+		own := rs.Series
+		own.Engine = rs.Engine
+		known = append(known, own)
+	}
+	rs.Known = known
+	for _, sh := range rs.Shapes {
+		sh.Known = known
+	}
+	return rs
+}
+
 // Panels are a map's `chart:` section: the series of the chart's panels
 // (notifiers/chart), each list's first with data wins.
 type Panels struct {
 	Engine string `yaml:"-"`
 	// TTFT and ITL are histogram families; KVUsage gauges (max over
-	// targets), Queue the waiting requests (summed).
+	// targets: the map's series.kv_usage), Queue the waiting requests
+	// (summed).
 	TTFT    []string `yaml:"ttft"`
 	ITL     []string `yaml:"itl"`
-	KVUsage []string `yaml:"kv_usage"`
+	KVUsage []string `yaml:"-"`
 	Queue   []string `yaml:"queue"`
 }
 
@@ -99,10 +163,11 @@ func Chart() []Panels {
 	for _, e := range Engines {
 		f, _ := file(e + ".yaml")
 		var doc struct {
-			Chart Panels `yaml:"chart"`
+			Chart  Panels             `yaml:"chart"`
+			Series rules.EngineSeries `yaml:"series"`
 		}
-		_ = yaml.Unmarshal(f.Data, &doc) // rules.Parse checks the section (TestShippedRulesets)
-		doc.Chart.Engine = e
+		_ = yaml.Unmarshal(f.Data, &doc) // rules.Parse checks the sections (TestShippedRulesets)
+		doc.Chart.Engine, doc.Chart.KVUsage = e, doc.Series.KVUsage
 		out = append(out, doc.Chart)
 	}
 	return out
@@ -154,7 +219,7 @@ func Default(engine string) (*rules.Ruleset, error) {
 	if err != nil {
 		return nil, err
 	}
-	cache[engine] = rs
+	cache[engine] = withKnown(rs)
 	return rs, nil
 }
 
@@ -242,7 +307,11 @@ func Load(engine string, paths ...string) (*rules.Ruleset, error) {
 		}
 		files = append(files, f)
 	}
-	return rules.Parse(append(files, user...)...)
+	rs, err := rules.Parse(append(files, user...)...)
+	if err != nil {
+		return nil, err
+	}
+	return withKnown(rs), nil
 }
 
 // Causes returns the shipped cause catalogue file.

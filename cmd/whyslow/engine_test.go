@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"compress/gzip"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -25,29 +27,21 @@ func TestUnknownEngineFromMap(t *testing.T) {
 	}
 	src := filepath.Join(incidentsDir, "arrival_surge")
 	dir := t.TempDir()
-	f, err := os.Open(filepath.Join(src, "metrics.om.gz"))
-	if err != nil {
+	gz, err := os.ReadFile(filepath.Join(src, "metrics.om.gz"))
+	inc, err2 := os.ReadFile(filepath.Join(src, "incident.yaml"))
+	zr, err3 := gzip.NewReader(bytes.NewReader(gz))
+	if err := errors.Join(err, err2, err3); err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	om, err := io.ReadAll(zr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "metrics.om"), []byte(strings.ReplaceAll(string(om), "vllm:", "tgi_")), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	inc, err := os.ReadFile(filepath.Join(src, "incident.yaml"))
-	if err != nil {
+	var om strings.Builder
+	if _, err := io.Copy(&om, zr); err != nil {
 		t.Fatal(err)
 	}
 	// incident.yaml names a shipped engine only; the map names this one.
 	inc = regexp.MustCompile(`(?m)^engine: .*\n`).ReplaceAll(inc, nil)
-	if err := os.WriteFile(filepath.Join(dir, "incident.yaml"), inc, 0o644); err != nil {
+	err = errors.Join(os.WriteFile(filepath.Join(dir, "metrics.om"), []byte(strings.ReplaceAll(om.String(), "vllm:", "tgi_")), 0o644),
+		os.WriteFile(filepath.Join(dir, "incident.yaml"), inc, 0o644))
+	if err != nil {
 		t.Fatal(err)
 	}
 

@@ -161,7 +161,7 @@ func rankFleet(ctx context.Context, opts diagnose.Options, groupBy []string, sin
 	if since.IsZero() {
 		// A remote Prometheus: how much of the baseline it holds.
 		from := opts.At.Add(-cfg.Baseline - max(cfg.LongWindow, triageWindow))
-		if since, err = diagnose.HistoryStart(ctx, opts.Metrics, opts.Selector, from, opts.At); err != nil {
+		if since, err = diagnose.HistoryStart(ctx, opts.Metrics, rulesets.HistorySeries(), opts.Selector, from, opts.At); err != nil {
 			return nil, err
 		}
 	}
