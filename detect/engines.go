@@ -96,7 +96,7 @@ func buildTemplates(engines []Engine) templates {
 		tm.volume[SignalTPOTP95] = tm.volume[SignalTTFTP95]
 	}
 	if len(queue) > 0 {
-		tm.expr[SignalQueueGrowth] = joinEach(queue, func(q, sel string) string { return `sum by ($by) (deriv(` + q + `{` + sel + `}[$window]))` })
+		tm.expr[SignalQueueGrowth] = joinEach(queue, func(sel func(string) string) string { return `sum by ($by) (deriv(` + sel("") + `[$window]))` })
 	}
 	// Server-side failures only, the lower of the engine's own success
 	// rate and its API server's.
@@ -113,17 +113,23 @@ func buildTemplates(engines []Engine) templates {
 	return tm
 }
 
-// joinEach renders each family (`name` or `name{matchers}`) with its
-// selector's matchers and joins them with `or`: the first present wins.
-func joinEach(families []string, render func(name, sel string) string) string {
+// Selector renders a family (`name` or `name{matchers}`) with a suffix
+// (`_count`) as a vector selector over $sel and the family's matchers.
+func Selector(family, suffix string) string {
+	name, extra, _ := strings.Cut(family, "{")
+	sel := "$sel"
+	if extra = strings.TrimSuffix(extra, "}"); extra != "" {
+		sel += " " + extra
+	}
+	return name + suffix + "{" + sel + "}"
+}
+
+// joinEach renders each family and joins them with `or`: the first
+// present wins. render gets the family's selector for a suffix.
+func joinEach(families []string, render func(sel func(suffix string) string) string) string {
 	parts := make([]string, len(families))
 	for i, f := range families {
-		name, extra, _ := strings.Cut(f, "{")
-		sel := "$sel"
-		if extra = strings.TrimSuffix(extra, "}"); extra != "" {
-			sel += " " + extra
-		}
-		parts[i] = render(name, sel)
+		parts[i] = render(func(suffix string) string { return Selector(f, suffix) })
 	}
 	return strings.Join(parts, " or ")
 }
@@ -131,20 +137,20 @@ func joinEach(families []string, render func(name, sel string) string) string {
 // histQuantile is the p95 of the first histogram present among families.
 func histQuantile(families []string) string {
 	return `histogram_quantile(0.95, sum by (le, $by) (` +
-		joinEach(families, func(n, sel string) string { return `rate(` + n + `_bucket{` + sel + `}[$window])` }) + `))`
+		joinEach(families, func(sel func(string) string) string { return `rate(` + sel("_bucket") + `[$window])` }) + `))`
 }
 
 // histMean is the exact mean (rate of _sum over rate of _count) of the
 // first histogram present among families.
 func histMean(families []string) string {
-	return joinEach(families, func(n, sel string) string {
-		return "(sum by ($by) (rate(" + n + "_sum{" + sel + "}[$window])) / sum by ($by) (rate(" + n + "_count{" + sel + "}[$window])))"
+	return joinEach(families, func(sel func(string) string) string {
+		return "(sum by ($by) (rate(" + sel("_sum") + "[$window])) / sum by ($by) (rate(" + sel("_count") + "[$window])))"
 	})
 }
 
 // histVolume counts the observations of the first histogram present.
 func histVolume(families []string) string {
-	return joinEach(families, func(n, sel string) string { return `sum by ($by) (increase(` + n + `_count{` + sel + `}[$window]))` })
+	return joinEach(families, func(sel func(string) string) string { return `sum by ($by) (increase(` + sel("_count") + `[$window]))` })
 }
 
 // httpScoped is rate(counter{match}) per scope: each series takes the

@@ -112,12 +112,7 @@ func HistorySeries() []string {
 	engines, _ := Detector()
 	for _, e := range engines {
 		for _, f := range e.TTFT {
-			name, extra, _ := strings.Cut(f, "{")
-			sel := "$sel"
-			if extra = strings.TrimSuffix(extra, "}"); extra != "" {
-				sel += " " + extra
-			}
-			out = append(out, name+"_count{"+sel+"}")
+			out = append(out, detect.Selector(f, "_count"))
 		}
 	}
 	for _, e := range shippedSeries {
