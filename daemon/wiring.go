@@ -504,7 +504,7 @@ func removeAll(dir string) error { return os.RemoveAll(dir) }
 // newDetector is a detector whose built-in signals read the shipped
 // engines' maps.
 func newDetector(cfg detect.DetectConfig) (*detect.Detector, error) {
-	engines, err := rulesets.Detector()
+	engines, err := detect.ReadEngines(rulesets.FS, rulesets.Engines)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package detect
 
 import (
 	"fmt"
+	"io/fs"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -31,6 +32,9 @@ type Engine struct {
 	// HTTP are the API server's status counters, for engines whose finish
 	// reasons cannot tell a failure from a client abort.
 	HTTP []HTTPCounter `yaml:"http"`
+	// Requests are the finished-requests counters: with TTFT's _count,
+	// where the engine's history starts (HistorySeries).
+	Requests []string `yaml:"requests"`
 }
 
 // HTTPCounter is an API server's request counter. Its series carry no
@@ -57,6 +61,42 @@ func ParseEngine(name string, mapYAML []byte) (Engine, error) {
 	}
 	doc.Detector.Name = name
 	return doc.Detector, nil
+}
+
+// ReadEngines reads the `detector:` section of each engine's map,
+// <engine>.yaml in fsys (rulesets.FS), in the order given.
+func ReadEngines(fsys fs.FS, engines []string) ([]Engine, error) {
+	out := make([]Engine, 0, len(engines))
+	for _, name := range engines {
+		b, err := fs.ReadFile(fsys, name+".yaml")
+		if err != nil {
+			return nil, fmt.Errorf("engine %s: %w", name, err)
+		}
+		e, err := ParseEngine(name, b)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// HistorySeries are the series whose presence marks an engine's history
+// (the request counts the built-in triggers read: TTFT's _count, then the
+// finished-requests counters), with $sel for the selector's matchers.
+func HistorySeries(engines []Engine) []string {
+	var out []string
+	for _, e := range engines {
+		for _, f := range e.TTFT {
+			out = append(out, Selector(f, "_count"))
+		}
+	}
+	for _, e := range engines {
+		for _, r := range e.Requests {
+			out = append(out, Selector(r, ""))
+		}
+	}
+	return out
 }
 
 // templates are the built-in signals' PromQL over a set of engines.

@@ -2,7 +2,6 @@ package detect
 
 import (
 	"os"
-	"path/filepath"
 	"testing"
 )
 
@@ -10,17 +9,9 @@ import (
 // order (detect may not import rulesets, which hands them to the daemon).
 func shipped(t testing.TB) []Engine {
 	t.Helper()
-	var out []Engine
-	for _, name := range []string{"vllm", "sglang", "trtllm"} {
-		b, err := os.ReadFile(filepath.Join("..", "rulesets", name+".yaml"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		e, err := ParseEngine(name, b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, e)
+	out, err := ReadEngines(os.DirFS("../rulesets"), []string{"vllm", "sglang", "trtllm"})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }

@@ -15,7 +15,7 @@ const historySteps = 720
 // HistoryStart is when the engines' history in m starts, searched between
 // from and to (selector: extra label matchers, without braces; series:
 // the series whose presence marks an engine's history, with $sel for the
-// selector's matchers: rulesets.HistorySeries), for a
+// selector's matchers: detect.HistorySeries), for a
 // source that does not know its own range (a remote Prometheus): from
 // when any engine series has samples from from on, the zero time when
 // none has any in the range. With ChooseBaseline it shrinks a baseline to

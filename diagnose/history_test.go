@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/whyslow/whyslow/detect"
 	"github.com/whyslow/whyslow/query/querytest"
 	"github.com/whyslow/whyslow/rulesets"
 )
@@ -18,6 +19,10 @@ func TestHistoryStart(t *testing.T) {
   unrelated_total 0+1x200
 `)}
 	ctx := context.Background()
+	engines, err := detect.ReadEngines(rulesets.FS, rulesets.Engines)
+	if err != nil {
+		t.Fatal(err)
+	}
 	start := time.Unix(0, 0)
 	for _, tc := range []struct {
 		name     string
@@ -31,7 +36,7 @@ func TestHistoryStart(t *testing.T) {
 		{"before the history", "", 0, time.Minute, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := HistoryStart(ctx, m, rulesets.HistorySeries(), tc.selector, start.Add(tc.from), start.Add(tc.to))
+			got, err := HistoryStart(ctx, m, detect.HistorySeries(engines), tc.selector, start.Add(tc.from), start.Add(tc.to))
 			if err != nil {
 				t.Fatal(err)
 			}

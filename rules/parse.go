@@ -172,7 +172,7 @@ func detectorSection(d *decoder, n *yaml.Node) {
 	list := func(key string) func(_, v *yaml.Node) { return func(_, v *yaml.Node) { d.strList(v, ctx, key) } }
 	d.fields(n, ctx, map[string]func(k, v *yaml.Node){
 		"ttft": list("ttft"), "itl": list("itl"), "queue": list("queue"),
-		"success": list("success"), "success_volume": list("success_volume"),
+		"success": list("success"), "success_volume": list("success_volume"), "requests": list("requests"),
 		"http": func(_, v *yaml.Node) {
 			for _, h := range d.seq(v, ctx, "http") {
 				d.fields(h, ctx+": http", map[string]func(k, v *yaml.Node){
@@ -202,7 +202,6 @@ func (b *builder) seriesSection(d *decoder, n *yaml.Node) {
 	sr := &b.rs.Series
 	d.fields(n, ctx, map[string]func(k, v *yaml.Node){
 		"names":    func(_, v *yaml.Node) { sr.Names = d.str(v, ctx, "names") },
-		"requests": func(_, v *yaml.Node) { sr.Requests = d.strList(v, ctx, "requests") },
 		"running":  func(_, v *yaml.Node) { sr.Running = d.strList(v, ctx, "running") },
 		"targets":  func(_, v *yaml.Node) { sr.Targets = d.strList(v, ctx, "targets") },
 		"waiting":  func(_, v *yaml.Node) { sr.Waiting = d.strList(v, ctx, "waiting") },

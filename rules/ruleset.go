@@ -76,8 +76,6 @@ type EngineSeries struct {
 	Engine string `yaml:"-"`
 	// Names is a regular expression matching the engine's metric names.
 	Names string `yaml:"names"`
-	// Requests are the finished-requests counters.
-	Requests []string `yaml:"requests"`
 	// Running are the running-requests gauges, one series per target:
 	// they restrict GPU counters to the scope's targets.
 	Running []string `yaml:"running"`

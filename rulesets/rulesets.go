@@ -17,7 +17,6 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/whyslow/whyslow/detect"
 	"github.com/whyslow/whyslow/rules"
 )
 
@@ -63,24 +62,6 @@ func readEngines() []string {
 	return out
 }
 
-// Detector returns the shipped maps' `detector:` sections, in Engines
-// order: the built-in detection signals' PromQL (detect.NewDetector).
-func Detector() ([]detect.Engine, error) {
-	out := make([]detect.Engine, 0, len(Engines))
-	for _, e := range Engines {
-		f, err := file(e + ".yaml")
-		if err != nil {
-			return nil, err
-		}
-		d, err := detect.ParseEngine(e, f.Data)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, d)
-	}
-	return out, nil
-}
-
 // series returns the `series:` section of each shipped map, in Engines
 // order.
 func series() []rules.EngineSeries {
@@ -102,26 +83,6 @@ func series() []rules.EngineSeries {
 func Series() []rules.EngineSeries { return slices.Clone(shippedSeries) }
 
 var shippedSeries = series()
-
-// HistorySeries are the series whose presence marks an engine's history
-// (diagnose.HistoryStart): the request counts the detector's built-in
-// triggers read, its TTFT families' _count, then the finished-requests
-// counters, with $sel for the selector's matchers.
-func HistorySeries() []string {
-	var out []string
-	engines, _ := Detector()
-	for _, e := range engines {
-		for _, f := range e.TTFT {
-			out = append(out, detect.Selector(f, "_count"))
-		}
-	}
-	for _, e := range shippedSeries {
-		for _, r := range e.Requests {
-			out = append(out, r+"{$sel}")
-		}
-	}
-	return out
-}
 
 // withKnown sets the series of every engine known beside rs (the shipped
 // ones, and rs's own when it is not shipped) on rs and its shapes.

@@ -150,7 +150,7 @@ func rankFleet(ctx context.Context, opts diagnose.Options, groupBy []string, sin
 		return nil, fmt.Errorf("--baseline %s is shorter than the window %s, so the windows overlap",
 			model.Duration(cfg.Baseline), model.Duration(max(cfg.LongWindow, triageWindow)))
 	}
-	engines, err := rulesets.Detector()
+	engines, err := detect.ReadEngines(rulesets.FS, rulesets.Engines)
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +161,7 @@ func rankFleet(ctx context.Context, opts diagnose.Options, groupBy []string, sin
 	if since.IsZero() {
 		// A remote Prometheus: how much of the baseline it holds.
 		from := opts.At.Add(-cfg.Baseline - max(cfg.LongWindow, triageWindow))
-		if since, err = diagnose.HistoryStart(ctx, opts.Metrics, rulesets.HistorySeries(), opts.Selector, from, opts.At); err != nil {
+		if since, err = diagnose.HistoryStart(ctx, opts.Metrics, detect.HistorySeries(engines), opts.Selector, from, opts.At); err != nil {
 			return nil, err
 		}
 	}
