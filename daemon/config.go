@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/whyslow/whyslow/notifiers/slack"
 	"github.com/whyslow/whyslow/notifiers/webhook"
 	"github.com/whyslow/whyslow/rules"
+	"github.com/whyslow/whyslow/rulesets"
 )
 
 // Defaults for Config fields left zero.
@@ -444,10 +446,8 @@ func (p *problems) wrap(key string, err error) {
 // validateSource checks the engine and, for a fleet daemon, its Prometheus
 // and the keys a fleet daemon has no use for.
 func (c Config) validateSource(p *problems) {
-	switch c.Engine {
-	case "auto", "vllm", "sglang", "trtllm":
-	default:
-		p.add("engine", "unknown engine %q (want auto, vllm, sglang or trtllm)", c.Engine)
+	if c.Engine != "auto" && !slices.Contains(rulesets.Engines, c.Engine) {
+		p.add("engine", "unknown engine %q (want %s)", c.Engine, rulesets.OneOf(append([]string{"auto"}, rulesets.Engines...)...))
 	}
 	prom := c.Source.Prometheus
 	if prom == nil {

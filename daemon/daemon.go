@@ -33,6 +33,7 @@ import (
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/rules"
+	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -205,7 +206,7 @@ func New(opts Options) (*Daemon, error) {
 	// Whatever logger comes in, the daemon's lines go through the redaction
 	// layer (a triage error may quote a URL with a token).
 	opts.Logger = slog.New(redact.Handler(opts.Logger.Handler(), opts.Secrets))
-	det, err := detect.NewDetector(cfg.Detect)
+	det, err := newDetector(cfg.Detect)
 	if err != nil {
 		return nil, fmt.Errorf("new daemon: %w", err)
 	}
@@ -599,7 +600,7 @@ func (d *Daemon) triagePrepared(ctx context.Context, source string, req TriageRe
 	if learning != "" {
 		v.Warnings = append(v.Warnings, learning)
 	}
-	diagnose.CheckMixedModels(ctx, d.metrics, v)
+	diagnose.CheckMixedModels(ctx, d.metrics, rulesets.Series(), v)
 	return v, nil
 }
 
@@ -694,7 +695,7 @@ func (d *Daemon) CheckReload(cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("reload: %w", err)
 	}
-	if _, err := detect.NewDetector(cfg.Detect); err != nil {
+	if _, err := newDetector(cfg.Detect); err != nil {
 		return fmt.Errorf("reload: %w", err)
 	}
 	return nil
@@ -711,7 +712,7 @@ func (d *Daemon) Reload(cfg Config, scraper Scraper, receivers []string) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("reload: %w", err)
 	}
-	det, err := detect.NewDetector(cfg.Detect)
+	det, err := newDetector(cfg.Detect)
 	if err != nil {
 		return fmt.Errorf("reload: %w", err)
 	}

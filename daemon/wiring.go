@@ -21,6 +21,7 @@ import (
 	"github.com/whyslow/whyslow/collectors/otlp"
 	"github.com/whyslow/whyslow/collectors/spanstore"
 	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/detect"
 	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/internal/redact"
 	"github.com/whyslow/whyslow/notifiers"
@@ -499,3 +500,13 @@ func (s *Stack) ShutdownTimeout() time.Duration { return s.Daemon.Config().Shutd
 func mkTemp() (string, error) { return os.MkdirTemp("", "whyslow-outbox-") }
 
 func removeAll(dir string) error { return os.RemoveAll(dir) }
+
+// newDetector is a detector whose built-in signals read the shipped
+// engines' maps.
+func newDetector(cfg detect.DetectConfig) (*detect.Detector, error) {
+	engines, err := detect.ReadEngines(rulesets.FS, rulesets.Engines)
+	if err != nil {
+		return nil, err
+	}
+	return detect.NewDetector(cfg, engines)
+}

@@ -20,9 +20,9 @@ import (
 	"github.com/whyslow/whyslow/verdict"
 )
 
-// Built-in detection signals. Each expands to PromQL that accepts the same
-// metric-name alternatives as the rulesets (vLLM V1 and V0 names, SGLang,
-// TensorRT-LLM), so one trigger works against any engine.
+// Built-in detection signals. Each expands to PromQL joined from the
+// engines' signal maps (Engine: the vLLM V1 and V0 names, SGLang,
+// TensorRT-LLM, ...), so one trigger works against any engine.
 const (
 	// SignalTTFTP95 is the p95 time to first token, in seconds.
 	SignalTTFTP95 = "ttft_p95"
@@ -35,118 +35,8 @@ const (
 	SignalQueueGrowth = "queue_growth"
 )
 
-// signalExprs holds the PromQL templates of the built-in signals. Placeholders:
-// $sel (label matchers followed by a comma, or nothing), $by (the scope labels,
-// comma-separated), $window (a PromQL duration).
-var signalExprs = map[string]string{
-	SignalTTFTP95: `histogram_quantile(0.95, sum by (le, $by) (` +
-		`rate(vllm:time_to_first_token_seconds_bucket{$sel}[$window])` +
-		` or rate(sglang:time_to_first_token_seconds_bucket{$sel}[$window])` +
-		` or rate(trtllm_time_to_first_token_seconds_bucket{$sel}[$window])` +
-		` or rate(time_to_first_token_seconds_bucket{$sel engine_type!=""}[$window])))`,
-	SignalTPOTP95: `histogram_quantile(0.95, sum by (le, $by) (` +
-		`rate(vllm:inter_token_latency_seconds_bucket{$sel}[$window])` +
-		` or rate(vllm:time_per_output_token_seconds_bucket{$sel}[$window])` +
-		` or rate(sglang:inter_token_latency_seconds_bucket{$sel}[$window])` +
-		` or rate(sglang:time_per_output_token_seconds_bucket{$sel}[$window])` +
-		` or rate(trtllm_time_per_output_token_seconds_bucket{$sel}[$window])` +
-		` or rate(time_per_output_token_seconds_bucket{$sel engine_type!=""}[$window])))`,
-	// Server-side failures only, the lower of the engine's own success rate
-	// and its API server's.
-	SignalSuccessRate: `((` + engineSuccess + `) < (` + httpSuccess + `)) or (` + httpSuccess + `) or (` + engineSuccess + `)`,
-	SignalQueueGrowth: `sum by ($by) (deriv(vllm:num_requests_waiting{$sel}[$window]))` +
-		` or sum by ($by) (deriv(sglang:num_queue_reqs{$sel}[$window]))` +
-		` or sum by ($by) (deriv(trtllm_num_requests_waiting{$sel}[$window]))`,
-}
-
-// engineSuccess is the share of finished requests the engine did not fail:
-// vLLM's `error` reason, TensorRT-LLM's HTTP errors and timeouts. A client
-// abort (vLLM `abort`, TensorRT-LLM `cancelled`, SGLang's aborted
-// requests) is not a failure.
-const engineSuccess = `(1 - (` +
-	`sum by ($by) (rate(vllm:request_success_total{$sel finished_reason="error"}[$window]))` +
-	` or 0 * sum by ($by) (rate(vllm:request_success_total{$sel}[$window])))` +
-	` / sum by ($by) (rate(vllm:request_success_total{$sel}[$window])))` +
-	` or (1 - (sum by ($by) (rate(trtllm_request_error_total{$sel}[$window]))` +
-	` or 0 * sum by ($by) (rate(trtllm_request_success_total{$sel}[$window])))` +
-	` / (sum by ($by) (rate(trtllm_request_error_total{$sel}[$window])) + sum by ($by) (rate(trtllm_request_success_total{$sel}[$window]))` +
-	` or sum by ($by) (rate(trtllm_request_success_total{$sel}[$window]))))` +
-	` or (1 - (sum by ($by) (rate(request_success_total{$sel engine_type!="", finished_reason="timeout"}[$window]))` +
-	` or 0 * sum by ($by) (rate(request_success_total{$sel engine_type!=""}[$window])))` +
-	` / sum by ($by) (rate(request_success_total{$sel engine_type!=""}[$window])))`
-
-// The API server's HTTP status, for engines whose finish reasons cannot
-// tell a failure from a client abort (vLLM V0, V1 before its `error`
-// reason, SGLang): its counters have no model_name, so they take the
-// scope's labels from the engine series of their pod.
-var httpSuccess = `(1 - ` + httpScoped(`status=~"5.."`, "vllm:num_requests_running") +
-	` / ` + httpScoped(``, "vllm:num_requests_running") + `)` +
-	` or (1 - ` + httpScopedSGLang(`status_code=~"5.."`) + ` / ` + httpScopedSGLang(`endpoint=~"/v1/.*|/generate"`) + `)`
-
-// httpScoped is rate(http_requests_total{match}) per scope: each series
-// takes the scope labels of the engine series of its target (the same
-// pod and instance: the API server's counters come with the engine's
-// scrape); series without a target label are left out rather than
-// matched to every scope.
-func httpScoped(match, engineSeries string) string {
-	return `sum by ($by) (rate(http_requests_total{` + match + `}[$window]) * on ($target) group_left ($scopeonly) ` + oneScopeTargets(engineSeries) + `)`
-}
-
-func httpScopedSGLang(match string) string {
-	return `sum by ($by) (rate(sglang:http_responses_total{` + match + `}[$window]) * on ($target) group_left ($scopeonly) ` +
-		oneScopeTargets("sglang:num_running_reqs") + `)`
-}
-
-// oneScopeTargets is one series per target that serves exactly one scope,
-// with the scope's labels: a target that serves several (one server for
-// two models) cannot say whose its HTTP errors were.
-func oneScopeTargets(engineSeries string) string {
-	scoped := `max by ($target, $by) (` + engineSeries + `{$sel instance=~".+"})`
-	return `(` + scoped + ` and on ($target) (count by ($target) (` + scoped + `) == 1))`
-}
-
-// volumeExprs count the requests behind each built-in signal over $window:
-// a ratio or a quantile over a handful of requests is not evidence, so
-// triggers with MinRequests ignore windows that saw fewer.
-var volumeExprs = map[string]string{
-	SignalTTFTP95: ttftVolume,
-	SignalTPOTP95: ttftVolume,
-	SignalSuccessRate: `sum by ($by) (increase(vllm:request_success_total{$sel}[$window]))` +
-		` or (sum by ($by) (increase(trtllm_request_success_total{$sel}[$window]))` +
-		` + sum by ($by) (increase(trtllm_request_error_total{$sel}[$window]))` +
-		` or sum by ($by) (increase(trtllm_request_success_total{$sel}[$window])))` +
-		` or sum by ($by) (increase(request_success_total{$sel engine_type!=""}[$window]))` +
-		` or sum by ($by) (increase(sglang:num_requests_total{$sel}[$window]))`,
-}
-
-// meanExprs are the exact means (rate of _sum over rate of _count) of the
-// histogram-quantile signals, for Trigger.MeanRatio.
-var meanExprs = map[string]string{
-	SignalTTFTP95: histMean("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds", "trtllm_time_to_first_token_seconds",
-		"time_to_first_token_seconds"),
-	SignalTPOTP95: histMean("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds",
-		"sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds", "trtllm_time_per_output_token_seconds",
-		"time_per_output_token_seconds"),
-}
-
-// histMean builds the mean of the first histogram present among names.
-func histMean(names ...string) string {
-	parts := make([]string, len(names))
-	for i, n := range names {
-		sel := "$sel"
-		if !strings.Contains(n, ":") && !strings.HasPrefix(n, "trtllm_") {
-			sel += ` engine_type!=""` // trtllm-serve ≤1.1's unprefixed names
-		}
-		parts[i] = "(sum by ($by) (rate(" + n + "_sum{" + sel + "}[$window])) / sum by ($by) (rate(" + n + "_count{" + sel + "}[$window])))"
-	}
-	return strings.Join(parts, " or ")
-}
-
-// ttftVolume counts the requests that got a first token.
-const ttftVolume = `sum by ($by) (increase(vllm:time_to_first_token_seconds_count{$sel}[$window]))` +
-	` or sum by ($by) (increase(sglang:time_to_first_token_seconds_count{$sel}[$window]))` +
-	` or sum by ($by) (increase(trtllm_time_to_first_token_seconds_count{$sel}[$window]))` +
-	` or sum by ($by) (increase(time_to_first_token_seconds_count{$sel engine_type!=""}[$window]))`
+// builtin lists the built-in signals.
+var builtin = map[string]bool{SignalTTFTP95: true, SignalTPOTP95: true, SignalSuccessRate: true, SignalQueueGrowth: true}
 
 // Detection defaults: they work out of the box against a vLLM sidecar
 // scraped every 5 s.
@@ -393,7 +283,7 @@ func (c DetectConfig) Validate() error {
 			errs = append(errs, fmt.Errorf("%s: set signal or expr", where))
 		case t.Signal != "" && t.Expr != "":
 			errs = append(errs, fmt.Errorf("%s: signal and expr are exclusive", where))
-		case t.Signal != "" && signalExprs[t.Signal] == "":
+		case t.Signal != "" && !builtin[t.Signal]:
 			errs = append(errs, fmt.Errorf("%s: unknown signal %q (want ttft_p95, tpot_p95, success_rate or queue_growth)", where, t.Signal))
 		}
 		if t.Ratio == 0 && t.Above == nil && t.Below == nil {
@@ -402,13 +292,13 @@ func (c DetectConfig) Validate() error {
 		if t.Ratio < 0 || (t.Ratio > 0 && t.Ratio <= 1) {
 			errs = append(errs, fmt.Errorf("%s: ratio %g must be greater than 1", where, t.Ratio))
 		}
-		if t.MeanRatio < 0 || (t.MeanRatio > 0 && (t.Ratio == 0 || meanExprs[t.Signal] == "")) {
+		if t.MeanRatio < 0 || (t.MeanRatio > 0 && (t.Ratio == 0 || !withMean[t.Signal])) {
 			errs = append(errs, fmt.Errorf("%s: mean_ratio needs ratio and a histogram-quantile signal (ttft_p95, tpot_p95)", where))
 		}
 		if t.MinRequests < 0 {
 			errs = append(errs, fmt.Errorf("%s: min_requests must not be negative", where))
 		}
-		if t.MinRequests > 0 && t.volumeTemplate() == "" {
+		if t.MinRequests > 0 && t.VolumeExpr == "" && (t.Expr != "" || !withVolume[t.Signal]) {
 			errs = append(errs, fmt.Errorf("%s: min_requests needs volume_expr (signal %q has no built-in request count)", where, t.Signal))
 		}
 		if t.VolumeExpr != "" {
@@ -424,9 +314,8 @@ func (c DetectConfig) Validate() error {
 		default:
 			errs = append(errs, fmt.Errorf("%s: severity %q (want warning or critical)", where, t.Severity))
 		}
-		if t.Signal == "" || signalExprs[t.Signal] != "" {
-			expr := c.expr(t, c.ShortWindow)
-			if _, err := parser.NewParser(parser.Options{}).ParseExpr(expr); err != nil {
+		if t.Expr != "" {
+			if _, err := parser.NewParser(parser.Options{}).ParseExpr(c.fill(t.Expr, c.ShortWindow)); err != nil {
 				errs = append(errs, fmt.Errorf("%s: expr: %w", where, err))
 			}
 		}
@@ -434,23 +323,51 @@ func (c DetectConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-func (c DetectConfig) expr(t Trigger, window time.Duration) string {
+// validateBuiltin checks that the engines give every built-in signal the
+// triggers use, and that the PromQL they build parses.
+func (c DetectConfig) validateBuiltin(tm templates) error {
+	var errs []error
+	for i, t := range c.Triggers {
+		if t.Expr != "" {
+			continue
+		}
+		where := fmt.Sprintf("trigger %d (%s)", i+1, t.Name)
+		exprs := map[string]string{"": tm.expr[t.Signal]}
+		if t.MinRequests > 0 && t.VolumeExpr == "" {
+			exprs["request count "] = tm.volume[t.Signal]
+		}
+		if t.MeanRatio > 0 {
+			exprs["mean "] = tm.mean[t.Signal]
+		}
+		for what, e := range exprs {
+			if e == "" {
+				errs = append(errs, fmt.Errorf("%s: no engine map gives the %sPromQL of signal %q", where, what, t.Signal))
+			} else if _, err := parser.NewParser(parser.Options{}).ParseExpr(c.fill(e, c.ShortWindow)); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %sexpr: %w", where, what, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// expr is t's PromQL over window.
+func (d *Detector) expr(t Trigger, window time.Duration) string {
 	tmpl := t.Expr
 	if tmpl == "" {
-		tmpl = signalExprs[t.Signal]
+		tmpl = d.tm.expr[t.Signal]
 	}
-	return c.fill(tmpl, window)
+	return d.cfg.fill(tmpl, window)
 }
 
 // volumeTemplate is the request-count expression of t, "" when none.
-func (t Trigger) volumeTemplate() string {
+func (d *Detector) volumeTemplate(t Trigger) string {
 	if t.VolumeExpr != "" {
 		return t.VolumeExpr
 	}
 	if t.Expr != "" {
 		return ""
 	}
-	return volumeExprs[t.Signal]
+	return d.tm.volume[t.Signal]
 }
 
 // fill expands the placeholders of a template.
@@ -564,15 +481,23 @@ func (d Detection) Holding() []string {
 // A Detector is not safe for concurrent use.
 type Detector struct {
 	cfg     DetectConfig
+	tm      templates
 	pending map[string]time.Time // scope key + "\x00" + trigger name
 }
 
-// NewDetector validates cfg and returns a detector.
-func NewDetector(cfg DetectConfig) (*Detector, error) {
+// NewDetector validates cfg and returns a detector whose built-in signals
+// read the engines' series (their maps' `detector:` sections, in the
+// engine list's order).
+func NewDetector(cfg DetectConfig, engines []Engine) (*Detector, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("detect config: %w", err)
 	}
-	return &Detector{cfg: cfg.WithDefaults(), pending: map[string]time.Time{}}, nil
+	cfg = cfg.WithDefaults()
+	tm := buildTemplates(engines)
+	if err := cfg.validateBuiltin(tm); err != nil {
+		return nil, fmt.Errorf("detect config: %w", err)
+	}
+	return &Detector{cfg: cfg, tm: tm, pending: map[string]time.Time{}}, nil
 }
 
 // Config returns the detector's effective configuration.
@@ -713,7 +638,7 @@ func (d *Detector) triggerValues(ctx context.Context, m query.Metrics, t Trigger
 		}
 	}
 	if t.MinRequests > 0 {
-		if err := d.perWindow(ctx, m, res, t.volumeTemplate(), []windowQuery{
+		if err := d.perWindow(ctx, m, res, d.volumeTemplate(t), []windowQuery{
 			{d.cfg.ShortWindow, w.at, func(r *triggerVals, v float64) { r.nShort = ptr(v) }, false},
 			{d.cfg.LongWindow, w.at, func(r *triggerVals, v float64) { r.nLong = ptr(v) }, false},
 			{d.cfg.LongWindow, w.baseAt, func(r *triggerVals, v float64) { r.nBase = ptr(v) }, t.Ratio == 0 || w.offset == 0 || w.learnAt != nil},
@@ -722,7 +647,7 @@ func (d *Detector) triggerValues(ctx context.Context, m query.Metrics, t Trigger
 		}
 	}
 	if t.MeanRatio > 0 {
-		if err := d.perWindow(ctx, m, res, meanExprs[t.Signal], []windowQuery{
+		if err := d.perWindow(ctx, m, res, d.tm.mean[t.Signal], []windowQuery{
 			{d.cfg.ShortWindow, w.at, func(r *triggerVals, v float64) { r.mShort = ptr(v) }, false},
 			{d.cfg.LongWindow, w.at, func(r *triggerVals, v float64) { r.mLong = ptr(v) }, false},
 			{d.cfg.LongWindow, w.baseAt, func(r *triggerVals, v float64) { r.mBase = ptr(v) }, w.offset == 0 || w.learnAt != nil},
@@ -836,13 +761,13 @@ func (d *Detector) learnedBaseline(ctx context.Context, m query.Metrics, t Trigg
 		}
 		var vols map[string]float64
 		if t.MinRequests > 0 {
-			if vols, err = d.queryExpr(ctx, m, d.cfg.fill(t.volumeTemplate(), d.cfg.LongWindow), p); err != nil {
+			if vols, err = d.queryExpr(ctx, m, d.cfg.fill(d.volumeTemplate(t), d.cfg.LongWindow), p); err != nil {
 				return fmt.Errorf("trigger %s request count: %w", t.Name, err)
 			}
 		}
 		var mv map[string]float64
 		if t.MeanRatio > 0 {
-			if mv, err = d.queryExpr(ctx, m, d.cfg.fill(meanExprs[t.Signal], d.cfg.LongWindow), p); err != nil {
+			if mv, err = d.queryExpr(ctx, m, d.cfg.fill(d.tm.mean[t.Signal], d.cfg.LongWindow), p); err != nil {
 				return fmt.Errorf("trigger %s mean: %w", t.Name, err)
 			}
 		}
@@ -899,7 +824,7 @@ func (t Trigger) holds(v, base, mean, baseMean *float64) (string, bool) {
 
 // query evaluates t over window at time at and returns finite values by scope key.
 func (d *Detector) query(ctx context.Context, m query.Metrics, t Trigger, window time.Duration, at time.Time) (map[string]float64, error) {
-	return d.queryExpr(ctx, m, d.cfg.expr(t, window), at)
+	return d.queryExpr(ctx, m, d.expr(t, window), at)
 }
 
 // queryExpr evaluates expr at time at and returns finite values by scope key.

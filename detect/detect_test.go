@@ -34,7 +34,7 @@ func ttftLoad() string {
 
 func TestDetectTTFTFiresWithinIntervals(t *testing.T) {
 	m := querytest.New(t, ttftLoad())
-	d, err := NewDetector(DetectConfig{Triggers: []Trigger{{Name: "ttft", Signal: SignalTTFTP95, Ratio: 2, MinIncrease: 0.1}}})
+	d, err := NewDetector(DetectConfig{Triggers: []Trigger{{Name: "ttft", Signal: SignalTTFTP95, Ratio: 2, MinIncrease: 0.1}}}, shipped(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestDetectTTFTFiresWithinIntervals(t *testing.T) {
 func TestDetectForHold(t *testing.T) {
 	m := querytest.New(t, ttftLoad())
 	hold := 10 * time.Minute
-	d, err := NewDetector(DetectConfig{Triggers: []Trigger{{Name: "ttft", Signal: SignalTTFTP95, Ratio: 2, For: &hold}}})
+	d, err := NewDetector(DetectConfig{Triggers: []Trigger{{Name: "ttft", Signal: SignalTTFTP95, Ratio: 2, For: &hold}}}, shipped(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestDetectSuccessRateAndQueue(t *testing.T) {
   vllm:num_requests_waiting{model_name="n"} 0+0x200
 `
 	m := querytest.New(t, load)
-	d, err := NewDetector(DetectConfig{})
+	d, err := NewDetector(DetectConfig{}, shipped(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +244,7 @@ func TestDetectMinRequests(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m := querytest.New(t, tt.load)
-			d, err := NewDetector(DetectConfig{})
+			d, err := NewDetector(DetectConfig{}, shipped(t))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -285,7 +285,7 @@ func TestDetectMinRequests(t *testing.T) {
 		}
 		fmt.Fprintf(&b, "  vllm:time_to_first_token_seconds_count{model_name=\"m\"} 0+0.0833x840 70+2x120\n")
 		m := querytest.New(t, b.String())
-		d, err := NewDetector(DetectConfig{})
+		d, err := NewDetector(DetectConfig{}, shipped(t))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -359,7 +359,7 @@ func TestDetectTPOTMeanRatioIgnoresBucketSteps(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d, err := NewDetector(DetectConfig{For: time.Nanosecond, Triggers: []Trigger{tt.trig}})
+			d, err := NewDetector(DetectConfig{For: time.Nanosecond, Triggers: []Trigger{tt.trig}}, shipped(t))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -449,7 +449,7 @@ func freshLoad() string {
 // an absolute trigger fires without any baseline.
 func TestDetectFreshSidecar(t *testing.T) {
 	m := querytest.New(t, freshLoad())
-	d, err := NewDetector(DetectConfig{For: time.Nanosecond})
+	d, err := NewDetector(DetectConfig{For: time.Nanosecond}, shipped(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -521,7 +521,7 @@ func TestDetectMinutesAfterRestart(t *testing.T) {
   vllm:time_to_first_token_seconds_bucket{model_name="m",le="+Inf"} 0+10x96
   vllm:time_to_first_token_seconds_count{model_name="m"} 0+10x96
 `)
-	d, err := NewDetector(DetectConfig{Triggers: []Trigger{DefaultTriggers()[0]}})
+	d, err := NewDetector(DetectConfig{Triggers: []Trigger{DefaultTriggers()[0]}}, shipped(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -583,7 +583,7 @@ func TestDetectHTTPFailuresPerTarget(t *testing.T) {
   vllm:num_requests_running{model_name="d",instance="h:3"} 4+0x100
   http_requests_total{instance="h:3",handler="/v1/completions",method="POST",status="5xx"} 0+10x100
 `)
-	d, err := NewDetector(DetectConfig{})
+	d, err := NewDetector(DetectConfig{}, shipped(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,6 +43,16 @@ type correlation struct {
 	warnings []string
 }
 
+// PodContextGauges sets q's engine gauges from the series of the known
+// engines (rules.Ruleset.Known), in their order.
+func PodContextGauges(q *requests.PodContextQuery, known []rules.EngineSeries) {
+	for _, e := range known {
+		q.KVUsage = append(q.KVUsage, e.KVUsage...)
+		q.Waiting = append(q.Waiting, e.Waiting...)
+		q.Running = append(q.Running, e.Running...)
+	}
+}
+
 // correlate runs step 4 when opts.Traces is set: it reads the spans of the
 // incident and baseline windows, builds the requests, joins the slowest to
 // their pods' metrics, and merges the findings into the walk's outcome as
@@ -128,6 +138,7 @@ func correlate(ctx context.Context, opts *Options, rs *rules.Ruleset, facts rule
 	}
 	q := requests.PodContextQuery{Selector: opts.Selector, TargetLabel: opts.TargetLabels[0],
 		Start: from.Add(-time.Minute), End: v.Incident.End}
+	PodContextGauges(&q, rs.Known)
 	for p := range pods {
 		q.Pods = append(q.Pods, p)
 	}

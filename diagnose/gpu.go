@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/query"
+	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -108,9 +109,10 @@ const (
 
 // gpuModelExpr counts the GPUs of each model over the window. With a
 // selector the GPUs are restricted to the pods in scope (joined on the
-// target label to the engines' running-requests gauge, which every engine
-// exports); without one every GPU counts.
-func gpuModelExpr(selector, target, window string) string {
+// target label to the known engines' series with one per target: their
+// running-requests gauges, then the series of shapes without one);
+// without one every GPU counts.
+func gpuModelExpr(known []rules.EngineSeries, selector, target, window string) string {
 	// dcgm-exporter scraped with honor_labels false (its Helm chart's
 	// default) carries the workload's pod as exported_pod.
 	gpus := fmt.Sprintf(`last_over_time(%s[%s]) or label_replace(last_over_time(%s[%s]), "pod", "$1", "exported_pod", "(.+)")`,
@@ -118,10 +120,19 @@ func gpuModelExpr(selector, target, window string) string {
 	if strings.TrimSpace(selector) == "" {
 		return fmt.Sprintf("count by (model, modelName) (%s)", gpus)
 	}
-	// A series every shipped engine shape exports (TensorRT-LLM's
-	// per-request families are all some shapes have).
-	scope := fmt.Sprintf(`vllm:num_requests_running{%[1]s} or sglang:num_running_reqs{%[1]s} or trtllm_num_requests_running{%[1]s}`+
-		` or trtllm_e2e_request_latency_seconds_count{%[1]s} or e2e_request_latency_seconds_count{engine_type!="", %[1]s}`, selector)
+	var running, others []string
+	for _, e := range known {
+		running, others = append(running, e.Running...), append(others, e.Targets...)
+	}
+	parts := make([]string, 0, len(running)+len(others))
+	for _, f := range append(running, others...) {
+		name, extra, _ := strings.Cut(f, "{")
+		if extra = strings.TrimSuffix(extra, "}"); extra != "" {
+			extra += ", "
+		}
+		parts = append(parts, name+"{"+extra+selector+"}")
+	}
+	scope := strings.Join(parts, " or ")
 	return fmt.Sprintf("count by (model, modelName) ((%s) and on (%s) (%s))", gpus, target, scope)
 }
 
@@ -137,9 +148,9 @@ type gpuInference struct {
 // their GPU counters (one instant query at the end of the incident window).
 // When several classes serve the scope, the most common wins and the detail
 // says so. A failed query or no GPU counters leave the class unknown.
-func inferGPU(ctx context.Context, m query.Metrics, selector, target, window string, at time.Time) gpuInference {
+func inferGPU(ctx context.Context, m query.Metrics, known []rules.EngineSeries, selector, target, window string, at time.Time) gpuInference {
 	var inf gpuInference
-	vec, warns, err := m.Query(ctx, gpuModelExpr(selector, target, window), at)
+	vec, warns, err := m.Query(ctx, gpuModelExpr(known, selector, target, window), at)
 	inf.warnings = warns
 	if err != nil {
 		return inf

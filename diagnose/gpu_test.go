@@ -124,9 +124,9 @@ func TestInferGPU(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			expr := gpuModelExpr(tt.selector, "pod", "5m")
+			expr := gpuModelExpr(rulesets.Series(), tt.selector, "pod", "5m")
 			m := &gpuFake{expr: expr, vec: tt.vec, err: tt.err}
-			inf := inferGPU(context.Background(), m, tt.selector, "pod", "5m", at)
+			inf := inferGPU(context.Background(), m, rulesets.Series(), tt.selector, "pod", "5m", at)
 			if len(m.got) != 1 {
 				t.Errorf("%d queries, want one", len(m.got))
 			}
@@ -165,7 +165,7 @@ func TestRunInfersGPU(t *testing.T) {
 	}
 	base := baseline()
 	m := newFake(t, rs, base, base, nil)
-	gpuExpr := gpuModelExpr("", "pod", "5m")
+	gpuExpr := gpuModelExpr(rulesets.Series(), "", "pod", "5m")
 	m.vals[gpuExpr] = map[time.Time]model.Vector{at: {gpuSample("model", "NVIDIA H200", 8)}}
 
 	v, err := Run(context.Background(), Options{Metrics: m, Rulesets: []*rules.Ruleset{rs}, At: at})

@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/whyslow/whyslow/detect"
 	"github.com/whyslow/whyslow/query/querytest"
+	"github.com/whyslow/whyslow/rulesets"
 )
 
 // TestHistoryStart: the first sample of an engine series in the range, to
@@ -17,6 +19,10 @@ func TestHistoryStart(t *testing.T) {
   unrelated_total 0+1x200
 `)}
 	ctx := context.Background()
+	engines, err := detect.ReadEngines(rulesets.FS, rulesets.Engines)
+	if err != nil {
+		t.Fatal(err)
+	}
 	start := time.Unix(0, 0)
 	for _, tc := range []struct {
 		name     string
@@ -30,7 +36,7 @@ func TestHistoryStart(t *testing.T) {
 		{"before the history", "", 0, time.Minute, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := HistoryStart(ctx, m, tc.selector, start.Add(tc.from), start.Add(tc.to))
+			got, err := HistoryStart(ctx, m, detect.HistorySeries(engines), tc.selector, start.Add(tc.from), start.Add(tc.to))
 			if err != nil {
 				t.Fatal(err)
 			}

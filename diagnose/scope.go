@@ -16,18 +16,25 @@ import (
 // SGLang and TensorRT-LLM all call it model_name).
 const ModelLabel = "model_name"
 
-// engineSeries matches the series of every known engine shape: vLLM
-// (vllm:*), SGLang (sglang:*), TensorRT-LLM (trtllm_*) and trtllm-serve's
-// unprefixed families (which carry engine_type).
-const engineSeries = `__name__=~"vllm:.+|sglang:.+|trtllm_.+"`
+// engineSeries matches the series of the known engines (their maps'
+// series.names).
+func engineSeries(known []rules.EngineSeries) string {
+	var names []string
+	for _, e := range known {
+		if e.Names != "" {
+			names = append(names, e.Names)
+		}
+	}
+	return `__name__=~"` + strings.Join(names, "|") + `"`
+}
 
 // ScopeModels returns the distinct model names (ModelLabel values) of the
-// engine series under selector (PromQL label matchers without braces; may
+// known engines' series (rulesets.Series) under selector (PromQL label matchers without braces; may
 // be empty) at time at, sorted. Series without a model name are not
 // counted. It is one cheap query, for the daemon and `why` to tell whether
 // a scope mixes several models.
-func ScopeModels(ctx context.Context, m query.Metrics, selector string, at time.Time) ([]string, error) {
-	sel := engineSeries + `, ` + ModelLabel + `!=""`
+func ScopeModels(ctx context.Context, m query.Metrics, known []rules.EngineSeries, selector string, at time.Time) ([]string, error) {
+	sel := engineSeries(known) + `, ` + ModelLabel + `!=""`
 	if s := strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(selector), "{"), "}")); s != "" {
 		sel = s + ", " + sel
 	}
@@ -72,13 +79,13 @@ func MixedModelsWarning(selector string, models []string) string {
 }
 
 // CheckMixedModels adds MixedModelsWarning to v when the scope of v mixes
-// several models at v.At. A failing query is no evidence either way and
-// adds nothing.
-func CheckMixedModels(ctx context.Context, m query.Metrics, v *verdict.Verdict) {
+// several models at v.At (in the known engines' series). A failing query
+// is no evidence either way and adds nothing.
+func CheckMixedModels(ctx context.Context, m query.Metrics, known []rules.EngineSeries, v *verdict.Verdict) {
 	if v == nil || m == nil {
 		return
 	}
-	models, err := ScopeModels(ctx, m, v.Scope.Selector, v.At)
+	models, err := ScopeModels(ctx, m, known, v.Scope.Selector, v.At)
 	if err != nil {
 		return
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/query/querytest"
+	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -32,7 +33,7 @@ func TestScopeModels(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.selector, func(t *testing.T) {
-			got, err := ScopeModels(context.Background(), m, tc.selector, at)
+			got, err := ScopeModels(context.Background(), m, rulesets.Series(), tc.selector, at)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -49,8 +50,8 @@ func TestScopeModels(t *testing.T) {
 		})
 	}
 	v := &verdict.Verdict{Scope: verdict.Scope{Selector: ""}, At: at}
-	CheckMixedModels(context.Background(), m, v)
-	CheckMixedModels(context.Background(), m, v)
+	CheckMixedModels(context.Background(), m, rulesets.Series(), v)
+	CheckMixedModels(context.Background(), m, rulesets.Series(), v)
 	if len(v.Warnings) != 1 || !strings.Contains(v.Warnings[0], "mixes 3 models (llama-70b, llama-8b, qwen)") {
 		t.Errorf("warnings %q", v.Warnings)
 	}

@@ -284,7 +284,7 @@ func Run(ctx context.Context, opts Options) (*verdict.Verdict, error) {
 	if opts.GPU == "" {
 		go func() {
 			defer close(gpuDone)
-			gpu = inferGPU(ctx, opts.Metrics, opts.Selector, opts.TargetLabels[0], win, opts.At)
+			gpu = inferGPU(ctx, opts.Metrics, rs.Known, opts.Selector, opts.TargetLabels[0], win, opts.At)
 		}()
 	} else {
 		close(gpuDone)

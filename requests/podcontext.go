@@ -2,6 +2,7 @@ package requests
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -27,23 +28,45 @@ type PodContextQuery struct {
 	Start, End time.Time
 	// Step is the sample spacing (default 5s).
 	Step time.Duration
+	// KVUsage, Waiting and Running are the engines' gauges (their maps'
+	// series, every engine's in the engine list's order, first present
+	// wins); Running also restricts the GPU counters to the scope's pods.
+	KVUsage, Waiting, Running []string
 }
 
 // podContextExprs are the per-pod context signals: the engine's KV usage and
-// queues (vLLM V1 and V0, SGLang, TensorRT-LLM names as `or` alternatives)
-// and the GPU counters of the whyslow NVML collector, restricted to pods of
-// the scope. %[1]s is the selector, %[2]s the target label.
-var podContextExprs = []struct{ key, expr string }{
-	{"kv_cache_usage", `max by (%[2]s) (vllm:kv_cache_usage_perc{%[1]s} or vllm:gpu_cache_usage_perc{%[1]s} or sglang:token_usage{%[1]s} or trtllm_kv_cache_utilization{%[1]s})`},
-	{"num_requests_waiting", `sum by (%[2]s) (vllm:num_requests_waiting{%[1]s} or sglang:num_queue_reqs{%[1]s} or trtllm_num_requests_waiting{%[1]s})`},
-	{"num_requests_running", `sum by (%[2]s) (vllm:num_requests_running{%[1]s} or sglang:num_running_reqs{%[1]s} or trtllm_num_requests_running{%[1]s})`},
-	{"whyslow_gpu_sm_clock_mhz", `min by (%[2]s) (whyslow_gpu_sm_clock_mhz) and on (%[2]s) ` + podScope},
-	{"whyslow_gpu_dram_bandwidth_utilization", `max by (%[2]s) (whyslow_gpu_dram_bandwidth_utilization) and on (%[2]s) ` + podScope},
-	{"whyslow_gpu_sm_active", `max by (%[2]s) (whyslow_gpu_sm_active) and on (%[2]s) ` + podScope},
-	{"whyslow_gpu_clock_throttle_active", `max by (%[2]s) (whyslow_gpu_clock_throttle_active{reason=~"hw_slowdown|hw_thermal_slowdown|sw_thermal_slowdown|hw_power_brake|sw_power_cap"}) and on (%[2]s) ` + podScope},
+// queues (the gauges of q) and the GPU counters of the whyslow NVML
+// collector, restricted to pods of the scope; a signal whose gauges q lacks
+// is left out. %[1]s is the selector, %[2]s the target label.
+func podContextExprs(q PodContextQuery) []struct{ key, expr string } {
+	var out []struct{ key, expr string }
+	add := func(key, expr string) { out = append(out, struct{ key, expr string }{key, expr}) }
+	if len(q.KVUsage) > 0 {
+		add("kv_cache_usage", `max by (%[2]s) (`+anyOf(q.KVUsage)+`)`)
+	}
+	if len(q.Waiting) > 0 {
+		add("num_requests_waiting", `sum by (%[2]s) (`+anyOf(q.Waiting)+`)`)
+	}
+	if len(q.Running) == 0 {
+		return out
+	}
+	add("num_requests_running", `sum by (%[2]s) (`+anyOf(q.Running)+`)`)
+	podScope := `max by (%[2]s) (` + anyOf(q.Running) + `)`
+	add("whyslow_gpu_sm_clock_mhz", `min by (%[2]s) (whyslow_gpu_sm_clock_mhz) and on (%[2]s) `+podScope)
+	add("whyslow_gpu_dram_bandwidth_utilization", `max by (%[2]s) (whyslow_gpu_dram_bandwidth_utilization) and on (%[2]s) `+podScope)
+	add("whyslow_gpu_sm_active", `max by (%[2]s) (whyslow_gpu_sm_active) and on (%[2]s) `+podScope)
+	add("whyslow_gpu_clock_throttle_active", `max by (%[2]s) (whyslow_gpu_clock_throttle_active{reason=~"hw_slowdown|hw_thermal_slowdown|sw_thermal_slowdown|hw_power_brake|sw_power_cap"}) and on (%[2]s) `+podScope)
+	return out
 }
 
-const podScope = `max by (%[2]s) (vllm:num_requests_running{%[1]s} or sglang:num_running_reqs{%[1]s} or trtllm_num_requests_running{%[1]s})`
+// anyOf is the first present of the gauges, each over the selector.
+func anyOf(gauges []string) string {
+	parts := make([]string, len(gauges))
+	for i, g := range gauges {
+		parts[i] = g + `{%[1]s}`
+	}
+	return strings.Join(parts, " or ")
+}
 
 // PodContext reads the pods' metric context (KV cache usage, queue depth,
 // running requests, GPU counters) over [Start, End] through PromQL range
@@ -68,7 +91,11 @@ func PodContext(ctx context.Context, m query.Metrics, q PodContextQuery) ([]PodS
 	var warns []string
 	var firstErr error
 	failed := 0
-	for _, pc := range podContextExprs {
+	exprs := podContextExprs(q)
+	if len(exprs) == 0 {
+		return nil, nil, errors.New("pod context: no engine gauges to read")
+	}
+	for _, pc := range exprs {
 		expr := fmt.Sprintf(pc.expr, q.Selector, q.TargetLabel)
 		mat, w, err := m.QueryRange(ctx, expr, q.Start, q.End, q.Step)
 		for _, w := range w {
@@ -104,7 +131,7 @@ func PodContext(ctx context.Context, m query.Metrics, q PodContextQuery) ([]PodS
 			}
 		}
 	}
-	if failed == len(podContextExprs) {
+	if failed == len(exprs) {
 		return nil, warns, fmt.Errorf("pod context: %w", firstErr)
 	}
 	out := make([]PodSample, 0, len(byKey))

@@ -68,7 +68,7 @@ type RequestBreakdown struct {
 	EngineE2E float64
 	// TTFT is as seen by the outermost span (upstream time plus the
 	// engine's); EngineTTFT is the engine's gen_ai.latency.time_to_first_token
-	// (from its API server's arrival, like vllm:time_to_first_token_seconds).
+	// (from its API server's arrival, like the engine's TTFT histogram).
 	// Zero when unknown.
 	TTFT       float64
 	EngineTTFT float64
@@ -665,7 +665,7 @@ type CorrelationInput struct {
 	// scheduler's max_num_batched_tokens is a good choice.
 	LongPrompt int
 	// ServerTTFT is the engine's own TTFT for the window at ServerQuantile
-	// (e.g. 0.95 from vllm:time_to_first_token_seconds); nil when unknown.
+	// (e.g. 0.95 from the engine's TTFT histogram); nil when unknown.
 	ServerTTFT     *float64
 	ServerQuantile float64
 }

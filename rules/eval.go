@@ -189,7 +189,7 @@ func (r *Ruleset) ResolveScheduler(f Facts) Scheduler {
 		}
 	}
 	// The engine's own configuration gauges beat a default for the GPU
-	// (TensorRT-LLM: trtllm_max_num_tokens_runtime, _max_batch_size_runtime).
+	// (TensorRT-LLM's max_num_tokens_runtime gauge, rulesets/trtllm.yaml).
 	if b, ok := f.Now["engine_token_budget"]; ok && b >= 1 && !f.Scheduler.Known {
 		def.MaxNumBatchedTokens, def.Source = int(b), "engine"
 		def.Known = true

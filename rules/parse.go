@@ -40,9 +40,6 @@ func unitList() string {
 	return strings.Join(us, ", ")
 }
 
-// Engines a ruleset may be written for.
-var engines = map[string]bool{"vllm": true, "sglang": true, "trtllm": true}
-
 // Sample scope values used to trial-render and parse every signal.
 var (
 	sampleSelectors = []string{``, `job="vllm", pod="pod-0"`}
@@ -138,8 +135,8 @@ func (b *builder) file(f File) {
 			if e == "" {
 				return
 			}
-			if !engines[e] {
-				d.errorf(v, "", "engine: unknown engine %q (want vllm, sglang or trtllm)", e)
+			if !identRe.MatchString(e) {
+				d.errorf(v, "", "engine: name %q must match %s", e, identRe)
 				return
 			}
 			if b.rs.Engine != "" && b.rs.Engine != e {
@@ -155,12 +152,60 @@ func (b *builder) file(f File) {
 			}
 			b.rs.Detect = &Signal{Name: "detect", Expr: d.str(v, "", "detect"), Pos: d.pos(v)}
 		},
+		"order":              func(k, v *yaml.Node) { b.rs.Order = d.int(v, "", "order") },
 		"signals":            func(k, v *yaml.Node) { b.signals(d, v, engineFile) },
 		"steps":              func(k, v *yaml.Node) { b.stepList(d, v) },
 		"causes":             func(k, v *yaml.Node) { b.causes(d, v) },
 		"scheduler_defaults": func(k, v *yaml.Node) { b.schedulerDefaults(d, v) },
+		"detector":           func(k, v *yaml.Node) { detectorSection(d, v) },
+		"chart":              func(k, v *yaml.Node) { chartSection(d, v) },
+		"series":             func(k, v *yaml.Node) { b.seriesSection(d, v) },
 		"shapes":             func(k, v *yaml.Node) { b.shapes(d, v) },
 		"verdict":            func(k, v *yaml.Node) { b.verdictBlock(d, v) },
+	})
+}
+
+// detectorSection checks the shape of a map's `detector:` section; the
+// detector reads it (detect.ParseEngine) and parses the PromQL it builds.
+func detectorSection(d *decoder, n *yaml.Node) {
+	const ctx = "detector"
+	list := func(key string) func(_, v *yaml.Node) { return func(_, v *yaml.Node) { d.strList(v, ctx, key) } }
+	d.fields(n, ctx, map[string]func(k, v *yaml.Node){
+		"ttft": list("ttft"), "itl": list("itl"), "queue": list("queue"),
+		"success": list("success"), "success_volume": list("success_volume"), "requests": list("requests"),
+		"http": func(_, v *yaml.Node) {
+			for _, h := range d.seq(v, ctx, "http") {
+				d.fields(h, ctx+": http", map[string]func(k, v *yaml.Node){
+					"counter":       func(_, v *yaml.Node) { d.str(v, ctx, "counter") },
+					"errors":        func(_, v *yaml.Node) { d.str(v, ctx, "errors") },
+					"requests":      func(_, v *yaml.Node) { d.str(v, ctx, "requests") },
+					"engine_series": func(_, v *yaml.Node) { d.str(v, ctx, "engine_series") },
+				})
+			}
+		},
+	})
+}
+
+// chartSection checks the shape of a map's `chart:` section (the chart's
+// panels, rulesets.Panels).
+func chartSection(d *decoder, n *yaml.Node) {
+	const ctx = "chart"
+	list := func(key string) func(_, v *yaml.Node) { return func(_, v *yaml.Node) { d.strList(v, ctx, key) } }
+	d.fields(n, ctx, map[string]func(k, v *yaml.Node){
+		"ttft": list("ttft"), "itl": list("itl"), "queue": list("queue"),
+	})
+}
+
+// seriesSection reads a map's `series:` section.
+func (b *builder) seriesSection(d *decoder, n *yaml.Node) {
+	const ctx = "series"
+	sr := &b.rs.Series
+	d.fields(n, ctx, map[string]func(k, v *yaml.Node){
+		"names":    func(_, v *yaml.Node) { sr.Names = d.str(v, ctx, "names") },
+		"running":  func(_, v *yaml.Node) { sr.Running = d.strList(v, ctx, "running") },
+		"targets":  func(_, v *yaml.Node) { sr.Targets = d.strList(v, ctx, "targets") },
+		"waiting":  func(_, v *yaml.Node) { sr.Waiting = d.strList(v, ctx, "waiting") },
+		"kv_usage": func(_, v *yaml.Node) { sr.KVUsage = d.strList(v, ctx, "kv_usage") },
 	})
 }
 
@@ -402,8 +447,8 @@ func (b *builder) causes(d *decoder, n *yaml.Node) {
 				c.EngineFixes = map[string][]Fix{}
 				for j := 0; j+1 < len(v.Content); j += 2 {
 					e := v.Content[j].Value
-					if !engines[e] {
-						d.errorf(v.Content[j], ctx, "engine_remediation: unknown engine %q (want vllm, sglang or trtllm)", e)
+					if !identRe.MatchString(e) {
+						d.errorf(v.Content[j], ctx, "engine_remediation: engine name %q must match %s", e, identRe)
 						continue
 					}
 					c.EngineFixes[e] = b.fixes(d, v.Content[j+1], ctx+": engine_remediation "+e)

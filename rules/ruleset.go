@@ -21,8 +21,11 @@ type File struct {
 // Ruleset is a parsed, fully validated ruleset for one engine. It is safe for
 // concurrent use: every CEL program and template is prepared once by Parse.
 type Ruleset struct {
-	// Engine is the engine the signals speak for (vllm, sglang, trtllm).
+	// Engine is the engine the signals speak for: the map's `engine:`.
 	Engine string
+	// Order is the map's place in the engine list (`order:`, lowest first;
+	// 0 sorts after the ordered ones, by name).
+	Order int
 	// Files are the names of the documents the ruleset was built from.
 	Files []string
 	// Detect is a PromQL template whose non-empty result says this engine's
@@ -51,10 +54,37 @@ type Ruleset struct {
 	// own ruleset; empty for an engine with one form.
 	Shapes []*Ruleset
 
+	// Series are the engine's own series the triage reads beside its
+	// signals (the map's `series:` section).
+	Series EngineSeries
+	// Known are the Series of every engine loaded beside this one (the
+	// shipped maps and a user's), in the engine list's order: the joins
+	// that find a target whatever engine serves it. The loader
+	// (rulesets) sets them.
+	Known []EngineSeries
+
 	shape       *Shape
 	signalIndex map[string]*Signal // mapped (evaluated) signals
 	declared    map[string]*Signal // every declared signal, mapped or not
 	causeIndex  map[string]*Cause
+}
+
+// EngineSeries are a map's `series:` section: gauges and counters the
+// triage reads by name, beside the signals. A family may carry label
+// matchers, `name{matchers}`.
+type EngineSeries struct {
+	Engine string `yaml:"-"`
+	// Names is a regular expression matching the engine's metric names.
+	Names string `yaml:"names"`
+	// Running are the running-requests gauges, one series per target:
+	// they restrict GPU counters to the scope's targets.
+	Running []string `yaml:"running"`
+	// Targets are further series, one per target, for shapes without a
+	// running gauge.
+	Targets []string `yaml:"targets"`
+	// Waiting and KVUsage are the waiting-queue and KV-cache usage gauges.
+	Waiting []string `yaml:"waiting"`
+	KVUsage []string `yaml:"kv_usage"`
 }
 
 // Signal returns the named signal if this ruleset evaluates it, or nil.

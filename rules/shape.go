@@ -24,15 +24,16 @@ type Shape struct {
 	// series exist. Shapes are tried in file order: the first that matches wins.
 	Detect *Signal
 	// Exports lists the engine's metric families the shape has, in the map's
-	// names (`trtllm_e2e_request_latency_seconds`); empty means every family
-	// the map reads. It covers the names that start with Owns (`trtllm_`):
+	// names (`<owns>e2e_request_latency_seconds`); empty means every family
+	// the map reads. It covers the names that start with Owns (the engine's
+	// prefix, see rulesets/trtllm.yaml):
 	// other exporters' series (GPU counters) are not the engine's to lack.
 	// With Exports set, a branch of an `or` over a family the shape lacks is
 	// dropped, and a signal that needs one is not mapped for the shape.
 	Exports []string
 	Owns    string
 	// Rename maps metric name prefixes of the map to the shape's
-	// (`trtllm_` → ``), applied to the selectors after Exports.
+	// (`<owns>` → ``), applied to the selectors after Exports.
 	Rename map[string]string
 	// Match holds label matchers added to every selector of an exported
 	// family (`engine_type!=""`), for names that other software may use.
@@ -113,7 +114,7 @@ func (b *builder) shapes(d *decoder, n *yaml.Node) {
 		case sh.Detect == nil:
 			d.errorf(item, ctx, "missing detect")
 		case (len(sh.Exports) > 0 || len(sh.Rename) > 0 || sh.Match != "") && sh.Owns == "":
-			d.errorf(item, ctx, "exports, rename and match need owns: the prefix of the engine's own names (e.g. owns: trtllm_)")
+			d.errorf(item, ctx, "exports, rename and match need owns: the prefix of the engine's own names (e.g. owns: myengine_)")
 		}
 		seen[sh.Name] = true
 		if sh.Match != "" {

@@ -6,10 +6,16 @@
 package rulesets
 
 import (
+	"cmp"
 	"embed"
 	"fmt"
+	"io/fs"
 	"os"
+	"slices"
+	"strings"
 	"sync"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/whyslow/whyslow/rules"
 )
@@ -25,8 +31,111 @@ const (
 	RulebookFile = "rulebook.yaml"
 )
 
-// Engines lists the engines with a shipped signal map (docs/engines.md §2, §3, §4).
-var Engines = []string{"vllm", "sglang", "trtllm"}
+// Engines lists the engines with a shipped signal map (a file here named
+// after its `engine:`), by the maps' `order:`, then by name.
+var Engines = readEngines()
+
+func readEngines() []string {
+	type head struct {
+		Engine string `yaml:"engine"`
+		Order  int    `yaml:"order"`
+	}
+	var heads []head
+	names, _ := fs.Glob(FS, "*.yaml")
+	for _, n := range names {
+		b, _ := FS.ReadFile(n)
+		var h head
+		if yaml.Unmarshal(b, &h) == nil && h.Engine != "" && n == h.Engine+".yaml" {
+			heads = append(heads, h)
+		}
+	}
+	slices.SortFunc(heads, func(a, b head) int {
+		if (a.Order == 0) != (b.Order == 0) {
+			return cmp.Compare(b.Order, a.Order) // unordered last
+		}
+		return cmp.Or(cmp.Compare(a.Order, b.Order), strings.Compare(a.Engine, b.Engine))
+	})
+	out := make([]string, len(heads))
+	for i, h := range heads {
+		out[i] = h.Engine
+	}
+	return out
+}
+
+// series returns the `series:` section of each shipped map, in Engines
+// order.
+func series() []rules.EngineSeries {
+	out := make([]rules.EngineSeries, 0, len(Engines))
+	for _, e := range Engines {
+		f, _ := file(e + ".yaml")
+		var doc struct {
+			Series rules.EngineSeries `yaml:"series"`
+		}
+		_ = yaml.Unmarshal(f.Data, &doc) // rules.Parse checks the section (TestShippedRulesets)
+		doc.Series.Engine = e
+		out = append(out, doc.Series)
+	}
+	return out
+}
+
+// Series returns the series of every shipped engine, in Engines order:
+// the joins that find a target whatever engine serves it.
+func Series() []rules.EngineSeries { return slices.Clone(shippedSeries) }
+
+var shippedSeries = series()
+
+// withKnown sets the series of every engine known beside rs (the shipped
+// ones, and rs's own when it is not shipped) on rs and its shapes.
+func withKnown(rs *rules.Ruleset) *rules.Ruleset {
+	known := Series()
+	if !slices.Contains(Engines, rs.Engine) {
+		own := rs.Series
+		own.Engine = rs.Engine
+		known = append(known, own)
+	}
+	rs.Known = known
+	for _, sh := range rs.Shapes {
+		sh.Known = known
+	}
+	return rs
+}
+
+// Panels are a map's `chart:` section: the series of the chart's panels
+// (notifiers/chart), each list's first with data wins.
+type Panels struct {
+	Engine string `yaml:"-"`
+	// TTFT and ITL are histogram families; KVUsage gauges (max over
+	// targets: the map's series.kv_usage), Queue the waiting requests
+	// (summed).
+	TTFT    []string `yaml:"ttft"`
+	ITL     []string `yaml:"itl"`
+	KVUsage []string `yaml:"-"`
+	Queue   []string `yaml:"queue"`
+}
+
+// Chart returns the shipped maps' `chart:` sections, in Engines order.
+func Chart() []Panels {
+	out := make([]Panels, 0, len(Engines))
+	for _, e := range Engines {
+		f, _ := file(e + ".yaml")
+		var doc struct {
+			Chart  Panels             `yaml:"chart"`
+			Series rules.EngineSeries `yaml:"series"`
+		}
+		_ = yaml.Unmarshal(f.Data, &doc) // rules.Parse checks the sections (TestShippedRulesets)
+		doc.Chart.Engine, doc.Chart.KVUsage = e, doc.Series.KVUsage
+		out = append(out, doc.Chart)
+	}
+	return out
+}
+
+// OneOf lists names for a message: "a, b or c".
+func OneOf(names ...string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
 
 func file(name string) (rules.File, error) {
 	b, err := FS.ReadFile(name)
@@ -59,14 +168,14 @@ func Default(engine string) (*rules.Ruleset, error) {
 		return rs, nil
 	}
 	f, err := file(engine + ".yaml")
-	if err != nil || engine == "causes" || engine == "rulebook" {
-		return nil, fmt.Errorf("no shipped ruleset for engine %q", engine)
+	if err != nil || !slices.Contains(Engines, engine) {
+		return nil, fmt.Errorf("no shipped ruleset for engine %q (want %s)", engine, OneOf(Engines...))
 	}
 	rs, err := rules.Parse(append(Base(), f)...)
 	if err != nil {
 		return nil, err
 	}
-	cache[engine] = rs
+	cache[engine] = withKnown(rs)
 	return rs, nil
 }
 
@@ -154,7 +263,11 @@ func Load(engine string, paths ...string) (*rules.Ruleset, error) {
 		}
 		files = append(files, f)
 	}
-	return rules.Parse(append(files, user...)...)
+	rs, err := rules.Parse(append(files, user...)...)
+	if err != nil {
+		return nil, err
+	}
+	return withKnown(rs), nil
 }
 
 // Causes returns the shipped cause catalogue file.

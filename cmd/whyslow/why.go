@@ -64,7 +64,7 @@ func (f *whyFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.window, "window", 0, "incident window length (default 5m, or the bundle's)")
 	fs.DurationVar(&f.baseline, "baseline", 0, "offset back from --at to the baseline window (default 1h, or the bundle's)")
 	fs.DurationVar(&f.sample, "sample", 20*time.Second, "with --scrape: how long to sample the engine")
-	fs.StringVar(&f.engine, "engine", "auto", "engine: auto, vllm, sglang or trtllm")
+	fs.StringVar(&f.engine, "engine", "auto", "engine: "+rulesets.OneOf(append([]string{"auto"}, rulesets.Engines...)...))
 	fs.StringVar(&f.gpu, "gpu", "", "GPU class when the source does not say (e.g. H100, A100, H200)")
 	fs.StringVar(&f.output, "output", "text", "output format: text, json or markdown")
 	fs.BoolVar(&f.explain, "explain", false, "show every signal value and rule outcome behind the verdict")

@@ -16,6 +16,7 @@ import (
 	"github.com/whyslow/whyslow/detect"
 	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/notifiers/render"
+	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -149,14 +150,18 @@ func rankFleet(ctx context.Context, opts diagnose.Options, groupBy []string, sin
 		return nil, fmt.Errorf("--baseline %s is shorter than the window %s, so the windows overlap",
 			model.Duration(cfg.Baseline), model.Duration(max(cfg.LongWindow, triageWindow)))
 	}
-	det, err := detect.NewDetector(cfg)
+	engines, err := detect.ReadEngines(rulesets.FS, rulesets.Engines)
+	if err != nil {
+		return nil, err
+	}
+	det, err := detect.NewDetector(cfg, engines)
 	if err != nil {
 		return nil, err
 	}
 	if since.IsZero() {
 		// A remote Prometheus: how much of the baseline it holds.
 		from := opts.At.Add(-cfg.Baseline - max(cfg.LongWindow, triageWindow))
-		if since, err = diagnose.HistoryStart(ctx, opts.Metrics, opts.Selector, from, opts.At); err != nil {
+		if since, err = diagnose.HistoryStart(ctx, opts.Metrics, detect.HistorySeries(engines), opts.Selector, from, opts.At); err != nil {
 			return nil, err
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/whyslow/whyslow/notifiers/render"
 	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/requests"
+	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/span"
 	"github.com/whyslow/whyslow/verdict"
 )
@@ -274,6 +275,13 @@ func requestContext(ctx context.Context, f *whyFlags, reqs []requests.RequestBre
 		}
 	}
 	q := requests.PodContextQuery{Selector: f.selector, Pods: pods, Start: lo.Add(-time.Minute), End: hi}
+	known := rulesets.Series()
+	if len(f.rulesets) > 0 {
+		if rss, err := rulesets.LoadAll(f.rulesets...); err == nil {
+			known = rss[0].Known // a user's map adds its engine
+		}
+	}
+	diagnose.PodContextGauges(&q, known)
 	var m query.Metrics
 	if f.bundle != "" {
 		b, st, _, err := openBundle(ctx, f.bundle, f.maxSeries)

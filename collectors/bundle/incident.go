@@ -11,6 +11,8 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/promql/parser"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/whyslow/whyslow/rulesets"
 )
 
 // Incident is the parsed incident.yaml of a bundle. Zero fields were not
@@ -45,8 +47,8 @@ type Scheduler struct {
 	MaxNumSeqs int
 }
 
-// Engines are the engine names incident.yaml accepts.
-var Engines = []string{"vllm", "sglang", "trtllm"}
+// Engines are the engine names incident.yaml accepts: the shipped maps'.
+var Engines = rulesets.Engines
 
 var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 

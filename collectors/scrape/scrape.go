@@ -16,8 +16,7 @@
 // PromQL, with no helper needed:
 //
 //   - the sample window, with rate() over it, e.g. at the last scrape
-//     rate(vllm:e2e_request_latency_seconds_sum[20s]) /
-//     rate(vllm:e2e_request_latency_seconds_count[20s]), or
+//     rate(x_sum[20s]) / rate(x_count[20s]) for a histogram x, or
 //     histogram_quantile(0.95, sum by (le) (rate(x_bucket[20s])));
 //   - the engine's lifetime, from the cumulative counters themselves (they
 //     count since the engine started): x_sum / x_count is the lifetime mean,

@@ -18,6 +18,7 @@ import (
 	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/notifiers/webhook"
+	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/testbed/sim"
 	"github.com/whyslow/whyslow/verdict"
 )
@@ -166,7 +167,11 @@ func TestE2EIncidentScenarios(t *testing.T) {
 			ctx := context.Background()
 			// The daemon's detector without the hold: when the signal
 			// crosses both the short and the confirming (long) window.
-			shadow, err := detect.NewDetector(detect.DetectConfig{For: time.Nanosecond})
+			engines, err := detect.ReadEngines(rulesets.FS, rulesets.Engines)
+			if err != nil {
+				t.Fatal(err)
+			}
+			shadow, err := detect.NewDetector(detect.DetectConfig{For: time.Nanosecond}, engines)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -24,6 +25,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/whyslow/whyslow/query"
+	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -84,40 +86,36 @@ type Options struct {
 type signal struct {
 	title string
 	unit  string
-	exprs []string
+	exprs []engineExpr
 }
+
+// engineExpr is one alternative and the engine whose map gave it.
+type engineExpr struct{ engine, expr string }
 
 // quantile95 is the p95 of a histogram family over the selector.
 func quantile95(family string) string {
 	return `histogram_quantile(0.95, sum by (le) (rate(` + family + `_bucket{%s}[%r])))`
 }
 
-// signals are the four panels, with the metric names of every engine
-// (the names in docs/engines.md §7, old names after new ones).
-var signals = []signal{
-	{"TTFT p95", UnitSeconds, []string{
-		quantile95("vllm:time_to_first_token_seconds"),
-		quantile95("sglang:time_to_first_token_seconds"),
-		quantile95("trtllm_time_to_first_token_seconds"),
-	}},
-	{"ITL / TPOT p95", UnitSeconds, []string{
-		quantile95("vllm:inter_token_latency_seconds"),
-		quantile95("vllm:time_per_output_token_seconds"),
-		quantile95("sglang:inter_token_latency_seconds"),
-		quantile95("sglang:time_per_output_token_seconds"),
-		quantile95("trtllm_time_per_output_token_seconds"),
-	}},
-	{"KV-cache usage (max over targets)", UnitFraction, []string{
-		`max(vllm:kv_cache_usage_perc{%s})`,
-		`max(vllm:gpu_cache_usage_perc{%s})`,
-		`max(sglang:token_usage{%s})`,
-		`max(trtllm_kv_cache_utilization{%s})`,
-	}},
-	{"Queue depth (waiting requests)", UnitCount, []string{
-		`sum(vllm:num_requests_waiting{%s})`,
-		`sum(sglang:num_queue_reqs{%s})`,
-		`sum(trtllm_server_queue_length{%s})`,
-	}},
+// signals are the four panels over the series of every engine's map
+// (`chart:`), in the engine list's order.
+var signals = panels(rulesets.Chart())
+
+func panels(maps []rulesets.Panels) []signal {
+	out := []signal{{"TTFT p95", UnitSeconds, nil}, {"ITL / TPOT p95", UnitSeconds, nil},
+		{"KV-cache usage (max over targets)", UnitFraction, nil}, {"Queue depth (waiting requests)", UnitCount, nil}}
+	add := func(i int, engine string, names []string, expr func(string) string) {
+		for _, n := range names {
+			out[i].exprs = append(out[i].exprs, engineExpr{engine, expr(n)})
+		}
+	}
+	for _, m := range maps {
+		add(0, m.Engine, m.TTFT, quantile95)
+		add(1, m.Engine, m.ITL, quantile95)
+		add(2, m.Engine, m.KVUsage, func(n string) string { return `max(` + n + `{%s})` })
+		add(3, m.Engine, m.Queue, func(n string) string { return `sum(` + n + `{%s})` })
+	}
+	return out
 }
 
 // Queries returns the PromQL alternatives of every panel for a selector
@@ -150,13 +148,13 @@ func expand(expr, selector string, rate time.Duration) string {
 
 // orderFor puts the engine's own metric names first, keeping the order
 // otherwise.
-func orderFor(exprs []string, engine string) []string {
-	out := append([]string(nil), exprs...)
-	if engine == "" {
-		return out
+func orderFor(exprs []engineExpr, engine string) []string {
+	own := slices.Clone(exprs)
+	sort.SliceStable(own, func(i, j int) bool { return own[i].engine == engine && own[j].engine != engine })
+	out := make([]string, len(own))
+	for i, e := range own {
+		out[i] = e.expr
 	}
-	own := func(e string) bool { return strings.Contains(e, "("+engine+":") || strings.Contains(e, "("+engine+"_") }
-	sort.SliceStable(out, func(i, j int) bool { return own(out[i]) && !own(out[j]) })
 	return out
 }
 

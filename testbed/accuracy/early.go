@@ -9,6 +9,7 @@ import (
 	"github.com/whyslow/whyslow/detect"
 	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/rules"
+	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/testbed/sim"
 	"github.com/whyslow/whyslow/verdict"
 )
@@ -126,7 +127,11 @@ func RunEarly(ctx context.Context, c Case, rss []*rules.Ruleset, o EarlyOptions)
 		return nil, fmt.Errorf("%s: load: %w", c, err)
 	}
 	defer st.Close()
-	det, err := detect.NewDetector(cfg.Detect)
+	engines, err := detect.ReadEngines(rulesets.FS, rulesets.Engines)
+	if err != nil {
+		return nil, err
+	}
+	det, err := detect.NewDetector(cfg.Detect, engines)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", c, err)
 	}

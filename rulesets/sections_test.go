@@ -1,0 +1,31 @@
+package rulesets
+
+import (
+	"testing"
+
+	"github.com/whyslow/whyslow/detect"
+)
+
+// TestEngineSections: every shipped map gives the detector, the chart and
+// the triage's joins their series, and the detector's PromQL parses.
+func TestEngineSections(t *testing.T) {
+	engines, err := detect.ReadEngines(FS, Engines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := detect.NewDetector(detect.DetectConfig{}, engines); err != nil {
+		t.Fatal(err)
+	}
+	charts, series := Chart(), Series()
+	for i, e := range Engines {
+		if d := engines[i]; len(d.TTFT) == 0 || len(d.ITL) == 0 || len(d.Queue) == 0 || len(d.SuccessVolume) == 0 || len(d.Requests) == 0 {
+			t.Errorf("%s: detector %+v lacks a family", e, d)
+		}
+		if c := charts[i]; len(c.TTFT) == 0 || len(c.ITL) == 0 || len(c.KVUsage) == 0 || len(c.Queue) == 0 {
+			t.Errorf("%s: chart %+v lacks a panel", e, c)
+		}
+		if s := series[i]; s.Names == "" || len(s.Running) == 0 || len(s.Waiting) == 0 || len(s.KVUsage) == 0 {
+			t.Errorf("%s: series %+v lacks a series", e, s)
+		}
+	}
+}
