@@ -113,14 +113,14 @@ func (f *fleetStats) collectors() []prometheus.Collector {
 }
 
 // observeCycle records one finished cycle.
-func (s *stats) observeCycle(dets []detect.Detection, took time.Duration, queries int64) {
+func (s *stats) observeCycle(dets []detect.Detection, bounds detect.CycleStats, took time.Duration, queries int64) {
 	firing := 0
 	for _, d := range dets {
 		if d.Firing {
 			firing++
 		}
 	}
-	s.fleet.scopes.Set(float64(len(dets)))
+	s.fleet.scopes.Set(float64(max(len(dets), bounds.Scopes)))
 	s.fleet.violating.Set(float64(firing))
 	s.fleet.cycle.Observe(took.Seconds())
 	s.fleet.queries.Set(float64(queries))
