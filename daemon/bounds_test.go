@@ -1,7 +1,9 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -17,8 +19,12 @@ import (
 
 	"github.com/whyslow/whyslow/detect"
 	"github.com/whyslow/whyslow/incident"
+	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/notifiers/logsink"
+	"github.com/whyslow/whyslow/notifiers/render"
+	"github.com/whyslow/whyslow/notifiers/slack"
 	"github.com/whyslow/whyslow/testbed/fleettest"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // fleetHeapBound is the most heap a fleet daemon may hold in use after a
@@ -145,3 +151,77 @@ func TestFleetCycleBounded(t *testing.T) {
 }
 
 func ptrF(v float64) *float64 { return &v }
+
+// TestGroupedNotifications: up to detect.max_notifications events a cycle
+// each get their message; past it, each kind goes as one message that
+// names the scopes, renders as text and Slack blocks, and has an id made
+// of the events alone (a retry dedupes).
+func TestGroupedNotifications(t *testing.T) {
+	at := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	var events []incident.Event
+	for i := 0; i < 25; i++ {
+		kind := incident.EventOpened
+		if i%5 == 4 {
+			kind = incident.EventResolved
+		}
+		in := incident.Incident{ID: fmt.Sprintf("k%d@1", i), Key: fmt.Sprintf(`model_name="m-%d"`, i),
+			Scope: verdict.Scope{Selector: fmt.Sprintf(`model_name="m-%d"`, i)}, Severity: verdict.SeverityWarning, TopCause: "queue_saturation"}
+		if i == 3 {
+			in.Severity = verdict.SeverityCritical
+		}
+		events = append(events, incident.Event{Kind: kind, At: at, Incident: in, DedupeKey: in.Key + "|" + kind.String()})
+	}
+	if g := groupEvents(events[:5], 5); len(g) != 5 {
+		t.Errorf("5 events under max_notifications 5: %d messages, want 5", len(g))
+	}
+	groups := groupEvents(events, 5)
+	if len(groups) != 2 || len(groups[0]) != 20 || len(groups[1]) != 5 {
+		t.Fatalf("25 events past max_notifications 5: groups of %v, want 20 opened and 5 resolved", lens(groups))
+	}
+	if g := groupEvents(events, 1); len(g) != 1 || len(g[0]) != 25 {
+		t.Errorf("max_notifications 1: %v, want one message", lens(g))
+	}
+	n := groupNotification(groups[0], "oncall", "", at)
+	if err := n.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if n.Kind != notifiers.TransitionOpen || n.Verdict.Severity != verdict.SeverityCritical || n.Verdict.Scope.Selector != "20 scopes opened" ||
+		len(n.Verdict.Warnings) != groupListed+1 {
+		t.Errorf("grouped: kind %s, severity %s, scope %q, %d lines", n.Kind, n.Verdict.Severity, n.Verdict.Scope.Selector, len(n.Verdict.Warnings))
+	}
+	if again := groupNotification(groups[0], "oncall", "", at); again.ID != n.ID {
+		t.Errorf("ids differ for the same events: %s, %s", n.ID, again.ID)
+	}
+	if other := groupNotification(groups[1], "oncall", "", at); other.ID == n.ID || other.Kind != notifiers.TransitionResolve {
+		t.Errorf("resolved group: id %s kind %s", other.ID, other.Kind)
+	}
+	var text bytes.Buffer
+	if err := render.Render(&text, n.Verdict, render.FormatText, render.Options{}); err != nil || !strings.Contains(text.String(), `model_name="m-3" opened: queue_saturation (critical)`) {
+		t.Errorf("text render (err %v):\n%s", err, text.String())
+	}
+	if msg := slack.Blocks(n.Verdict, slack.RenderOptions{}); len(msg.Blocks) == 0 {
+		t.Error("no Slack blocks")
+	}
+}
+
+func lens(groups [][]incident.Event) []int {
+	var out []int
+	for _, g := range groups {
+		out = append(out, len(g))
+	}
+	return out
+}
+
+// TestBoundsConfig: the bounds default, and a negative one is refused
+// naming its section.
+func TestBoundsConfig(t *testing.T) {
+	c := Config{Source: SourceConfig{Prometheus: &PrometheusSource{URL: "http://prometheus:9090"}}}.WithDefaults()
+	if c.Detect.MaxSeries != detect.DefaultMaxSeries || c.Detect.MaxScopes != detect.DefaultMaxScopes ||
+		c.Detect.MaxOpenIncidents != detect.DefaultMaxOpenIncidents || c.Detect.MaxNotifications != detect.DefaultMaxNotifications {
+		t.Errorf("defaults: %+v", c.Detect)
+	}
+	c.Detect.MaxScopes = -1
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "detect") || !strings.Contains(err.Error(), "max_scopes") {
+		t.Errorf("max_scopes -1: %v", err)
+	}
+}
