@@ -92,7 +92,7 @@ type fleetStats struct {
 func newFleetStats() *fleetStats {
 	return &fleetStats{
 		scopes: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "whyslow_fleet_scopes", Help: "Scopes (detect.group_by label sets) the last detection saw.",
+			Name: "whyslow_fleet_scopes", Help: "Scopes (detect.group_by label sets) the last detection saw (about, when detect.max_scopes made it judge them in turn).",
 		}),
 		violating: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "whyslow_fleet_scopes_violating", Help: "Scopes with a trigger firing at the last detection.",
