@@ -27,6 +27,11 @@ const problemCycle = "cycle"
 // groupListed is how many scopes a grouped notification names.
 const groupListed = 20
 
+// overrunsDegraded is how many cycles in a row must overrun the interval
+// for the daemon to say it is degraded: one slow cycle (a GC pause, a slow
+// Prometheus answer) is counted, not news.
+const overrunsDegraded = 3
+
 // openCandidate is a detection, and whether the bound on open incidents
 // keeps it from opening one.
 type openCandidate struct {
@@ -68,13 +73,20 @@ func (d *Daemon) roomToOpen(dets []detect.Detection, maxOpen int) []openCandidat
 	return out
 }
 
-// checkBounds sets or clears the readiness problem of the cycle: it
-// overran the interval, or a bound left series, scopes or incidents out.
+// checkBounds sets or clears the readiness problem of the cycle: the
+// cycles keep overrunning the interval, or a bound left series, scopes or
+// incidents out.
 func (d *Daemon) checkBounds(cfg Config, b detect.CycleStats, took time.Duration, refusedOpen int) {
 	var parts []string
 	if took > cfg.ScrapeInterval {
 		d.stats.cycleOverruns.Inc()
-		parts = append(parts, fmt.Sprintf("the cycle took %s, over its %s interval", took.Round(time.Millisecond), cfg.ScrapeInterval))
+		d.overrun++
+	} else {
+		d.overrun = 0
+	}
+	if d.overrun >= overrunsDegraded {
+		parts = append(parts, fmt.Sprintf("%d cycles in a row took longer than the %s interval, the last %s",
+			d.overrun, cfg.ScrapeInterval, took.Round(time.Millisecond)))
 	}
 	if b.Truncated > 0 {
 		parts = append(parts, fmt.Sprintf("a query answer held %d series, %d series dropped (detect.max_series %d)",

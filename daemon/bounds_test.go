@@ -57,6 +57,10 @@ func TestFleetCycleBounded(t *testing.T) {
 		Triggers: []detect.Trigger{{Name: "queue_growth", Signal: detect.SignalQueueGrowth, Above: ptrF(0.2), For: &zero}},
 	}
 	cfg.Incidents.OpenWait = time.Second // the opened notifications go out at the second cycle
+	// Every open incident is triaged each cycle however loaded the machine
+	// (a failure guard, not a timing): the 30 opened notifications then
+	// all come from the second cycle.
+	cfg.Triage.CycleBudget = 10 * time.Minute
 	stack, err := NewStack(StackOptions{Config: cfg, LogWriter: io.Discard, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -134,6 +138,17 @@ func TestFleetCycleBounded(t *testing.T) {
 		t.Errorf("notification still pending: %s", n.ID)
 	}
 
+	gap := false
+	for _, in := range d.Incidents() {
+		if v, ok := d.Verdict(in.Scope.Selector); ok {
+			for _, g := range v.DataGaps {
+				gap = gap || (g.Signal == "detection" && strings.Contains(g.Reason, "detect.max_series"))
+			}
+		}
+	}
+	if !gap {
+		t.Error("no verdict carries the bounded detection as a data gap")
+	}
 	h := d.Handler()
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
@@ -223,5 +238,39 @@ func TestBoundsConfig(t *testing.T) {
 	c.Detect.MaxScopes = -1
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "detect") || !strings.Contains(err.Error(), "max_scopes") {
 		t.Errorf("max_scopes -1: %v", err)
+	}
+}
+
+// TestCycleOverrunDegraded: one cycle longer than the interval is counted;
+// three in a row make /readyz say degraded, and a cycle within it clears.
+func TestCycleOverrunDegraded(t *testing.T) {
+	h := newHarness(t, testConfig())
+	d := h.d
+	cfg := d.Config()
+	slow, fast := cfg.ScrapeInterval+time.Second, cfg.ScrapeInterval/2
+	problem := func() string {
+		d.viewMu.RLock()
+		defer d.viewMu.RUnlock()
+		return d.problems[problemCycle]
+	}
+	for i := 1; i <= overrunsDegraded; i++ {
+		d.checkBounds(cfg, detect.CycleStats{}, slow, 0)
+		if got := problem(); (got != "") != (i == overrunsDegraded) {
+			t.Errorf("after %d overruns: problem %q", i, got)
+		}
+	}
+	if got := problem(); !strings.Contains(got, "3 cycles in a row took longer than the 5s interval") {
+		t.Errorf("problem %q", got)
+	}
+	if got := testutil.ToFloat64(d.stats.cycleOverruns); got != overrunsDegraded {
+		t.Errorf("whyslow_cycle_overruns_total %g, want %d", got, overrunsDegraded)
+	}
+	d.checkBounds(cfg, detect.CycleStats{}, fast, 0)
+	if got := problem(); got != "" {
+		t.Errorf("a cycle within the interval left %q", got)
+	}
+	d.checkBounds(cfg, detect.CycleStats{Detected: 10, Scopes: 30, Skipped: 20, Parts: 4}, fast, 2)
+	if got := problem(); !strings.Contains(got, "10 of about 30 scopes detected this cycle") || !strings.Contains(got, "2 firing scopes have no incident") {
+		t.Errorf("bounded detection: problem %q", got)
 	}
 }

@@ -169,6 +169,7 @@ type Daemon struct {
 	closed      bool
 	persisted   []byte                    // the state last written to the data dir
 	pending     []*notifiers.Notification // not yet taken by the outbox (guarded by work)
+	overrun     int                       // cycles in a row longer than the interval (guarded by work)
 
 	viewMu   sync.RWMutex
 	verdicts map[string]*verdict.Verdict // last verdict per scope key
@@ -638,6 +639,11 @@ func (d *Daemon) finish(source, selector string, raw *verdict.Verdict) *verdict.
 	}
 	if msg, ok := d.problems[problemStore]; ok {
 		v.DataGaps = append(v.DataGaps, verdict.DataGap{Signal: "scrape", Reason: msg})
+	}
+	if msg, ok := d.problems[problemCycle]; ok {
+		// Detection read part of the fleet (detect.max_*): other scopes
+		// may be slow too, unseen.
+		v.DataGaps = append(v.DataGaps, verdict.DataGap{Signal: "detection", Reason: msg})
 	}
 	v.DataGaps = append(v.DataGaps, d.gaps...)
 	if source != "api" {
