@@ -169,6 +169,7 @@ type Daemon struct {
 	closed      bool
 	persisted   []byte                    // the state last written to the data dir
 	pending     []*notifiers.Notification // not yet taken by the outbox (guarded by work)
+	overrun     int                       // cycles in a row longer than the interval (guarded by work)
 
 	viewMu   sync.RWMutex
 	verdicts map[string]*verdict.Verdict // last verdict per scope key
@@ -281,20 +282,30 @@ func (d *Daemon) Tick(ctx context.Context, at time.Time) error {
 		d.log.Error("Detection failed", "err", err)
 		return fmt.Errorf("tick at %s: %w", at.Format(time.RFC3339), err)
 	}
+	bounds := d.detector.Stats()
+	d.stats.detectRefused.WithLabelValues("max_series").Add(float64(bounds.Truncated))
+	d.stats.detectRefused.WithLabelValues("max_scopes").Add(float64(bounds.Skipped))
 	var events []incident.Event
 	seen := map[string]bool{}
-	for _, det := range dets {
+	refusedOpen := 0
+	for _, det := range d.roomToOpen(dets, cfg.Detect.MaxOpenIncidents) {
 		seen[det.Key] = true
-		events = append(events, d.tracker.Observe(det, at)...)
+		if det.Refused {
+			refusedOpen++
+			continue
+		}
+		events = append(events, d.tracker.Observe(det.Detection, at)...)
 	}
+	d.stats.detectRefused.WithLabelValues("open_incidents").Add(float64(refusedOpen))
 	// A scope the detector no longer sees has lost its data: its engine
 	// stopped (a target is down), or the model was renamed or the engine
 	// restarted with another one. Each such incident counts down to its
 	// resolve on its own, with the reason, whatever other targets do: a
 	// stopped engine's incidents must not stay open while another target
-	// is down, nor resolve as if they had recovered.
+	// is down, nor resolve as if they had recovered. A scope a bounded
+	// detection left for a later cycle (detect.max_scopes) is not news.
 	for _, key := range d.tracker.OpenKeys() {
-		if in, _ := d.tracker.Get(key); in.Detected && !seen[key] {
+		if in, _ := d.tracker.Get(key); in.Detected && !seen[key] && d.detector.Covers(key) {
 			events = append(events, d.tracker.Gone(key, d.unseenReason(allUp), at)...)
 		}
 	}
@@ -312,7 +323,9 @@ func (d *Daemon) Tick(ctx context.Context, at time.Time) error {
 	}
 	d.commit(events, at)
 	d.syncAlerts(at)
-	d.stats.observeCycle(dets, time.Since(cycleStart), d.queries()-queriesBefore)
+	took := time.Since(cycleStart)
+	d.stats.observeCycle(dets, bounds, took, d.queries()-queriesBefore)
+	d.checkBounds(cfg, bounds, took, refusedOpen)
 	return nil
 }
 
@@ -626,6 +639,11 @@ func (d *Daemon) finish(source, selector string, raw *verdict.Verdict) *verdict.
 	}
 	if msg, ok := d.problems[problemStore]; ok {
 		v.DataGaps = append(v.DataGaps, verdict.DataGap{Signal: "scrape", Reason: msg})
+	}
+	if msg, ok := d.problems[problemCycle]; ok {
+		// Detection read part of the fleet (detect.max_*): other scopes
+		// may be slow too, unseen.
+		v.DataGaps = append(v.DataGaps, verdict.DataGap{Signal: "detection", Reason: msg})
 	}
 	v.DataGaps = append(v.DataGaps, d.gaps...)
 	if source != "api" {

@@ -92,7 +92,7 @@ type fleetStats struct {
 func newFleetStats() *fleetStats {
 	return &fleetStats{
 		scopes: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "whyslow_fleet_scopes", Help: "Scopes (detect.group_by label sets) the last detection saw.",
+			Name: "whyslow_fleet_scopes", Help: "Scopes (detect.group_by label sets) the last detection saw (about, when detect.max_scopes made it judge them in turn).",
 		}),
 		violating: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "whyslow_fleet_scopes_violating", Help: "Scopes with a trigger firing at the last detection.",
@@ -113,14 +113,14 @@ func (f *fleetStats) collectors() []prometheus.Collector {
 }
 
 // observeCycle records one finished cycle.
-func (s *stats) observeCycle(dets []detect.Detection, took time.Duration, queries int64) {
+func (s *stats) observeCycle(dets []detect.Detection, bounds detect.CycleStats, took time.Duration, queries int64) {
 	firing := 0
 	for _, d := range dets {
 		if d.Firing {
 			firing++
 		}
 	}
-	s.fleet.scopes.Set(float64(len(dets)))
+	s.fleet.scopes.Set(float64(max(len(dets), bounds.Scopes)))
 	s.fleet.violating.Set(float64(firing))
 	s.fleet.cycle.Observe(took.Seconds())
 	s.fleet.queries.Set(float64(queries))

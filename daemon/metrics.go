@@ -25,6 +25,8 @@ type stats struct {
 	triageRefused  *prometheus.CounterVec
 	authFailures   *prometheus.CounterVec
 	apiRefused     *prometheus.CounterVec
+	detectRefused  *prometheus.CounterVec
+	cycleOverruns  prometheus.Counter
 	stateCorrupt   prometheus.Counter
 	pending        prometheus.Gauge
 	reloads        *prometheus.CounterVec
@@ -83,6 +85,13 @@ func newStats(d *Daemon, reg *prometheus.Registry) *stats {
 			Name: "whyslow_api_refused_total",
 			Help: "HTTP requests refused before their handler, by reason (host: not this daemon's Host, origin: another site's write, content_type: an API write not declared JSON, sign_in_rate: too many wrong tokens).",
 		}, []string{"reason"}),
+		detectRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "whyslow_detect_refused_total",
+			Help: "What a cycle's bounds left out, by reason (max_series: series dropped from a query answer; max_scopes: scopes left for a later cycle; open_incidents: firing scopes not opened; notifications: messages folded into a grouped one).",
+		}, []string{"reason"}),
+		cycleOverruns: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "whyslow_cycle_overruns_total", Help: "Cycles that took longer than their interval.",
+		}),
 		fleet: newFleetStats(),
 		stateCorrupt: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "whyslow_state_corrupt_total", Help: "Unreadable incident state files moved aside at start.",
@@ -105,8 +114,12 @@ func newStats(d *Daemon, reg *prometheus.Registry) *stats {
 	s.reg.MustRegister(s.scrapes, s.lastScrape,
 		s.triageRuns, s.triageDuration, s.detectErrors, s.persistErrors, s.incidentsOpen,
 		s.topCause, s.notifications, s.alerts, s.alertsRefused, s.triageRefused, s.authFailures, s.apiRefused,
+		s.detectRefused, s.cycleOverruns,
 		s.stateCorrupt, s.pending, s.reloads, ready)
 	s.reg.MustRegister(s.fleet.collectors()...)
+	for _, reason := range []string{"max_series", "max_scopes", "open_incidents", "notifications"} {
+		s.detectRefused.WithLabelValues(reason) // 0 from the start, for increase()
+	}
 	return s
 }
 

@@ -45,7 +45,8 @@ type stateFileV2 struct {
 	HistorySince time.Time `json:"history_since,omitzero"`
 }
 
-// Readiness problems, by key; /readyz answers 503 while any is set.
+// Readiness problems, by key; /readyz answers 503 while any is set (and
+// problemCycle, bounds.go: a cycle that overran or left something out).
 const (
 	problemState  = "state"
 	problemOutbox = "outbox"
@@ -173,14 +174,29 @@ func (d *Daemon) persist() bool {
 
 // queue turns incident events into one notification per receiver and adds
 // them to the pending list (the outbox gets them in commit).
+// Past detect.max_notifications events in one cycle, each receiver gets
+// one message per event kind ("12 scopes opened") rather than a page each.
 func (d *Daemon) queue(events []incident.Event, at time.Time) {
 	cfg := d.Config()
 	for _, ev := range events {
 		d.log.Info("Incident "+ev.Kind.String(), "incident", ev.Incident.ID, "scope", ev.Incident.Key,
 			"top_cause", ev.Incident.TopCause, "severity", ev.Incident.Severity)
-		for _, recv := range *d.receivers.Load() {
-			d.pending = append(d.pending, notificationFor(ev, recv, cfg.API.ExternalURL, at))
+	}
+	recvs := *d.receivers.Load()
+	groups := groupEvents(events, cfg.Detect.MaxNotifications)
+	for _, g := range groups {
+		for _, recv := range recvs {
+			if len(g) == 1 {
+				d.pending = append(d.pending, notificationFor(g[0], recv, cfg.API.ExternalURL, at))
+				continue
+			}
+			d.pending = append(d.pending, groupNotification(g, recv, cfg.API.ExternalURL, at))
 		}
+	}
+	if folded := len(events) - len(groups); folded > 0 && len(recvs) > 0 {
+		d.stats.detectRefused.WithLabelValues("notifications").Add(float64(folded * len(recvs)))
+		d.log.Warn("Incident notifications grouped", "events", len(events), "messages_per_receiver", len(groups),
+			"max_notifications", cfg.Detect.MaxNotifications)
 	}
 }
 

@@ -402,7 +402,7 @@ func TestFleetAlertRules(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"WhyslowDown", "WhyslowDetectFailing", "WhyslowAlertmanagerSendFailing", "WhyslowCycleOverBudget"} {
+	for _, want := range []string{"WhyslowDown", "WhyslowDetectFailing", "WhyslowAlertmanagerSendFailing", "WhyslowCycleOverBudget", "WhyslowCycleBounded"} {
 		if !alerts[want] {
 			t.Errorf("no alert %s", want)
 		}

@@ -157,7 +157,36 @@ type DetectConfig struct {
 	For time.Duration `yaml:"for,omitempty" json:"for,omitempty"`
 	// Triggers replace the built-in defaults when set.
 	Triggers []Trigger `yaml:"triggers,omitempty" json:"triggers,omitempty"`
+	// MaxSeries bounds the series one query answer may hold (default
+	// 100000): the series past it are dropped (counted, see CycleStats),
+	// as Prometheus's query.max-samples bounds one query.
+	MaxSeries int `yaml:"max_series,omitempty" json:"max_series,omitempty"`
+	// MaxScopes bounds the scopes one evaluation judges (default 2000).
+	// With more, the evaluations rotate through them (see Covers): each
+	// scope is judged every ceil(scopes / MaxScopes) evaluations or so,
+	// so one tenant with many series does not starve the others.
+	MaxScopes int `yaml:"max_scopes,omitempty" json:"max_scopes,omitempty"`
+	// MaxOpenIncidents bounds the incidents the detector keeps open at
+	// once (default 100; the daemon's bound, Alertmanager's are
+	// alerts.max_open_incidents): a scope that would open one more waits
+	// for room.
+	MaxOpenIncidents int `yaml:"max_open_incidents,omitempty" json:"max_open_incidents,omitempty"`
+	// MaxNotifications bounds the notifications one cycle sends each
+	// receiver (default 10; the daemon's bound): with more, those of one
+	// kind go as one grouped message ("12 scopes opened").
+	MaxNotifications int `yaml:"max_notifications,omitempty" json:"max_notifications,omitempty"`
 }
+
+// Detection bounds (DetectConfig's Max* fields): safe for a Prometheus
+// holding a few thousand scopes, and well below what runs a fleet
+// daemon out of its interval or memory (issue 26: 200,000 series took 437 s
+// and 2.8 GB per cycle).
+const (
+	DefaultMaxSeries        = 100000
+	DefaultMaxScopes        = 2000
+	DefaultMaxOpenIncidents = 100
+	DefaultMaxNotifications = 10
+)
 
 // Trigger is one detection condition. It fires for a scope when, in both
 // windows, any of its conditions holds: the value reached Ratio times the
@@ -237,6 +266,18 @@ func (c DetectConfig) WithDefaults() DetectConfig {
 	if len(c.Triggers) == 0 {
 		c.Triggers = DefaultTriggers()
 	}
+	if c.MaxSeries == 0 {
+		c.MaxSeries = DefaultMaxSeries
+	}
+	if c.MaxScopes == 0 {
+		c.MaxScopes = DefaultMaxScopes
+	}
+	if c.MaxOpenIncidents == 0 {
+		c.MaxOpenIncidents = DefaultMaxOpenIncidents
+	}
+	if c.MaxNotifications == 0 {
+		c.MaxNotifications = DefaultMaxNotifications
+	}
 	ts := make([]Trigger, len(c.Triggers))
 	for i, t := range c.Triggers {
 		if t.Severity == "" {
@@ -257,6 +298,9 @@ func (c DetectConfig) Validate() error {
 	var errs []error
 	if c.ShortWindow < 0 || c.LongWindow < 0 || c.Baseline < 0 || c.For < 0 {
 		errs = append(errs, errors.New("windows, baseline and for must not be negative"))
+	}
+	if c.MaxSeries < 0 || c.MaxScopes < 0 || c.MaxOpenIncidents < 0 || c.MaxNotifications < 0 {
+		errs = append(errs, errors.New("max_series, max_scopes, max_open_incidents and max_notifications must not be negative"))
 	}
 	if c.ShortWindow > c.LongWindow {
 		errs = append(errs, fmt.Errorf("short_window %s is longer than long_window %s", c.ShortWindow, c.LongWindow))
@@ -482,7 +526,52 @@ func (d Detection) Holding() []string {
 type Detector struct {
 	cfg     DetectConfig
 	tm      templates
-	pending map[string]time.Time // scope key + "\x00" + trigger name
+	pending map[string]pendingSince // scope key + "\x00" + trigger name
+	names   []string                // GroupBy, sorted
+	// Rotation (MaxScopes): the evaluations so far, the partitions the
+	// next one splits the scopes into, and the one running or last run.
+	turn  uint64
+	parts int
+	cur   evaluation
+}
+
+// pendingSince is when a condition began holding, and its scope's hash
+// (which evaluations of a rotation judge it).
+type pendingSince struct {
+	at   time.Time
+	hash uint64
+}
+
+// CycleStats say what an evaluation's bounds (MaxSeries, MaxScopes) left
+// out.
+type CycleStats struct {
+	// Series is the most series one query answer held.
+	Series int `json:"series"`
+	// Truncated is the series MaxSeries dropped, over all the answers.
+	Truncated int `json:"truncated"`
+	// Scopes is about how many scopes the answers held (the largest
+	// answer, after MaxSeries, or those judged when more).
+	Scopes int `json:"scopes"`
+	// Detected is the scopes judged; Skipped = Scopes - Detected were left
+	// for the next evaluations of the rotation.
+	Detected int `json:"detected"`
+	Skipped  int `json:"skipped"`
+	// Parts is the evaluations one rotation takes (1: every scope every
+	// evaluation).
+	Parts int `json:"parts"`
+}
+
+// Bounded reports whether the evaluation left anything out.
+func (s CycleStats) Bounded() bool { return s.Truncated > 0 || s.Skipped > 0 }
+
+// evaluation is the rotation state of one evaluation.
+type evaluation struct {
+	parts, index int
+	queried      bool
+	largest      int               // the largest answer after MaxSeries
+	hash         map[string]uint64 // judged scope key → hash
+	skip         map[string]bool   // in this turn's part, left out by MaxScopes
+	stats        CycleStats
 }
 
 // NewDetector validates cfg and returns a detector whose built-in signals
@@ -497,7 +586,60 @@ func NewDetector(cfg DetectConfig, engines []Engine) (*Detector, error) {
 	if err := cfg.validateBuiltin(tm); err != nil {
 		return nil, fmt.Errorf("detect config: %w", err)
 	}
-	return &Detector{cfg: cfg, tm: tm, pending: map[string]time.Time{}}, nil
+	names := append([]string(nil), cfg.GroupBy...)
+	sort.Strings(names)
+	return &Detector{cfg: cfg, tm: tm, pending: map[string]pendingSince{}, names: names, parts: 1}, nil
+}
+
+// Stats returns what the last evaluation's bounds left out.
+func (d *Detector) Stats() CycleStats { return d.cur.stats }
+
+// Covers reports whether the last evaluation judged the scope of key (a
+// Detection's Key): with more scopes than MaxScopes, an evaluation judges
+// one part of them, and a scope it left out is no news (its incident is
+// neither clear nor gone).
+func (d *Detector) Covers(key string) bool {
+	if d.cur.skip[key] {
+		return false
+	}
+	if d.cur.parts <= 1 {
+		return true
+	}
+	s := d.scopeOf(key)
+	return d.inTurn(d.hashOf(func(l string) string { return s.Labels[l] }))
+}
+
+// partsFor is the evaluations a rotation over n scopes takes: a quarter
+// more than n / MaxScopes, so a part the hash makes larger than its share
+// rarely passes MaxScopes.
+func (d *Detector) partsFor(n int) int {
+	k := d.cfg.MaxScopes
+	if k <= 0 || n <= k {
+		return 1
+	}
+	return (n + n/4 + k - 1) / k
+}
+
+// hashOf hashes a scope's group-by label values (FNV-1a), the same from a
+// series (keyOf) and from a key (scopeOf).
+func (d *Detector) hashOf(value func(name string) string) uint64 {
+	h := uint64(14695981039346656037)
+	add := func(s string) {
+		for i := 0; i < len(s); i++ {
+			h = (h ^ uint64(s[i])) * 1099511628211
+		}
+		h = (h ^ 0xff) * 1099511628211 // a separator no label byte string ends with
+	}
+	for _, l := range d.names {
+		add(l)
+		add(value(l))
+	}
+	return h
+}
+
+// inTurn reports whether a scope of hash h is in the running evaluation's part.
+func (d *Detector) inTurn(h uint64) bool {
+	return d.cur.parts <= 1 || int(h%uint64(d.cur.parts)) == d.cur.index
 }
 
 // Config returns the detector's effective configuration.
@@ -517,6 +659,8 @@ func (d *Detector) Evaluate(ctx context.Context, m query.Metrics, at time.Time) 
 // window when longer) on; with less they are off, and the absolute
 // conditions (above, below) still fire.
 func (d *Detector) EvaluateSince(ctx context.Context, m query.Metrics, at, since time.Time) ([]Detection, error) {
+	d.cur = evaluation{parts: max(d.parts, 1), hash: map[string]uint64{}, skip: map[string]bool{}}
+	d.cur.index = int(d.turn % uint64(d.cur.parts))
 	choice := ChooseBaseline(d.cfg.Baseline, d.cfg.LongWindow, since, at)
 	w := evalWindows{at: at, offset: choice.Offset, baseAt: at.Add(-choice.Offset)}
 	if choice.Learning && w.offset > 0 {
@@ -536,6 +680,7 @@ func (d *Detector) EvaluateSince(ctx context.Context, m query.Metrics, at, since
 			}
 		}
 	}
+	d.capScopes(byScope)
 	live := map[string]bool{}
 	for i, t := range d.cfg.Triggers {
 		for key, det := range byScope {
@@ -547,6 +692,12 @@ func (d *Detector) EvaluateSince(ctx context.Context, m query.Metrics, at, since
 	for _, det := range byScope {
 		out = append(out, *det)
 	}
+	c := &d.cur
+	c.stats.Parts, c.stats.Detected = c.parts, len(byScope)
+	c.stats.Scopes = max(c.largest, len(byScope)+len(c.skip))
+	c.stats.Skipped = c.stats.Scopes - c.stats.Detected
+	d.parts = d.partsFor(c.largest)
+	d.turn++
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil
 }
@@ -715,9 +866,9 @@ func (d *Detector) judge(t Trigger, key string, r triggerVals, det *Detection, a
 	_, okLong := t.holds(long, base, r.mLong, r.mBase)
 	pk := key + "\x00" + t.Name
 	if okShort && okLong {
-		since, ok := d.pending[pk]
-		if !ok {
-			since = at
+		since := at
+		if p, ok := d.pending[pk]; ok {
+			since = p.at
 		}
 		live[pk] = true
 		tr.Since, tr.Reason, tr.State = since, reason, TriggerPending
@@ -733,17 +884,42 @@ func (d *Detector) judge(t Trigger, key string, r triggerVals, det *Detection, a
 }
 
 // keepPending keeps the pending-since times of the conditions that hold
-// (live), from at for those that just began, and forgets the others.
+// (live), from at for those that just began, and forgets the others of
+// the scopes this evaluation judged (a scope a rotation left out keeps its
+// own).
 func (d *Detector) keepPending(live map[string]bool, at time.Time) {
-	for pk := range d.pending {
-		if !live[pk] {
+	for pk, p := range d.pending {
+		key, _, _ := strings.Cut(pk, "\x00")
+		if !live[pk] && d.inTurn(p.hash) && !d.cur.skip[key] {
 			delete(d.pending, pk)
 		}
 	}
 	for pk := range live {
 		if _, ok := d.pending[pk]; !ok {
-			d.pending[pk] = at
+			key, _, _ := strings.Cut(pk, "\x00")
+			d.pending[pk] = pendingSince{at: at, hash: d.cur.hash[key]}
 		}
+	}
+}
+
+// capScopes keeps at most MaxScopes of this evaluation's scopes: a run
+// of them in key order that starts further on each rotation, so the
+// scopes a part holds past the bound are not always the same ones.
+func (d *Detector) capScopes(byScope map[string]*Detection) {
+	k := d.cfg.MaxScopes
+	if k <= 0 || len(byScope) <= k {
+		return
+	}
+	keys := make([]string, 0, len(byScope))
+	for key := range byScope {
+		keys = append(keys, key)
+	}
+	sort.Strings(keys)
+	start := int((d.turn / uint64(d.cur.parts)) * uint64(k) % uint64(len(keys)))
+	for i := k; i < len(keys); i++ {
+		key := keys[(start+i)%len(keys)]
+		delete(byScope, key)
+		d.cur.skip[key] = true
 	}
 }
 
@@ -833,13 +1009,36 @@ func (d *Detector) queryExpr(ctx context.Context, m query.Metrics, expr string, 
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string]float64, len(vec))
+	c := &d.cur
+	c.stats.Series = max(c.stats.Series, len(vec))
+	if k := d.cfg.MaxSeries; k > 0 && len(vec) > k {
+		c.stats.Truncated += len(vec) - k
+		vec = vec[:k]
+	}
+	c.largest = max(c.largest, len(vec))
+	if !c.queried {
+		// The first answer fixes the evaluation's part: every query of
+		// one evaluation must judge the same scopes.
+		c.queried = true
+		if n := d.partsFor(len(vec)); n > c.parts {
+			c.parts, c.index = n, int(d.turn%uint64(n))
+		}
+	}
+	out := make(map[string]float64, min(len(vec), max(d.cfg.MaxScopes, 1)))
 	for _, s := range vec {
 		v := float64(s.Value)
 		if math.IsNaN(v) || math.IsInf(v, 0) {
 			continue
 		}
-		out[d.keyOf(s.Metric)] = v
+		h := d.hashOf(func(l string) string { return string(s.Metric[model.LabelName(l)]) })
+		if !d.inTurn(h) {
+			continue
+		}
+		key := d.keyOf(s.Metric)
+		out[key] = v
+		if _, ok := c.hash[key]; !ok {
+			c.hash[key] = h
+		}
 	}
 	return out, nil
 }

@@ -50,6 +50,7 @@ type whyFlags struct {
 	chart      string
 	html       htmlFile   // why_html.go
 	groupBy    string     // why_fleet.go
+	maxScopes  int        // why_fleet.go
 	traces     traceFlags // why_traces.go
 }
 
@@ -78,6 +79,7 @@ func (f *whyFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.chart, "chart", "", "also write a PNG chart of TTFT/ITL p95, KV-cache usage and queue depth to `FILE`")
 	fs.Var(&f.html, "html", "also write the verdict page (causes, attribution, curves) as one self-contained HTML `FILE`")
 	fs.StringVar(&f.groupBy, "group-by", "", "rank every scope by these labels (comma-separated, e.g. namespace,model_name) and triage each anomalous one")
+	fs.IntVar(&f.maxScopes, "max-scopes", defaultMaxScopes, "with --group-by: the most anomalous scopes triaged, the furthest from their baseline or bound first (the rest are named in one line)")
 	f.traces.register(fs)
 }
 

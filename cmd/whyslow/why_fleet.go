@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -23,6 +25,14 @@ import (
 // fleetConcurrency bounds the triages `why --group-by` runs at once.
 const fleetConcurrency = 4
 
+// defaultMaxScopes is --max-scopes: the anomalous scopes `why --group-by`
+// triages (each is a hundred-odd queries); against 200,000 series, all of
+// them gave no answer in 400 s (issue 26).
+const defaultMaxScopes = 20
+
+// notTriagedListed is how many untriaged scopes the one line names.
+const notTriagedListed = 5
+
 // rankedScope is one anomalous scope of `why --group-by`.
 type rankedScope struct {
 	Rank     int              `json:"rank"`
@@ -30,8 +40,9 @@ type rankedScope struct {
 	Severity verdict.Severity `json:"severity"`
 	// Triggers are the detector conditions that hold now, with their values.
 	Triggers []string `json:"triggers"`
-	// Change is the largest rise over the baseline among them (0: an
-	// absolute condition only).
+	// Change is how far the scope moved: the largest rise over the
+	// baseline (value / baseline) or past an absolute bound (value /
+	// above, below / value) among them.
 	Change  float64          `json:"change"`
 	Verdict *verdict.Verdict `json:"verdict,omitempty"`
 	Error   string           `json:"error,omitempty"`
@@ -54,6 +65,15 @@ type fleetReport struct {
 	Note      string        `json:"note,omitempty"`
 	Scopes    int           `json:"scopes"`
 	Anomalous []rankedScope `json:"anomalous"`
+	// NotTriaged is the anomalous scopes past --max-scopes: ranked after
+	// those in Anomalous, neither listed nor triaged; NotTriagedNote names
+	// the first few.
+	NotTriaged     int    `json:"not_triaged,omitempty"`
+	NotTriagedNote string `json:"not_triaged_note,omitempty"`
+	// Truncated says detection read only part of the series (the
+	// detector's max_series), e.g. "query answers held 200000 series; the
+	// first 100000 were read".
+	Truncated string `json:"truncated,omitempty"`
 }
 
 // runWhyFleet implements `why --group-by`: the detector's triggers at one
@@ -102,8 +122,12 @@ func runWhyFleet(ctx context.Context, f *whyFlags, stdout, stderr io.Writer) int
 		}
 		opts.Metrics = c
 	}
-	rep, err := rankFleet(ctx, opts, splitList(f.groupBy), since, f.window)
+	if f.maxScopes < 1 {
+		return fail(fmt.Errorf("--max-scopes %d: want at least 1", f.maxScopes))
+	}
+	rep, err := rankFleet(ctx, opts, splitList(f.groupBy), since, f.window, f.maxScopes)
 	if err != nil {
+		// One line, however many triages an interrupt stopped.
 		return fail(unreachableCause(err))
 	}
 	if format == render.FormatJSON {
@@ -133,8 +157,14 @@ func runWhyFleet(ctx context.Context, f *whyFlags, stdout, stderr io.Writer) int
 // since (zero: asked of the source): with less than the baseline, the
 // ranking and the triages compare with the history there is
 // (detect.ChooseBaseline) and say so.
-func rankFleet(ctx context.Context, opts diagnose.Options, groupBy []string, since time.Time, window time.Duration) (*fleetReport, error) {
-	cfg := detect.DetectConfig{GroupBy: groupBy, Selector: opts.Selector, Baseline: opts.Baseline}
+//
+// Only the first maxScopes anomalous scopes are triaged (NotTriaged counts
+// the rest). An interrupt (ctx done) stops the triages not yet started and
+// returns one error.
+func rankFleet(ctx context.Context, opts diagnose.Options, groupBy []string, since time.Time, window time.Duration, maxScopes int) (*fleetReport, error) {
+	// One look judges every scope the answers hold (no rotation over
+	// cycles); the answers keep the detector's max_series.
+	cfg := detect.DetectConfig{GroupBy: groupBy, Selector: opts.Selector, Baseline: opts.Baseline, MaxScopes: math.MaxInt32}
 	if window > 0 {
 		cfg.LongWindow, cfg.ShortWindow = window, (window / 2).Round(time.Millisecond)
 	}
@@ -175,6 +205,13 @@ func rankFleet(ctx context.Context, opts diagnose.Options, groupBy []string, sin
 	choice := detect.ChooseBaseline(cfg.Baseline, cfg.LongWindow, since, opts.At)
 	rep := &fleetReport{At: opts.At.UTC(), GroupBy: cfg.GroupBy, Window: model.Duration(cfg.LongWindow).String(),
 		Note: choice.Note(), Scopes: len(dets)}
+	if st := det.Stats(); st.Truncated > 0 {
+		rep.Truncated = fmt.Sprintf("query answers held up to %d series; detection read the first %d of each", st.Series, cfg.MaxSeries)
+	}
+	bounds := map[string]detect.Trigger{}
+	for _, t := range cfg.Triggers {
+		bounds[t.Name] = t
+	}
 	if choice.Offset > 0 {
 		rep.Baseline = model.Duration(choice.Offset).String()
 	}
@@ -194,9 +231,7 @@ func rankFleet(ctx context.Context, opts diagnose.Options, groupBy []string, sin
 				continue
 			}
 			r.Triggers = append(r.Triggers, t.Name+": "+t.Reason)
-			if t.Short != nil && t.Baseline != nil && *t.Baseline > 0 {
-				r.Change = max(r.Change, *t.Short / *t.Baseline)
-			}
+			r.Change = max(r.Change, moved(t, bounds[t.Name]))
 		}
 		rep.Anomalous = append(rep.Anomalous, r)
 	}
@@ -210,12 +245,36 @@ func rankFleet(ctx context.Context, opts diagnose.Options, groupBy []string, sin
 		}
 		return a.Scope.Selector < b.Scope.Selector
 	})
+	if n := len(rep.Anomalous) - maxScopes; n > 0 {
+		rest := rep.Anomalous[maxScopes:]
+		names := make([]string, 0, notTriagedListed)
+		for _, r := range rest[:min(len(rest), notTriagedListed)] {
+			names = append(names, r.Scope.Selector)
+		}
+		more := ""
+		if n > notTriagedListed {
+			more = ", …"
+		}
+		rep.NotTriaged = n
+		rep.NotTriagedNote = fmt.Sprintf("%d more anomalous scopes not triaged (--max-scopes %d): %s%s", n, maxScopes, strings.Join(names, ", "), more)
+		rep.Anomalous = slices.Clip(rep.Anomalous[:maxScopes])
+	}
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, fleetConcurrency)
+	started := 0
 	for i := range rep.Anomalous {
 		rep.Anomalous[i].Rank = i + 1
+	}
+	for i := range rep.Anomalous {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		started++
 		wg.Add(1)
-		slots <- struct{}{}
 		go func(r *rankedScope) {
 			defer func() { <-slots; wg.Done() }()
 			o := opts
@@ -232,7 +291,29 @@ func rankFleet(ctx context.Context, opts diagnose.Options, groupBy []string, sin
 		}(&rep.Anomalous[i])
 	}
 	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("interrupted: %d of %d triages started, none printed: %w", started, len(rep.Anomalous), err)
+	}
 	return rep, nil
+}
+
+// moved is how far a firing trigger's short-window value is from where it
+// would not fire: its ratio over the baseline, or over its absolute bound.
+func moved(r detect.TriggerResult, t detect.Trigger) float64 {
+	if r.Short == nil {
+		return 0
+	}
+	v, out := *r.Short, 0.0
+	if r.Baseline != nil && *r.Baseline > 0 {
+		out = v / *r.Baseline
+	}
+	if t.Above != nil && *t.Above > 0 {
+		out = max(out, v / *t.Above)
+	}
+	if t.Below != nil && v > 0 {
+		out = max(out, *t.Below/v)
+	}
+	return out
 }
 
 func severityOrder(s verdict.Severity) int {
@@ -250,10 +331,13 @@ func writeFleetText(w io.Writer, rep *fleetReport, f *whyFlags) {
 	if base == "" {
 		base = "none"
 	}
-	fmt.Fprintf(w, "%d of %d scopes (by %s) anomalous at %s (window %s, baseline %s)\n", len(rep.Anomalous), rep.Scopes,
+	fmt.Fprintf(w, "%d of %d scopes (by %s) anomalous at %s (window %s, baseline %s)\n", len(rep.Anomalous)+rep.NotTriaged, rep.Scopes,
 		strings.Join(rep.GroupBy, ", "), rep.At.Format(time.RFC3339), rep.Window, base)
 	if rep.Note != "" {
 		fmt.Fprintf(w, "note: %s\n", rep.Note)
+	}
+	if rep.Truncated != "" {
+		fmt.Fprintf(w, "note: %s\n", rep.Truncated)
 	}
 	for _, r := range rep.Anomalous {
 		cause := "-"
@@ -262,6 +346,9 @@ func writeFleetText(w io.Writer, rep *fleetReport, f *whyFlags) {
 			cause = fmt.Sprintf("%s %.0f%%", c.ID, 100*c.Confidence)
 		}
 		fmt.Fprintf(w, "%3d  %-8s  %s  %s  [%s]\n", r.Rank, r.Severity, r.Scope.Selector, cause, strings.Join(r.Triggers, "; "))
+	}
+	if rep.NotTriagedNote != "" {
+		fmt.Fprintln(w, rep.NotTriagedNote)
 	}
 	for _, r := range rep.Anomalous {
 		fmt.Fprintf(w, "\n── %d. %s ──\n", r.Rank, r.Scope.Selector)

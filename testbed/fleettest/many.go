@@ -1,0 +1,119 @@
+package fleettest
+
+import (
+	"bufio"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// ManySeries is a fake Prometheus query API (/api/v1/query and
+// /api/v1/query_range) whose every answer holds N series, one per scope
+// model_name="m-NNNNNN", for bound tests: a real Prometheus holding
+// 200,000 series takes minutes to fill. A query that names one scope
+// (model_name="m-…", as a triage's do) gets that scope's series alone;
+// vector(1), the daemon's probe, gets one sample. The answers are written
+// as they are generated, so the fake holds none of them in memory.
+type ManySeries struct {
+	// N is the number of series (scopes).
+	N int
+	// Value is scope i's value in every query (nil: 0.5).
+	Value func(i int) float64
+	// Queries counts the queries answered; Full those that held all N.
+	Queries, Full atomic.Int64
+}
+
+var oneScope = regexp.MustCompile(`model_name="m-(\d+)"`)
+
+// Name is the model_name of scope i.
+func Name(i int) string { return fmt.Sprintf("m-%06d", i) }
+
+// ServeHTTP implements http.Handler.
+func (m *ManySeries) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	m.Queries.Add(1)
+	matrix := false
+	switch r.URL.Path {
+	case "/api/v1/query":
+	case "/api/v1/query_range":
+		matrix = true
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	q := r.Form.Get("query")
+	ts := float64(time.Now().Unix())
+	if s := r.Form.Get("time"); s != "" {
+		ts, _ = strconv.ParseFloat(s, 64)
+	}
+	if s := r.Form.Get("end"); matrix && s != "" {
+		ts, _ = strconv.ParseFloat(s, 64)
+	}
+	lo, hi := 0, m.N
+	switch {
+	case q == "vector(1)":
+		lo, hi = -1, 0
+	case oneScope.MatchString(q):
+		i, _ := strconv.Atoi(oneScope.FindStringSubmatch(q)[1])
+		lo, hi = i, min(i+1, m.N)
+	default:
+		m.Full.Add(1)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	bw := bufio.NewWriterSize(w, 64<<10)
+	kind := "vector"
+	if matrix {
+		kind = "matrix"
+	}
+	fmt.Fprintf(bw, `{"status":"success","data":{"resultType":%q,"result":[`, kind)
+	var b []byte
+	for i := lo; i < hi; i++ {
+		v := 1.0
+		if i >= 0 {
+			v = 0.5
+			if m.Value != nil {
+				v = m.Value(i)
+			}
+		}
+		b = b[:0]
+		if i > lo {
+			b = append(b, ',')
+		}
+		b = append(b, `{"metric":{`...)
+		if i >= 0 {
+			b = append(b, `"model_name":"`...)
+			b = append(b, Name(i)...)
+			b = append(b, '"')
+		}
+		b = append(b, `},`...)
+		point := func(t float64) {
+			b = append(b, '[')
+			b = strconv.AppendFloat(b, t, 'f', -1, 64)
+			b = append(b, `,"`...)
+			b = strconv.AppendFloat(b, v, 'g', -1, 64)
+			b = append(b, `"]`...)
+		}
+		if matrix {
+			b = append(b, `"values":[`...)
+			point(ts - 60)
+			b = append(b, ',')
+			point(ts)
+			b = append(b, ']')
+		} else {
+			b = append(b, `"value":`...)
+			point(ts)
+		}
+		b = append(b, '}')
+		if _, err := bw.Write(b); err != nil {
+			return
+		}
+	}
+	bw.WriteString(`]}}`)
+	bw.Flush()
+}
