@@ -37,6 +37,10 @@ func (d *Daemon) Handler() http.Handler {
 			http.Error(w, d.secrets.Scrub("not ready: "+joinProblems(ps)), http.StatusServiceUnavailable)
 			return
 		}
+		if ds := d.Degraded(); len(ds) > 0 {
+			_, _ = io.WriteString(w, d.secrets.Scrub("ready, "+joinProblems(ds))+"\n")
+			return
+		}
 		_, _ = io.WriteString(w, "ready\n")
 	})
 	gs := prometheus.Gatherers{d.stats.reg}

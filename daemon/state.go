@@ -45,8 +45,11 @@ type stateFileV2 struct {
 	HistorySince time.Time `json:"history_since,omitzero"`
 }
 
-// Readiness problems, by key; /readyz answers 503 while any is set (and
-// problemCycle, bounds.go: a cycle that overran or left something out).
+// Readiness problems, by key; /readyz answers 503 while any is set.
+// problemCycle (bounds.go: a cycle that overran or left something out) is
+// kept apart as degraded: the daemon still works, so /readyz says it with a
+// 200 and a readiness probe keeps the replica in its Service (Alertmanager's
+// webhooks and the pages go on reaching it); WhyslowCycleBounded pages.
 const (
 	problemState  = "state"
 	problemOutbox = "outbox"
@@ -280,8 +283,27 @@ func (d *Daemon) Problems() []string {
 	if !d.scraped.Load() {
 		out = append(out, "no successful scrape yet")
 	}
-	for _, msg := range d.problems {
-		out = append(out, msg)
+	for key, msg := range d.problems {
+		if !degradedProblems[key] {
+			out = append(out, msg)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// degradedProblems are the problems that leave the daemon ready.
+var degradedProblems = map[string]bool{problemCycle: true}
+
+// Degraded lists the degraded problems, sorted.
+func (d *Daemon) Degraded() []string {
+	d.viewMu.RLock()
+	defer d.viewMu.RUnlock()
+	var out []string
+	for key, msg := range d.problems {
+		if degradedProblems[key] {
+			out = append(out, msg)
+		}
 	}
 	sort.Strings(out)
 	return out
