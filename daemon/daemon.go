@@ -662,7 +662,7 @@ func (d *Daemon) publish() {
 	d.viewMu.Lock()
 	d.view = incs
 	d.viewMu.Unlock()
-	d.stats.publish(incs)
+	d.stats.publish(incs, d.Config().API.ExternalURL)
 	d.stats.pending.Set(float64(len(d.pending)))
 }
 
