@@ -64,7 +64,7 @@ type PrometheusProbe struct {
 func (p *PrometheusProbe) Scrape(ctx context.Context, at time.Time) []ScrapeResult {
 	start := time.Now()
 	_, _, err := p.Metrics.Query(ctx, "vector(1)", at)
-	return []ScrapeResult{{Target: p.Name, Duration: time.Since(start), Err: err}}
+	return []ScrapeResult{{Target: p.Name, Duration: time.Since(start), Err: err, Prometheus: true}}
 }
 
 // RemoteClient builds the query client of a Prometheus source.
