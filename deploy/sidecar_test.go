@@ -73,6 +73,24 @@ func TestSidecarManifestWiring(t *testing.T) {
 			t.Errorf("nothing scrapes container %s (port %s)", c.Name, c.Ports[0].Name)
 		}
 	}
+	// whyslow's series get the job the sidecar alert rules select.
+	rules, err := os.ReadFile(sidecarRules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := regexp.MustCompile(`up\{job="([^"]+)"\}`).FindStringSubmatch(string(rules))
+	relabeled := false
+	for _, e := range monitor.Spec.Endpoints {
+		if servicePorts[e.Port] != whyslow.Ports[0].Name {
+			continue
+		}
+		for _, r := range e.RelabelConfigs {
+			relabeled = relabeled || job != nil && r.TargetLabel == "job" && r.Replacement != nil && *r.Replacement == job[1]
+		}
+	}
+	if !relabeled {
+		t.Errorf("whyslow's endpoint does not set the job %v that %s selects", job, sidecarRules)
+	}
 
 	// The config scrapes the engine container, publishes verdict links,
 	// and every ${VAR} without a default is in whyslow's env.
