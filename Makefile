@@ -2,7 +2,7 @@
 GO ?= go
 GOTESTFLAGS ?= -count=1 -timeout 15m
 
-.PHONY: all build demo test test-main test-accuracy test-nocgo test-short test-deps vet fmt bench fuzz fuzz-smoke loadtest clean
+.PHONY: all build check-quiet-build demo test test-main test-accuracy test-nocgo test-short test-deps vet fmt bench fuzz fuzz-smoke loadtest clean
 
 # FUZZTIME is how long `make fuzz` runs each fuzz target; FUZZ_SMOKE_TIME
 # how much the smoke run of `make test` (CI) does: a few thousand inputs
@@ -14,10 +14,32 @@ GOTESTFLAGS ?= -count=1 -timeout 15m
 FUZZTIME ?= 30s
 FUZZ_SMOKE_TIME ?= 5000x
 
+# The NVML bindings (github.com/NVIDIA/go-nvml) wrap every function of
+# nvml.h, some marked deprecated there: gcc prints ~150 lines of
+# -Wdeprecated-declarations warnings on a cold build. Keep Go's default
+# CGO_CFLAGS (-O2 -g) and silence that one warning; deploy/Dockerfile sets
+# the same.
+CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
+export CGO_CFLAGS
+
 all: build
 
 build:
 	$(GO) build -o bin/whyslow ./cmd/whyslow
+
+# check-quiet-build builds, on an empty build cache of its own (the shared
+# one is left alone), every package of whyslow that has C code (the cgo
+# packages: go-nvml, net, os/user, runtime/cgo) and fails when the C
+# compiler prints a warning: what a first `make build` would print.
+check-quiet-build:
+	@set -e; cache=$$(mktemp -d); trap 'rm -rf "$$cache"' EXIT; \
+	pkgs=$$($(GO) list -deps -f '{{if .CgoFiles}}{{.ImportPath}}{{end}}' ./cmd/whyslow); \
+	if [ -z "$$pkgs" ]; then echo "check-quiet-build: no cgo package (CGO_ENABLED=0): nothing to check"; exit 0; fi; \
+	out=$$(GOCACHE=$$cache $(GO) build $$pkgs 2>&1) || { echo "$$out"; exit 1; }; \
+	if echo "$$out" | grep -q 'warning:'; then \
+		echo "$$out"; echo "check-quiet-build: $$(echo "$$out" | grep -c 'warning:') C warnings on a cold build (CGO_CFLAGS=$$CGO_CFLAGS)"; exit 1; \
+	fi; \
+	echo "check-quiet-build: cold build of $$(echo $$pkgs | wc -w) cgo packages, no C warning"
 
 demo:
 	$(GO) run ./cmd/whyslow demo
@@ -37,6 +59,7 @@ test-deps:
 # -timeout, so that one heavy run cannot eat another package's budget on a
 # busy 2-core machine:
 #   vet            go vet ./...
+#   check-quiet-build  a cold build of the C parts prints no warning
 #   test-main      go test ./... less the packages with a step of their own
 #   test-accuracy  the accuracy harness (./testbed/accuracy): minutes of CPU
 #   test-nocgo     a second, CGO_ENABLED=0 build of whyslow and what it must
@@ -49,6 +72,7 @@ NOCGO_TIMEOUT ?= 30m
 
 test: test-deps
 	$(GO) vet ./...
+	$(MAKE) check-quiet-build
 	$(MAKE) test-main
 	$(MAKE) test-accuracy
 	$(MAKE) test-nocgo

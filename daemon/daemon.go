@@ -48,6 +48,9 @@ type ScrapeResult struct {
 	Duration time.Duration
 	Samples  int
 	Err      error
+	// Prometheus marks the probe of a fleet's Prometheus source (its
+	// failures are logged as the source's, not an engine's).
+	Prometheus bool
 }
 
 // TriageRequest asks for one triage.
@@ -170,6 +173,13 @@ type Daemon struct {
 	persisted   []byte                    // the state last written to the data dir
 	pending     []*notifiers.Notification // not yet taken by the outbox (guarded by work)
 	overrun     int                       // cycles in a row longer than the interval (guarded by work)
+	// A failing detection is logged once per streak (guarded by work):
+	// detectFailing counts the failed cycles, detectLogged says the streak
+	// was logged. A streak while the Prometheus source is down is that
+	// source's failure, already logged once by scrape.
+	detectFailing int
+	detectLogged  bool
+	sourceDown    bool // the last cycle's Prometheus probe failed (guarded by work)
 
 	viewMu   sync.RWMutex
 	verdicts map[string]*verdict.Verdict // last verdict per scope key
@@ -279,8 +289,18 @@ func (d *Daemon) Tick(ctx context.Context, at time.Time) error {
 	dets, err := d.detector.EvaluateSince(ctx, d.metrics, at, d.HistorySince())
 	if err != nil {
 		d.stats.detectErrors.Inc()
-		d.log.Error("Detection failed", "err", err)
-		return fmt.Errorf("tick at %s: %w", at.Format(time.RFC3339), err)
+		d.detectFailing++
+		if !d.detectLogged && !d.sourceDown {
+			d.detectLogged = true
+			d.log.Error("Detection failed; logged again when it recovers", "err", err)
+		}
+		return loggedError{fmt.Errorf("tick at %s: %w", at.Format(time.RFC3339), err)}
+	}
+	if d.detectFailing > 0 {
+		if d.detectLogged {
+			d.log.Info("Detection recovered", "failed_cycles", d.detectFailing)
+		}
+		d.detectFailing, d.detectLogged = 0, false
 	}
 	bounds := d.detector.Stats()
 	d.stats.detectRefused.WithLabelValues("max_series").Add(float64(bounds.Truncated))
@@ -504,13 +524,22 @@ func withEngineFacts(cfg Config, req TriageRequest) TriageRequest {
 	return req
 }
 
-// scrape runs the scraper and reports whether every target answered.
+// loggedError is an error Tick has logged already: Run does not log it
+// again (a failing detection was three lines per cycle).
+type loggedError struct{ error }
+
+func (e loggedError) Unwrap() error { return e.error }
+
+// scrape runs the scraper and reports whether every target answered. A
+// target's (or the Prometheus source's) failure is logged when it starts
+// and when it ends, not every cycle.
 func (d *Daemon) scrape(ctx context.Context, at time.Time) bool {
 	results := d.opts.Scraper.Scrape(ctx, at)
 	allUp := len(results) > 0
 	d.viewMu.Lock()
 	defer d.viewMu.Unlock()
 	storeErr := ""
+	d.sourceDown = false
 	for _, r := range results {
 		d.stats.observeScrape(r, at)
 		if r.Err != nil && errors.Is(r.Err, scrape.ErrStore) {
@@ -521,15 +550,25 @@ func (d *Daemon) scrape(ctx context.Context, at time.Time) bool {
 			continue
 		}
 		if r.Err != nil {
+			d.sourceDown = d.sourceDown || r.Prometheus
 			if _, ok := d.down[r.Target]; !ok {
 				d.down[r.Target] = at
-				d.log.Warn("Engine scrape failed", "target", r.Target, "err", r.Err)
+				if r.Prometheus {
+					d.log.Error("Prometheus source failed; detection and triage wait for it, logged again when it answers",
+						"source", r.Target, "err", r.Err)
+				} else {
+					d.log.Warn("Engine scrape failed", "target", r.Target, "err", r.Err)
+				}
 			}
 			allUp = false
 			continue
 		}
 		if since, ok := d.down[r.Target]; ok {
-			d.log.Info("Engine scrape recovered", "target", r.Target, "down_for", at.Sub(since))
+			if r.Prometheus {
+				d.log.Info("Prometheus source answers again", "source", r.Target, "down_for", at.Sub(since))
+			} else {
+				d.log.Info("Engine scrape recovered", "target", r.Target, "down_for", at.Sub(since))
+			}
 			delete(d.down, r.Target)
 		}
 		d.scraped.Store(true)
@@ -680,7 +719,7 @@ func (d *Daemon) publish() {
 	d.viewMu.Lock()
 	d.view = incs
 	d.viewMu.Unlock()
-	d.stats.publish(incs)
+	d.stats.publish(incs, d.Config().API.ExternalURL)
 	d.stats.pending.Set(float64(len(d.pending)))
 }
 
@@ -775,7 +814,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	tickCtx := context.WithoutCancel(ctx)
-	if err := d.Tick(tickCtx, d.opts.Now()); err != nil {
+	if err := d.Tick(tickCtx, d.opts.Now()); err != nil && !errors.As(err, new(loggedError)) {
 		d.log.Warn("Tick failed", "err", err)
 	}
 	for {
@@ -787,7 +826,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 				interval = i
 				t.Reset(i)
 			}
-			if err := d.Tick(tickCtx, d.opts.Now()); err != nil {
+			if err := d.Tick(tickCtx, d.opts.Now()); err != nil && !errors.As(err, new(loggedError)) {
 				d.log.Warn("Tick failed", "err", err)
 			}
 		}

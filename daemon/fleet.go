@@ -64,7 +64,7 @@ type PrometheusProbe struct {
 func (p *PrometheusProbe) Scrape(ctx context.Context, at time.Time) []ScrapeResult {
 	start := time.Now()
 	_, _, err := p.Metrics.Query(ctx, "vector(1)", at)
-	return []ScrapeResult{{Target: p.Name, Duration: time.Since(start), Err: err}}
+	return []ScrapeResult{{Target: p.Name, Duration: time.Since(start), Err: err, Prometheus: true}}
 }
 
 // RemoteClient builds the query client of a Prometheus source.
@@ -128,22 +128,34 @@ func (s *stats) observeCycle(dets []detect.Detection, bounds detect.CycleStats, 
 
 // openIncidents exports whyslow_incident_open: 1 per open incident,
 // labelled with its scope's labels (detect.group_by, so a dashboard
-// matches them to the engines' series), its top cause and severity. The
+// matches them to the engines' series), its top cause and severity, its
+// id (the /incidents/{id} page) and, with api.external_url, verdict_url:
+// the verdict page link the notifications carry, by scope, so any replica
+// answers it and a dashboard links each incident to its verdict. The
 // scope labels vary with the configuration, so the metric is unchecked.
 type openIncidents struct {
-	incs atomic.Pointer[[]incident.Incident]
+	incs atomic.Pointer[openSet]
 }
 
-var openIncidentHelp = "1 per open incident, labelled with the scope's labels, the top cause id (unknown before a verdict names one) and the severity."
+type openSet struct {
+	incs     []incident.Incident
+	external string // api.external_url when published
+}
 
-func (o *openIncidents) set(incs []incident.Incident) {
+var openIncidentHelp = "1 per open incident, labelled with the scope's labels, the top cause id (unknown before a verdict names one), the severity, the incident id and (with api.external_url) the verdict page's URL."
+
+// ownLabels are the labels whyslow_incident_open sets itself; a scope
+// label of the same name is left out.
+var ownLabels = map[string]bool{"cause": true, "severity": true, "incident_id": true, "verdict_url": true}
+
+func (o *openIncidents) set(incs []incident.Incident, external string) {
 	var open []incident.Incident
 	for _, in := range incs {
 		if in.Status == incident.IncidentOpen {
 			open = append(open, in)
 		}
 	}
-	o.incs.Store(&open)
+	o.incs.Store(&openSet{incs: open, external: external})
 }
 
 // Describe sends nothing: the label names follow the scopes.
@@ -155,15 +167,15 @@ func (o *openIncidents) Collect(ch chan<- prometheus.Metric) {
 	if p == nil {
 		return
 	}
-	for _, in := range *p {
-		names := make([]string, 0, len(in.Scope.Labels)+2)
+	for _, in := range p.incs {
+		names := make([]string, 0, len(in.Scope.Labels)+4)
 		for k := range in.Scope.Labels {
-			if k != "cause" && k != "severity" && model.LabelName(k).IsValidLegacy() {
+			if !ownLabels[k] && model.LabelName(k).IsValidLegacy() {
 				names = append(names, k)
 			}
 		}
 		sort.Strings(names)
-		values := make([]string, 0, len(names)+2)
+		values := make([]string, 0, len(names)+4)
 		for _, k := range names {
 			values = append(values, in.Scope.Labels[k])
 		}
@@ -171,8 +183,12 @@ func (o *openIncidents) Collect(ch chan<- prometheus.Metric) {
 		if cause == "" {
 			cause = "unknown"
 		}
-		names = append(names, "cause", "severity")
-		values = append(values, cause, string(in.Severity))
+		names = append(names, "cause", "severity", "incident_id")
+		values = append(values, cause, string(in.Severity), in.ID)
+		if u := verdictURL(p.external, in.Scope.Selector); u != "" {
+			names = append(names, "verdict_url")
+			values = append(values, u)
+		}
 		desc := prometheus.NewDesc("whyslow_incident_open", openIncidentHelp, names, nil)
 		m, err := prometheus.NewConstMetric(desc, prometheus.GaugeValue, 1, values...)
 		if err != nil {

@@ -203,7 +203,7 @@ func TestFleetStack(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{"whyslow_fleet_scopes 1", `whyslow_incident_open{cause="kv_cache_pressure",model_name=`, "whyslow_cycle_queries"} {
+	for _, want := range []string{"whyslow_fleet_scopes 1", `whyslow_incident_open{cause="kv_cache_pressure",incident_id=`, `model_name="`, "whyslow_cycle_queries"} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}

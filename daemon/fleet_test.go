@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -159,17 +160,26 @@ func TestTriageOpenConcurrentWithinBudget(t *testing.T) {
 }
 
 // TestOpenIncidentMetric: whyslow_incident_open carries the scope's labels,
-// the top cause and the severity.
+// the top cause, the severity, the incident's id and, with
+// api.external_url, its verdict page (issue 25: the dashboard links each
+// incident to it).
 func TestOpenIncidentMetric(t *testing.T) {
-	h := newHarness(t, testConfig())
+	cfg := testConfig()
+	cfg.API.ExternalURL = "https://ops.example/whyslow/"
+	h := newHarness(t, cfg)
 	h.ticks(t, 130)
 	h.tri.cause = "kv_cache_pressure"
 	h.eng.setSlow(true)
 	h.ticks(t, 4)
 	got := h.get(t, "/metrics", "", 200)
-	want := `whyslow_incident_open{cause="kv_cache_pressure",model_name="m",severity="warning"} 1`
+	incs := h.d.Incidents()
+	if len(incs) != 1 {
+		t.Fatalf("%d incidents, want 1", len(incs))
+	}
+	link := "https://ops.example/whyslow/verdict?scope=" + url.QueryEscape(incs[0].Scope.Selector)
+	want := `whyslow_incident_open{cause="kv_cache_pressure",incident_id="` + strings.ReplaceAll(incs[0].ID, `"`, `\"`) + `",model_name="m",severity="warning",verdict_url="` + link + `"} 1`
 	if !strings.Contains(got, want) {
-		t.Errorf("/metrics lacks %s", want)
+		t.Errorf("/metrics lacks %s:\n%s", want, grepLines(got, "whyslow_incident_open"))
 	}
 	for _, name := range []string{"whyslow_fleet_scopes 1", "whyslow_fleet_scopes_violating 1", "whyslow_cycle_duration_seconds_count", "whyslow_cycle_queries"} {
 		if !strings.Contains(got, name) {

@@ -135,7 +135,7 @@ func (s *stats) observeScrape(r ScrapeResult, at time.Time) {
 }
 
 // publish sets the incident gauges from the current incidents.
-func (s *stats) publish(incs []incident.Incident) {
+func (s *stats) publish(incs []incident.Incident, external string) {
 	s.topCause.Reset()
 	open := 0
 	for _, in := range incs {
@@ -150,5 +150,5 @@ func (s *stats) publish(incs []incident.Incident) {
 		s.topCause.WithLabelValues(in.Key, cause, string(in.Severity)).Set(1)
 	}
 	s.incidentsOpen.Set(float64(open))
-	s.fleet.open.set(incs)
+	s.fleet.open.set(incs, external)
 }

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/prometheus/promql/parser"
 )
 
 const fleetDashboard = "grafana/whyslow-fleet.json"
@@ -49,6 +52,7 @@ type dashboard struct {
 			Name       string     `json:"name"`
 			Datasource datasource `json:"datasource"`
 			Expr       string     `json:"expr"`
+			TextFormat string     `json:"textFormat"`
 			BuiltIn    int        `json:"builtIn"`
 		} `json:"list"`
 	} `json:"annotations"`
@@ -80,7 +84,15 @@ type panel struct {
 		Expr       string      `json:"expr"`
 		Datasource *datasource `json:"datasource"`
 	} `json:"targets"`
-	Panels []panel `json:"panels"` // a collapsed row's
+	Panels      []panel `json:"panels"` // a collapsed row's
+	FieldConfig struct {
+		Defaults struct {
+			Links []struct {
+				Title string `json:"title"`
+				URL   string `json:"url"`
+			} `json:"links"`
+		} `json:"defaults"`
+	} `json:"fieldConfig"`
 }
 
 // variableQuery is the PromQL of a variable query, which Grafana stores as a
@@ -175,9 +187,15 @@ func TestDashboardQueries(t *testing.T) {
 		"vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_bucket",
 		"vllm:e2e_request_latency_seconds_bucket", "vllm:kv_cache_usage_perc",
 		"vllm:num_requests_running", "vllm:num_requests_waiting",
+		"sglang:time_to_first_token_seconds_bucket", "sglang:inter_token_latency_seconds_bucket",
+		"sglang:e2e_request_latency_seconds_bucket", "sglang:token_usage",
+		"sglang:num_running_reqs", "sglang:num_queue_reqs",
+		"trtllm_time_to_first_token_seconds_bucket", "trtllm_time_per_output_token_seconds_bucket",
+		"trtllm_e2e_request_latency_seconds_bucket", "trtllm_kv_cache_utilization",
+		"trtllm_num_requests_running", "trtllm_num_requests_waiting",
 		"whyslow_incident_open", "whyslow_fleet_scopes", "whyslow_fleet_scopes_violating",
-		"whyslow_cycle_duration_seconds_bucket", "whyslow_cycle_queries", "whyslow_incidents_open",
-		"whyslow_triage_duration_seconds_bucket",
+		"whyslow_cycle_duration_seconds_bucket", "whyslow_cycle_queries", "whyslow_ready",
+		"whyslow_triage_duration_seconds_bucket", "whyslow_notifications_total",
 	} {
 		if !read[want] {
 			t.Errorf("no query reads %s", want)
@@ -256,5 +274,181 @@ func TestDashboardCheckCatches(t *testing.T) {
 	q, _ = promqlOf(`histogram_quantile(0.95, sum by (le) (rate(vllm:time_to_first_token_bucket{model_name=~"$model_name"}[$__rate_interval])))`)
 	if len(checkExpr(k, q)) == 0 {
 		t.Error("a misspelled vLLM metric passed")
+	}
+}
+
+// rows returns the dashboard's panels by the row they sit under (a row's
+// own panels when collapsed).
+func rows(d dashboard) map[string][]panel {
+	out := map[string][]panel{}
+	row := ""
+	for _, p := range d.Panels {
+		if p.Type == "row" {
+			row = p.Title
+			out[row] = append(out[row], p.Panels...)
+			continue
+		}
+		out[row] = append(out[row], p)
+	}
+	return out
+}
+
+// reads returns the metric names p's queries read.
+func reads(t *testing.T, p panel) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	for _, tg := range p.Targets {
+		q, _ := promqlOf(tg.Expr)
+		names, err := metricNames(q)
+		if err != nil {
+			t.Errorf("panel %q: %v", p.Title, err)
+		}
+		for _, n := range names {
+			out[n] = true
+		}
+	}
+	return out
+}
+
+// engines are the metric name prefixes of the shipped engine maps
+// (rulesets/vllm.yaml, sglang.yaml, trtllm.yaml).
+var engines = map[string]string{"vLLM": "vllm:", "SGLang": "sglang:", "TensorRT-LLM": "trtllm_"}
+
+// Every engine panel and both scope variables read vLLM, SGLang and
+// TensorRT-LLM (issue 25 item 10: the dashboard was vLLM-only).
+func TestDashboardEngines(t *testing.T) {
+	d, exprs := loadDashboard(t)
+	var enginePanels []panel
+	for row, ps := range rows(d) {
+		if row != "" && !strings.Contains(row, "whyslow") {
+			enginePanels = append(enginePanels, ps...)
+		}
+	}
+	if len(enginePanels) < 5 {
+		t.Fatalf("%d engine panels, want at least 5", len(enginePanels))
+	}
+	for _, p := range enginePanels {
+		names := reads(t, p)
+		for engine, prefix := range engines {
+			found := false
+			for n := range names {
+				found = found || strings.HasPrefix(n, prefix)
+			}
+			if !found {
+				t.Errorf("panel %q reads no %s series (%v)", p.Title, engine, names)
+			}
+		}
+	}
+	for _, e := range exprs {
+		if !strings.HasPrefix(e.where, "variable ") {
+			continue
+		}
+		names, _ := metricNames(e.expr)
+		for engine, prefix := range engines {
+			found := false
+			for _, n := range names {
+				found = found || strings.HasPrefix(n, prefix)
+			}
+			if !found {
+				t.Errorf("%s takes no values from %s series (%s)", e.where, engine, e.expr)
+			}
+		}
+	}
+}
+
+// keeps reports whether expr's result keeps label: no aggregation drops
+// it.
+func keeps(t *testing.T, expr, label string) bool {
+	t.Helper()
+	q, _ := promqlOf(expr)
+	e, err := promql.ParseExpr(q)
+	if err != nil {
+		t.Errorf("%s: %v", expr, err)
+		return false
+	}
+	ok := true
+	parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
+		if a, is := n.(*parser.AggregateExpr); is && (a.Without == slices.Contains(a.Grouping, label)) {
+			ok = false
+		}
+		return nil
+	})
+	return ok
+}
+
+// Each incident annotation and each row of the open-incidents table links
+// to the incident's verdict page: whyslow_incident_open's verdict_url label
+// (daemon/fleet.go; TestOpenIncidentMetric in package daemon).
+func TestDashboardVerdictLinks(t *testing.T) {
+	d, _ := loadDashboard(t)
+	annotated := false
+	for _, a := range d.Annotations.List {
+		if a.BuiltIn != 0 || !strings.Contains(a.Expr, "whyslow_incident_open") {
+			continue
+		}
+		annotated = true
+		if !keeps(t, a.Expr, "verdict_url") || !strings.Contains(a.TextFormat, "{{verdict_url}}") {
+			t.Errorf("annotation %q: the query must keep verdict_url and its text show it (expr %s, text %q)", a.Name, a.Expr, a.TextFormat)
+		}
+	}
+	if !annotated {
+		t.Error("no annotation of whyslow_incident_open")
+	}
+	tables := 0
+	for _, ps := range rows(d) {
+		for _, p := range ps {
+			if p.Type != "table" || !reads(t, p)["whyslow_incident_open"] {
+				continue
+			}
+			tables++
+			for _, tg := range p.Targets {
+				if !keeps(t, tg.Expr, "verdict_url") {
+					t.Errorf("table %q: %s drops verdict_url", p.Title, tg.Expr)
+				}
+			}
+			linked := false
+			for _, l := range p.FieldConfig.Defaults.Links {
+				linked = linked || strings.Contains(l.URL, "${__data.fields.verdict_url}")
+			}
+			if !linked {
+				t.Errorf("table %q: rows do not link to ${__data.fields.verdict_url}", p.Title)
+			}
+		}
+	}
+	if tables == 0 {
+		t.Error("no table of open incidents (whyslow_incident_open)")
+	}
+}
+
+// fleetOnly are whyslow metrics that a sidecar does not export (it sends
+// no Alertmanager alerts by default).
+var fleetOnly = map[string]bool{"whyslow_alertmanager_sends_total": true}
+
+// The whyslow row works for sidecars (issue 25 item 10: it read "No data"):
+// every panel reads a metric a sidecar exports, and none counts incidents
+// with max(whyslow_incidents_open), which is one sidecar's count.
+func TestDashboardWhyslowRowForSidecars(t *testing.T) {
+	d, _ := loadDashboard(t)
+	n := 0
+	for row, ps := range rows(d) {
+		if !strings.Contains(row, "whyslow") {
+			continue
+		}
+		for _, p := range ps {
+			n++
+			sidecar := false
+			for name := range reads(t, p) {
+				sidecar = sidecar || strings.HasPrefix(name, "whyslow_") && !fleetOnly[name]
+			}
+			if !sidecar {
+				t.Errorf("panel %q reads only fleet metrics: No data for sidecars", p.Title)
+			}
+			if reads(t, p)["whyslow_incidents_open"] {
+				t.Errorf("panel %q reads whyslow_incidents_open, each whyslow's own count: count distinct scopes of whyslow_incident_open", p.Title)
+			}
+		}
+	}
+	if n < 5 {
+		t.Errorf("%d panels in the whyslow row, want at least 5", n)
 	}
 }

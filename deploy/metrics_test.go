@@ -182,6 +182,15 @@ func metricNames(expr string) ([]string, error) {
 			if m.Name == model.MetricNameLabel && m.Type == labels.MatchEqual {
 				name = m.Value
 			}
+			// {__name__=~"a|b|c"} (a dashboard variable's selector over
+			// several engines) reads each of a, b and c.
+			if m.Name == model.MetricNameLabel && m.Type == labels.MatchRegexp {
+				if alts := strings.Split(m.Value, "|"); allNames(alts) {
+					for _, a := range alts {
+						seen[a] = true
+					}
+				}
+			}
 		}
 		if name != "" {
 			seen[name] = true
@@ -194,6 +203,19 @@ func metricNames(expr string) ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+var literalName = regexp.MustCompile(`^[a-zA-Z_:][a-zA-Z0-9_:]*$`)
+
+// allNames reports whether every alternative of a regex is a plain metric
+// name.
+func allNames(alts []string) bool {
+	for _, a := range alts {
+		if !literalName.MatchString(a) {
+			return false
+		}
+	}
+	return true
 }
 
 // checkExpr returns what is wrong with expr: a parse error, or metrics

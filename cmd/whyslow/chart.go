@@ -28,15 +28,23 @@ func writeChart(ctx context.Context, m query.Metrics, v *verdict.Verdict, path s
 	return writeAtomic("chart", path, ".chart-*.png", png)
 }
 
+// outputMode is the mode of the files whyslow writes for people to open
+// and share (pages, charts): what a shell redirect makes under umask 022.
+const outputMode = 0o644
+
 // writeAtomic writes b (a chart, a page: what) to path through a temporary
 // file in its directory (named by pattern), so a reader never sees half a
-// file.
+// file. The file gets outputMode, not CreateTemp's private 0600.
 func writeAtomic(what, path, pattern string, b []byte) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), pattern)
 	if err != nil {
 		return fmt.Errorf("write %s %s: %w", what, path, osCause(err))
 	}
 	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(outputMode); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s %s: %w", what, path, osCause(err))
+	}
 	if _, err := tmp.Write(b); err != nil {
 		tmp.Close()
 		return fmt.Errorf("write %s %s: %w", what, path, osCause(err))

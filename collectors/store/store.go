@@ -156,7 +156,7 @@ func Open(opts Options) (*Store, error) {
 		topts.StripeSize = SmallStripeSize
 	}
 
-	db, err := tsdb.Open(dir, logger.With("component", "tsdb"), opts.Registerer, topts, nil)
+	db, err := tsdb.Open(dir, slog.New(quietInfo{logger.Handler()}).With("component", "tsdb"), opts.Registerer, topts, nil)
 	if err != nil {
 		if tempDir != "" {
 			_ = os.RemoveAll(tempDir)
@@ -181,6 +181,31 @@ func Open(opts Options) (*Store, error) {
 		Parser:               p,
 	})
 	return &Store{db: db, engine: engine, parser: p, tempDir: tempDir}, nil
+}
+
+// quietInfo logs the TSDB's info records at debug: its WAL replay (about
+// six lines on every start of a daemon with a data_dir), block writes and
+// head truncations are housekeeping, not news for whoever reads whyslow's
+// log. Warnings and errors pass unchanged.
+type quietInfo struct{ h slog.Handler }
+
+func (q quietInfo) Enabled(ctx context.Context, l slog.Level) bool {
+	return q.h.Enabled(ctx, demote(l))
+}
+
+func (q quietInfo) Handle(ctx context.Context, r slog.Record) error {
+	r.Level = demote(r.Level)
+	return q.h.Handle(ctx, r)
+}
+
+func (q quietInfo) WithAttrs(as []slog.Attr) slog.Handler { return quietInfo{q.h.WithAttrs(as)} }
+func (q quietInfo) WithGroup(name string) slog.Handler    { return quietInfo{q.h.WithGroup(name)} }
+
+func demote(l slog.Level) slog.Level {
+	if l >= slog.LevelInfo && l < slog.LevelWarn {
+		return slog.LevelDebug
+	}
+	return l
 }
 
 // Close closes the TSDB and, for an in-memory store, removes its directory.

@@ -71,7 +71,7 @@ func Play(ctx context.Context, w io.Writer, o Options) (Outcome, error) {
 			cause = s.Cause
 		}
 	}
-	lc := logsink.Config{Format: o.Format}
+	lc := logsink.Config{Format: o.Format, Verdict: true} // the demo shows the verdicts
 	noNVML := false
 	// An on-disk store in a temporary directory appends live scrapes faster
 	// than the in-memory mode (built for loading bundles out of order).

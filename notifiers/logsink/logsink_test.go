@@ -30,7 +30,7 @@ func TestFormats(t *testing.T) {
 		t.Run(tt.format, func(t *testing.T) {
 			var out bytes.Buffer
 			logger, logs := notifytest.NewLogger()
-			s, err := New(Config{Format: tt.format}, &out, logger)
+			s, err := New(Config{Format: tt.format, Verdict: true}, &out, logger)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -52,6 +52,32 @@ func TestFormats(t *testing.T) {
 	}
 }
 
+// TestOneLinePerNotification is issue 25 item 9: the log receiver dumped
+// 80-line verdicts into the daemon's log. By default it logs one line per
+// notification, with the verdict link; the verdict stays on the API and
+// the pages.
+func TestOneLinePerNotification(t *testing.T) {
+	var out bytes.Buffer
+	logger, logs := notifytest.NewLogger()
+	s, err := New(DefaultConfig(), &out, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := notification(notifiers.TransitionOpen)
+	n.VerdictURL = "https://ops.example/verdict?scope=x"
+	if _, err := s.Notify(context.Background(), n); err != nil {
+		t.Fatal(err)
+	}
+	if out.Len() != 0 {
+		t.Errorf("wrote %d bytes of verdict:\n%s", out.Len(), out.String())
+	}
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], "Incident open") || !strings.Contains(lines[0], "summary=") ||
+		!strings.Contains(lines[0], `verdict_url="`+n.VerdictURL+`"`) {
+		t.Errorf("want one line with the summary and the verdict link, got %d:\n%s", len(lines), logs.String())
+	}
+}
+
 type failWriter struct{}
 
 func (failWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
@@ -63,7 +89,9 @@ func TestErrors(t *testing.T) {
 	if DefaultConfig().Validate() != nil {
 		t.Error("default config must be valid")
 	}
-	s, err := New(DefaultConfig(), failWriter{}, nil)
+	cfg := DefaultConfig()
+	cfg.Verdict = true
+	s, err := New(cfg, failWriter{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +117,7 @@ func TestControlCharactersEscaped(t *testing.T) {
 			n.Verdict.Scope.Labels = map[string]string{"model_name": evil}
 			var out bytes.Buffer
 			logger, logs := notifytest.NewLogger()
-			s, err := New(Config{Format: format, Color: color}, &out, logger)
+			s, err := New(Config{Format: format, Color: color, Verdict: true}, &out, logger)
 			if err != nil {
 				t.Fatal(err)
 			}
