@@ -70,6 +70,10 @@ type TriageRequest struct {
 	// Shared, when set, answers the triage's queries over every scope
 	// (diagnose.Options.Shared): the cycle's, so its triages run those once.
 	Shared query.Metrics
+	// Learning is the daemon's learning state (prepare fills it while the
+	// history is shorter than the baseline); zero otherwise. A value, so
+	// that the request stays comparable.
+	Learning verdict.Learning
 }
 
 // TriageFunc runs one triage against the daemon's metrics.
@@ -577,8 +581,31 @@ func (d *Daemon) prepare(req TriageRequest) (_ TriageRequest, learning string) {
 			req.Baseline = c.Offset
 		}
 		learning = c.Note()
+		if c.Learning {
+			req.Learning = learningState(c)
+		}
 	}
 	return req, learning
+}
+
+// learningState is the learning state of a baseline choice, in the words
+// every rendering opens with: "learning the baseline (2 of 60 minutes);
+// using the 2 minutes there are".
+func learningState(c detect.BaselineChoice) verdict.Learning {
+	hist, full := int(c.History/time.Minute), int(c.Configured/time.Minute)
+	there := fmt.Sprintf("the %d minutes there are", hist)
+	switch {
+	case hist == 1:
+		there = "the 1 minute there is"
+	case hist == 0:
+		there = fmt.Sprintf("the %s there are", c.History.Truncate(time.Second))
+	}
+	l := verdict.Learning{HistoryMinutes: hist, BaselineMinutes: full,
+		Message: fmt.Sprintf("learning the baseline (%d of %d minutes); using %s", hist, full, there)}
+	if c.Offset == 0 {
+		l.NeededMinutes = int((max(c.Needed, detect.MinHistory) + time.Minute - 1) / time.Minute)
+	}
+	return l
 }
 
 // triagePrepared runs a prepared triage and records its metrics. The
@@ -599,6 +626,10 @@ func (d *Daemon) triagePrepared(ctx context.Context, source string, req TriageRe
 	d.stats.triageRuns.WithLabelValues(source, "ok").Inc()
 	if learning != "" {
 		v.Warnings = append(v.Warnings, learning)
+	}
+	if v.Learning == nil && req.Learning.Message != "" {
+		l := req.Learning
+		v.Learning = &l
 	}
 	diagnose.CheckMixedModels(ctx, d.metrics, rulesets.Series(), v)
 	return v, nil

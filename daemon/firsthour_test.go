@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/prometheus/model/labels"
+
 	"github.com/whyslow/whyslow/collectors/store"
 	"github.com/whyslow/whyslow/detect"
 	"github.com/whyslow/whyslow/incident"
@@ -301,4 +303,84 @@ func (o *memOutbox) notifications() []*notifiers.Notification {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return append([]*notifiers.Notification(nil), o.all...)
+}
+
+// servingEngine is a synthEngine that also exports the series an engine is
+// recognised by (vllm:num_requests_running and the e2e count), so the real
+// triage reads it as vLLM.
+type servingEngine struct{ *synthEngine }
+
+func (e servingEngine) Scrape(ctx context.Context, at time.Time) []ScrapeResult {
+	res := e.synthEngine.Scrape(ctx, at)
+	if len(res) == 0 || res[0].Err != nil {
+		return res
+	}
+	e.mu.Lock()
+	n := e.n + e.s
+	e.mu.Unlock()
+	app := e.st.Appender(ctx)
+	ts := at.UnixMilli()
+	for name, v := range map[string]float64{"vllm:num_requests_running": 4, "vllm:e2e_request_latency_seconds_count": n} {
+		if _, err := app.Append(0, labels.FromStrings("__name__", name, "model_name", "m", "pod", "p0"), ts, v); err != nil {
+			panic(err)
+		}
+	}
+	if err := app.Commit(); err != nil {
+		panic(err)
+	}
+	return res
+}
+
+// TestDaemonFirstIncidentSaysLearning is finding 1 of issue 25: a daemon
+// started 20 s before an incident paged "the incident window lies outside
+// the scope's data, which runs from 21:29:11 to 21:29:11: give an --at
+// inside that range". Now, with the real triage, its first notification
+// opens with the learning state, its reason is learning_baseline with no
+// CLI flag, and the baseline window's gaps are one line.
+func TestDaemonFirstIncidentSaysLearning(t *testing.T) {
+	cfg := freshConfig()
+	cfg.Triage.Window = 0 // the default 5m
+	cfg.Detect.Triggers = []detect.Trigger{{Name: "ttft_abs", Signal: detect.SignalTTFTP95, Above: ptrTo(0.2)}}
+	h := newHarnessWith(t, cfg, func(o *Options) {
+		tri, err := TriageWith(o.Metrics, nil, "auto")
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Triage = tri
+		o.Scraper = servingEngine{o.Scraper.(*synthEngine)}
+	})
+	h.ticks(t, 4) // 20 s
+	h.eng.setSlow(true)
+	for i := 0; i < 24 && len(h.ob.notifications()) == 0; i++ {
+		h.ticks(t, 1)
+	}
+	ns := h.ob.notifications()
+	if len(ns) == 0 {
+		t.Fatalf("no notification within 2 minutes of the incident: %+v", h.d.Incidents())
+	}
+	v := ns[0].Verdict
+	if v.Learning == nil || !strings.HasPrefix(v.Learning.Message, "learning the baseline (") {
+		t.Fatalf("first notification's verdict has no learning state: %+v", v.Learning)
+	}
+	if r := v.InsufficientReason; r != nil && r.Code == verdict.InsufficientOutsideData {
+		t.Errorf("reason %s: %s", r.Code, r.Message)
+	}
+	if r := v.InsufficientReason; r != nil && r.Code != verdict.InsufficientLearning {
+		t.Errorf("reason %s, want %s: %s", r.Code, verdict.InsufficientLearning, r.Message)
+	}
+	var text bytes.Buffer
+	if err := render.Render(&text, v, render.FormatText, render.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	first, _, _ := strings.Cut(text.String(), "\n")
+	if !strings.HasPrefix(first, "learning the baseline (") {
+		t.Errorf("first line %q, want the learning state first", first)
+	}
+	if r := v.InsufficientReason; r != nil && strings.Contains(r.Message, "--") {
+		t.Errorf("daemon advice names a CLI flag: %s", r.Message)
+	}
+	if n := strings.Count(text.String(), "(baseline window)"); n > 1 {
+		t.Errorf("%d baseline-window gaps while learning, want one:\n%s", n, text.String())
+	}
+	t.Logf("first notification:\n%s", text.String())
 }
