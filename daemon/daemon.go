@@ -152,27 +152,31 @@ type AlertSender interface {
 type Daemon struct {
 	work sync.Mutex // serialises Tick, alert bookkeeping, Reload, Shutdown
 
-	cfg         atomic.Pointer[Config]
-	receivers   atomic.Pointer[[]string]
-	opts        Options
-	log         *slog.Logger
-	secrets     *redact.Secrets
-	detector    *detect.Detector
-	tracker     *incident.Tracker
-	stats       *stats
-	sessions    *sessions                     // signed-in browsers (session.go)
-	limiter     *limiter                      // wrong tokens per client
-	scraped     atomic.Bool                   // a scrape has succeeded
-	history     atomic.Int64                  // unix ns of the first successful scrape the store holds; 0: none yet
-	triages     atomic.Pointer[chan struct{}] // slots for ad-hoc, alert and Slack triages
-	budget      *httplimit.Budget
-	down        map[string]time.Time  // target → down since; guarded by viewMu
-	metrics     query.Metrics         // opts.Metrics
-	lastTriaged map[string]time.Time  // open incident key → its last detector triage (guarded by work)
-	reusable    map[string]lastTriage // open incident key → what its last verdict was made of (guarded by work)
-	closed      bool
-	persisted   []byte                    // the state last written to the data dir
-	pending     []*notifiers.Notification // not yet taken by the outbox (guarded by work)
+	cfg       atomic.Pointer[Config]
+	receivers atomic.Pointer[[]string]
+	opts      Options
+	log       *slog.Logger
+	secrets   *redact.Secrets
+	detector  *detect.Detector
+	// engineQueries count the series of a known engine (blind.go);
+	// engineChecked is when they last answered (guarded by work).
+	engineQueries []string
+	engineChecked time.Time
+	tracker       *incident.Tracker
+	stats         *stats
+	sessions      *sessions                     // signed-in browsers (session.go)
+	limiter       *limiter                      // wrong tokens per client
+	scraped       atomic.Bool                   // a scrape has succeeded
+	history       atomic.Int64                  // unix ns of the first successful scrape the store holds; 0: none yet
+	triages       atomic.Pointer[chan struct{}] // slots for ad-hoc, alert and Slack triages
+	budget        *httplimit.Budget
+	down          map[string]time.Time  // target → down since; guarded by viewMu
+	metrics       query.Metrics         // opts.Metrics
+	lastTriaged   map[string]time.Time  // open incident key → its last detector triage (guarded by work)
+	reusable      map[string]lastTriage // open incident key → what its last verdict was made of (guarded by work)
+	closed        bool
+	persisted     []byte                    // the state last written to the data dir
+	pending       []*notifiers.Notification // not yet taken by the outbox (guarded by work)
 
 	viewMu   sync.RWMutex
 	verdicts map[string]*verdict.Verdict // last verdict per scope key
@@ -215,20 +219,21 @@ func New(opts Options) (*Daemon, error) {
 		return nil, fmt.Errorf("new daemon: %w", err)
 	}
 	d := &Daemon{
-		opts:        opts,
-		log:         opts.Logger.With("component", "daemon"),
-		secrets:     opts.Secrets,
-		detector:    det,
-		tracker:     incident.NewTracker(cfg.Incidents),
-		budget:      httplimit.NewBudget(bodyBudget),
-		sessions:    newSessions(),
-		limiter:     newLimiter(),
-		down:        map[string]time.Time{},
-		metrics:     opts.Metrics,
-		lastTriaged: map[string]time.Time{},
-		reusable:    map[string]lastTriage{},
-		verdicts:    map[string]*verdict.Verdict{},
-		problems:    map[string]string{},
+		opts:          opts,
+		log:           opts.Logger.With("component", "daemon"),
+		secrets:       opts.Secrets,
+		detector:      det,
+		engineQueries: engineSeriesQueries(),
+		tracker:       incident.NewTracker(cfg.Incidents),
+		budget:        httplimit.NewBudget(bodyBudget),
+		sessions:      newSessions(),
+		limiter:       newLimiter(),
+		down:          map[string]time.Time{},
+		metrics:       opts.Metrics,
+		lastTriaged:   map[string]time.Time{},
+		reusable:      map[string]lastTriage{},
+		verdicts:      map[string]*verdict.Verdict{},
+		problems:      map[string]string{},
 	}
 	d.cfg.Store(&cfg)
 	slots := make(chan struct{}, cfg.API.MaxConcurrentTriages)
@@ -274,6 +279,7 @@ func (d *Daemon) Tick(ctx context.Context, at time.Time) error {
 	cfg := d.Config()
 	cycleStart, queriesBefore := time.Now(), d.queries()
 	allUp := d.scrape(ctx, at)
+	d.checkEngineSeries(ctx, at)
 	d.collectSources(ctx, at)
 	if len(d.pending) > 0 && d.persist() && d.flushPending() {
 		d.persist() // what an earlier cycle could not hand to the outbox

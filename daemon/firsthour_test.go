@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -383,4 +385,85 @@ func TestDaemonFirstIncidentSaysLearning(t *testing.T) {
 		t.Errorf("%d baseline-window gaps while learning, want one:\n%s", n, text.String())
 	}
 	t.Logf("first notification:\n%s", text.String())
+}
+
+// otherMetrics is a target that answers with series of no known engine (a
+// node exporter, the API gateway's /metrics).
+type otherMetrics struct{ st *store.Store }
+
+func (o otherMetrics) Scrape(ctx context.Context, at time.Time) []ScrapeResult {
+	app := o.st.Appender(ctx)
+	if _, err := app.Append(0, labels.FromStrings("__name__", "node_load1", "instance", "gw"), at.UnixMilli(), 1); err != nil {
+		panic(err)
+	}
+	if err := app.Commit(); err != nil {
+		panic(err)
+	}
+	return []ScrapeResult{{Target: "gw", Samples: 1}}
+}
+
+// switchScraper scrapes one of two scrapers (a target fixed in place).
+type switchScraper struct {
+	mu        sync.Mutex
+	now, next Scraper
+}
+
+func (s *switchScraper) Scrape(ctx context.Context, at time.Time) []ScrapeResult {
+	s.mu.Lock()
+	sc := s.now
+	s.mu.Unlock()
+	return sc.Scrape(ctx, at)
+}
+
+// lockedBuffer is a log sink tests read while the daemon writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+// TestDaemonBlindIsNotReady is finding 2 of issue 25: a daemon pointed at
+// a /metrics without engine series was ready (/readyz 200, scrapes
+// succeeding) and said nothing. Within 2 scrape intervals it is not ready,
+// says why with the fix, logs it once however long it lasts, and counts
+// the engine series; once the engine is there it is ready again.
+func TestDaemonBlindIsNotReady(t *testing.T) {
+	logs := &lockedBuffer{}
+	var sw *switchScraper
+	h := newHarnessWith(t, testConfig(), func(o *Options) {
+		st := o.Metrics.(*store.Store)
+		sw = &switchScraper{now: otherMetrics{st}, next: o.Scraper}
+		o.Scraper = sw
+		o.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
+	h.ticks(t, 2)
+	body := h.get(t, "/readyz", "", http.StatusServiceUnavailable)
+	if !strings.Contains(body, "no series of a known engine") || !strings.Contains(body, "engine_urls") {
+		t.Errorf("readyz body %q, want the problem and its fix", body)
+	}
+	if m := h.get(t, "/metrics", "", http.StatusOK); !strings.Contains(m, "whyslow_engine_series_found 0") || !strings.Contains(m, "whyslow_ready 0") {
+		t.Errorf("metrics:\n%s", grepLines(m, "whyslow_engine_series_found")+grepLines(m, "whyslow_ready"))
+	}
+	h.ticks(t, 20)
+	if n := strings.Count(logs.String(), "No engine series found"); n != 1 {
+		t.Errorf("logged %d times over 22 cycles, want once:\n%s", n, logs.String())
+	}
+	sw.mu.Lock()
+	sw.now = sw.next
+	sw.mu.Unlock()
+	h.ticks(t, 1)
+	h.get(t, "/readyz", "", http.StatusOK)
+	if n := strings.Count(logs.String(), "Engine series found"); n != 1 {
+		t.Errorf("recovery logged %d times, want once", n)
+	}
+	if m := h.get(t, "/metrics", "", http.StatusOK); strings.Contains(m, "whyslow_engine_series_found 0") {
+		t.Errorf("metrics:\n%s", grepLines(m, "whyslow_engine_series_found"))
+	}
 }

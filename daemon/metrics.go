@@ -28,6 +28,7 @@ type stats struct {
 	stateCorrupt   prometheus.Counter
 	pending        prometheus.Gauge
 	reloads        *prometheus.CounterVec
+	engineSeries   prometheus.Gauge
 	fleet          *fleetStats
 }
 
@@ -94,8 +95,12 @@ func newStats(d *Daemon, reg *prometheus.Registry) *stats {
 			Name: "whyslow_config_reloads_total", Help: "Configuration reloads by result.",
 		}, []string{"result"}),
 	}
+	s.engineSeries = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "whyslow_engine_series_found",
+		Help: "Series of a known engine (vLLM, SGLang, TensorRT-LLM request counts) the source held at the last check; 0 makes the daemon not ready.",
+	})
 	ready := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "whyslow_ready", Help: "1 when ready: a scrape succeeded, the state is saved, the outbox takes notifications, the store takes samples.",
+		Name: "whyslow_ready", Help: "1 when ready: a scrape succeeded, it holds series of a known engine, the state is saved, the outbox takes notifications, the store takes samples.",
 	}, func() float64 {
 		if d.Ready() {
 			return 1
@@ -105,7 +110,7 @@ func newStats(d *Daemon, reg *prometheus.Registry) *stats {
 	s.reg.MustRegister(s.scrapes, s.lastScrape,
 		s.triageRuns, s.triageDuration, s.detectErrors, s.persistErrors, s.incidentsOpen,
 		s.topCause, s.notifications, s.alerts, s.alertsRefused, s.triageRefused, s.authFailures, s.apiRefused,
-		s.stateCorrupt, s.pending, s.reloads, ready)
+		s.stateCorrupt, s.pending, s.reloads, s.engineSeries, ready)
 	s.reg.MustRegister(s.fleet.collectors()...)
 	return s
 }
