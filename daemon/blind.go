@@ -75,6 +75,7 @@ func (d *Daemon) checkEngineSeries(ctx context.Context, at time.Time) {
 		}
 		return
 	}
+	d.engineSeen = true
 	if d.clearProblem(problemBlind) {
 		d.log.Info("Engine series found", "series", found)
 	}

@@ -162,6 +162,9 @@ type Daemon struct {
 	// engineChecked is when they last answered (guarded by work).
 	engineQueries []string
 	engineChecked time.Time
+	// engineSeen says a check found engine series once (a replay over no
+	// data ends in an error).
+	engineSeen bool
 	tracker       *incident.Tracker
 	stats         *stats
 	sessions      *sessions                     // signed-in browsers (session.go)
