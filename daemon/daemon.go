@@ -164,22 +164,22 @@ type Daemon struct {
 	engineChecked time.Time
 	// engineSeen says a check found engine series once (a replay over no
 	// data ends in an error).
-	engineSeen bool
-	tracker       *incident.Tracker
-	stats         *stats
-	sessions      *sessions                     // signed-in browsers (session.go)
-	limiter       *limiter                      // wrong tokens per client
-	scraped       atomic.Bool                   // a scrape has succeeded
-	history       atomic.Int64                  // unix ns of the first successful scrape the store holds; 0: none yet
-	triages       atomic.Pointer[chan struct{}] // slots for ad-hoc, alert and Slack triages
-	budget        *httplimit.Budget
-	down          map[string]time.Time  // target → down since; guarded by viewMu
-	metrics       query.Metrics         // opts.Metrics
-	lastTriaged   map[string]time.Time  // open incident key → its last detector triage (guarded by work)
-	reusable      map[string]lastTriage // open incident key → what its last verdict was made of (guarded by work)
-	closed        bool
-	persisted     []byte                    // the state last written to the data dir
-	pending       []*notifiers.Notification // not yet taken by the outbox (guarded by work)
+	engineSeen  bool
+	tracker     *incident.Tracker
+	stats       *stats
+	sessions    *sessions                     // signed-in browsers (session.go)
+	limiter     *limiter                      // wrong tokens per client
+	scraped     atomic.Bool                   // a scrape has succeeded
+	history     atomic.Int64                  // unix ns of the first successful scrape the store holds; 0: none yet
+	triages     atomic.Pointer[chan struct{}] // slots for ad-hoc, alert and Slack triages
+	budget      *httplimit.Budget
+	down        map[string]time.Time  // target → down since; guarded by viewMu
+	metrics     query.Metrics         // opts.Metrics
+	lastTriaged map[string]time.Time  // open incident key → its last detector triage (guarded by work)
+	reusable    map[string]lastTriage // open incident key → what its last verdict was made of (guarded by work)
+	closed      bool
+	persisted   []byte                    // the state last written to the data dir
+	pending     []*notifiers.Notification // not yet taken by the outbox (guarded by work)
 
 	viewMu   sync.RWMutex
 	verdicts map[string]*verdict.Verdict // last verdict per scope key
