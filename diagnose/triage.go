@@ -398,6 +398,9 @@ func Run(ctx context.Context, opts Options) (*verdict.Verdict, error) {
 			v.Headline[i].Noise = &z
 		}
 	}
+	if v.Status != verdict.StatusInsufficientData {
+		v.DegradedBaseline = degradedBaseline(base, &opts)
+	}
 	if v.Status == verdict.StatusInsufficientData {
 		v.InsufficientReason = diagnoseInsufficient(ctx, &opts, rs, now, base)
 		if v.InsufficientReason != nil && v.InsufficientReason.Code == verdict.InsufficientLearning {
