@@ -266,7 +266,8 @@ func (d *diagnosis) where() string {
 	if d.exact {
 		return "the source"
 	}
-	return fmt.Sprintf("the source between %s and %s (7 days before --at to a day after)", stamp(d.search.start), stamp(d.search.end))
+	return fmt.Sprintf("the source between %s and %s (%s)", stamp(d.search.start), stamp(d.search.end),
+		d.advice("7 days before --at to a day after", "7 days before the incident to a day after"))
 }
 
 func (d *diagnosis) engineReason() *verdict.InsufficientReason {
@@ -498,14 +499,15 @@ func (d *diagnosis) baselineReason(data dataSpan) *verdict.InsufficientReason {
 	if history < 0 {
 		history = 0
 	}
-	msg := fmt.Sprintf("the baseline window %s → %s (%s before --at) is not covered: ", stamp(bs), stamp(be), shortDur(d.opts.Baseline))
+	at := d.advice("--at", "the incident")
+	msg := fmt.Sprintf("the baseline window %s → %s (%s before %s) is not covered: ", stamp(bs), stamp(be), shortDur(d.opts.Baseline), at)
 	if !data.start.After(bs) {
-		msg += "the scope's data has a gap there; choose another --baseline"
+		msg += "the scope's data has a gap there; " + d.advice("choose another --baseline", "set another triage.baseline in the daemon's config")
 		return &verdict.InsufficientReason{Code: verdict.InsufficientBaseline, Message: msg}
 	}
-	msg += fmt.Sprintf("the scope's data starts at %s, %s of history before --at", stamp(data.start), shortDur(history))
+	msg += fmt.Sprintf("the scope's data starts at %s, %s of history before %s", stamp(data.start), shortDur(history), at)
 	if most := (history - d.opts.Window).Truncate(time.Minute); most >= d.opts.Window {
-		msg += fmt.Sprintf("; use --baseline %s or less", shortDur(most))
+		msg += fmt.Sprintf("; "+d.advice("use --baseline %s or less", "set triage.baseline to %s or less"), shortDur(most))
 	} else {
 		msg += fmt.Sprintf("; a %s window needs at least %s of history for a baseline", shortDur(d.opts.Window), shortDur(2*d.opts.Window))
 	}

@@ -215,3 +215,45 @@ func TestInsufficientReasonFreshSource(t *testing.T) {
 		})
 	}
 }
+
+// TestInsufficientReasonDaemonAdvice: a daemon takes no flags, so its
+// insufficient-data advice names its config instead (issue 25, finding 1:
+// "give an --at inside that range" paged from a daemon).
+func TestInsufficientReasonDaemonAdvice(t *testing.T) {
+	all, err := rulesets.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(0, 0)
+	for _, tc := range []struct {
+		name, load, selector, engine string
+		exact                        bool
+		at                           time.Duration
+		code                         verdict.InsufficientCode
+	}{
+		{name: "other engine", load: servingLoad(0), at: 90 * time.Minute, engine: "sglang", code: verdict.InsufficientNoEngine},
+		{name: "selector", load: servingLoad(0), at: 90 * time.Minute, selector: `model_name="c"`, code: verdict.InsufficientSelector},
+		{name: "window after the data", load: servingLoad(0), exact: true, at: 5 * time.Hour, selector: `model_name="a"`, code: verdict.InsufficientOutsideData},
+		{name: "baseline before the data", load: servingLoad(200), exact: true, at: 90 * time.Minute, selector: `model_name="a"`, code: verdict.InsufficientBaseline},
+		{name: "signal missing", load: servingLoad(0), at: 90 * time.Minute, selector: `model_name="a"`, code: verdict.InsufficientSignal},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var m query.Metrics = querytest.Range{Metrics: querytest.New(t, tc.load)}
+			if tc.exact {
+				m = spanned{m.(querytest.Range), t0, t0.Add(90 * time.Minute)}
+			}
+			v, err := Run(context.Background(), Options{Metrics: m, Rulesets: all, At: t0.Add(tc.at), Selector: tc.selector,
+				Engine: tc.engine, GPU: "H100", Daemon: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := v.InsufficientReason
+			if r == nil || r.Code != tc.code {
+				t.Fatalf("reason %+v, want %s", r, tc.code)
+			}
+			if strings.Contains(r.Message, "--") {
+				t.Errorf("daemon advice names a CLI flag: %s", r.Message)
+			}
+		})
+	}
+}
