@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
@@ -465,5 +467,41 @@ func TestDaemonBlindIsNotReady(t *testing.T) {
 	}
 	if m := h.get(t, "/metrics", "", http.StatusOK); strings.Contains(m, "whyslow_engine_series_found 0") {
 		t.Errorf("metrics:\n%s", grepLines(m, "whyslow_engine_series_found"))
+	}
+}
+
+// TestStackNonEngineMetricsNotReady is TestDaemonBlindIsNotReady through
+// the real scrape: a /metrics with no engine series (a node exporter's)
+// scrapes fine (whyslow_scrape_success 1) and leaves the daemon not ready
+// within 2 scrape intervals, said once in the log.
+func TestStackNonEngineMetricsNotReady(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		_, _ = io.WriteString(w, "# TYPE node_load1 gauge\nnode_load1 0.5\n# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 12\n")
+	}))
+	t.Cleanup(srv.Close)
+	logs := &lockedBuffer{}
+	clock := NewSimClock(t0)
+	enabled := false
+	cfg := stackConfig(srv.URL + "/metrics")
+	cfg.GPU.Enabled = &enabled
+	s := newTestStack(t, StackOptions{Config: cfg, Clock: clock, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	tickStack(t, s, clock, 2)
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodGet, "/readyz", nil)
+	req.Host = "127.0.0.1"
+	s.Handler().ServeHTTP(rec, req)
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "no series of a known engine") {
+		t.Errorf("/readyz after 2 scrapes of a non-engine /metrics: %d %q", rec.Code, rec.Body.String())
+	}
+	body := getBody(t, s.Handler(), "/metrics")
+	for _, want := range []string{`whyslow_scrape_success{target="` + srv.URL + `/metrics"} 1`, "whyslow_engine_series_found 0", "whyslow_ready 0"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	tickStack(t, s, clock, 10)
+	if n := strings.Count(logs.String(), "No engine series found"); n != 1 {
+		t.Errorf("logged %d times in 12 scrapes, want once:\n%s", n, logs.String())
 	}
 }
