@@ -68,7 +68,7 @@ func (d *Daemon) checkEngineSeries(ctx context.Context, at time.Time) {
 		return // no answer is no evidence of blindness
 	}
 	d.engineChecked = at
-	d.stats.engineSeries.Set(found)
+	d.stats.setEngineSeries(found)
 	if found == 0 {
 		if d.setProblem(problemBlind, blindMessage) {
 			d.log.Error("No engine series found", "fix", blindMessage)

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,8 +29,11 @@ type stats struct {
 	stateCorrupt   prometheus.Counter
 	pending        prometheus.Gauge
 	reloads        *prometheus.CounterVec
-	engineSeries   prometheus.Gauge
-	fleet          *fleetStats
+	// engineSeries is registered at the first check (registerEngineSeries):
+	// a 0 before any answer would read as "no engine".
+	engineSeries     prometheus.Gauge
+	engineSeriesOnce sync.Once
+	fleet            *fleetStats
 }
 
 func newStats(d *Daemon, reg *prometheus.Registry) *stats {
@@ -110,9 +114,15 @@ func newStats(d *Daemon, reg *prometheus.Registry) *stats {
 	s.reg.MustRegister(s.scrapes, s.lastScrape,
 		s.triageRuns, s.triageDuration, s.detectErrors, s.persistErrors, s.incidentsOpen,
 		s.topCause, s.notifications, s.alerts, s.alertsRefused, s.triageRefused, s.authFailures, s.apiRefused,
-		s.stateCorrupt, s.pending, s.reloads, s.engineSeries, ready)
+		s.stateCorrupt, s.pending, s.reloads, ready)
 	s.reg.MustRegister(s.fleet.collectors()...)
 	return s
+}
+
+// setEngineSeries sets whyslow_engine_series_found, registering it first.
+func (s *stats) setEngineSeries(n float64) {
+	s.engineSeriesOnce.Do(func() { s.reg.MustRegister(s.engineSeries) })
+	s.engineSeries.Set(n)
 }
 
 // observeScrape counts a scrape. The per-target duration, success and
