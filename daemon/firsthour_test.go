@@ -386,6 +386,12 @@ func TestDaemonFirstIncidentSaysLearning(t *testing.T) {
 	if n := strings.Count(text.String(), "(baseline window)"); n > 1 {
 		t.Errorf("%d baseline-window gaps while learning, want one:\n%s", n, text.String())
 	}
+	// The page's verdict heading opens with it too.
+	id := url.PathEscape(h.d.Incidents()[0].ID)
+	resp, page := pageReq(t, h, "GET", "/incidents/"+id, nil)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(page, `<h2 id="verdict-h">learning the baseline (`) {
+		t.Errorf("incident page %d lacks the learning state in its verdict heading", resp.StatusCode)
+	}
 	t.Logf("first notification:\n%s", text.String())
 }
 
