@@ -73,6 +73,10 @@ type TriageRequest struct {
 	// Shared, when set, answers the triage's queries over every scope
 	// (diagnose.Options.Shared): the cycle's, so its triages run those once.
 	Shared query.Metrics
+	// Learning is the daemon's learning state (prepare fills it while the
+	// history is shorter than the baseline); zero otherwise. A value, so
+	// that the request stays comparable.
+	Learning verdict.Learning
 }
 
 // TriageFunc runs one triage against the daemon's metrics.
@@ -151,12 +155,19 @@ type AlertSender interface {
 type Daemon struct {
 	work sync.Mutex // serialises Tick, alert bookkeeping, Reload, Shutdown
 
-	cfg         atomic.Pointer[Config]
-	receivers   atomic.Pointer[[]string]
-	opts        Options
-	log         *slog.Logger
-	secrets     *redact.Secrets
-	detector    *detect.Detector
+	cfg       atomic.Pointer[Config]
+	receivers atomic.Pointer[[]string]
+	opts      Options
+	log       *slog.Logger
+	secrets   *redact.Secrets
+	detector  *detect.Detector
+	// engineQueries count the series of a known engine (blind.go);
+	// engineChecked is when they last answered (guarded by work).
+	engineQueries []string
+	engineChecked time.Time
+	// engineSeen says a check found engine series once (a replay over no
+	// data ends in an error).
+	engineSeen  bool
 	tracker     *incident.Tracker
 	stats       *stats
 	sessions    *sessions                     // signed-in browsers (session.go)
@@ -222,20 +233,21 @@ func New(opts Options) (*Daemon, error) {
 		return nil, fmt.Errorf("new daemon: %w", err)
 	}
 	d := &Daemon{
-		opts:        opts,
-		log:         opts.Logger.With("component", "daemon"),
-		secrets:     opts.Secrets,
-		detector:    det,
-		tracker:     incident.NewTracker(cfg.Incidents),
-		budget:      httplimit.NewBudget(bodyBudget),
-		sessions:    newSessions(),
-		limiter:     newLimiter(),
-		down:        map[string]time.Time{},
-		metrics:     opts.Metrics,
-		lastTriaged: map[string]time.Time{},
-		reusable:    map[string]lastTriage{},
-		verdicts:    map[string]*verdict.Verdict{},
-		problems:    map[string]string{},
+		opts:          opts,
+		log:           opts.Logger.With("component", "daemon"),
+		secrets:       opts.Secrets,
+		detector:      det,
+		engineQueries: engineSeriesQueries(),
+		tracker:       incident.NewTracker(cfg.Incidents),
+		budget:        httplimit.NewBudget(bodyBudget),
+		sessions:      newSessions(),
+		limiter:       newLimiter(),
+		down:          map[string]time.Time{},
+		metrics:       opts.Metrics,
+		lastTriaged:   map[string]time.Time{},
+		reusable:      map[string]lastTriage{},
+		verdicts:      map[string]*verdict.Verdict{},
+		problems:      map[string]string{},
 	}
 	d.cfg.Store(&cfg)
 	slots := make(chan struct{}, cfg.API.MaxConcurrentTriages)
@@ -281,6 +293,7 @@ func (d *Daemon) Tick(ctx context.Context, at time.Time) error {
 	cfg := d.Config()
 	cycleStart, queriesBefore := time.Now(), d.queries()
 	allUp := d.scrape(ctx, at)
+	d.checkEngineSeries(ctx, at)
 	d.collectSources(ctx, at)
 	if len(d.pending) > 0 && d.persist() && d.flushPending() {
 		d.persist() // what an earlier cycle could not hand to the outbox
@@ -629,8 +642,31 @@ func (d *Daemon) prepare(req TriageRequest) (_ TriageRequest, learning string) {
 			req.Baseline = c.Offset
 		}
 		learning = c.Note()
+		if c.Learning {
+			req.Learning = learningState(c)
+		}
 	}
 	return req, learning
+}
+
+// learningState is the learning state of a baseline choice, in the words
+// every rendering opens with: "learning the baseline (2 of 60 minutes);
+// using the 2 minutes there are".
+func learningState(c detect.BaselineChoice) verdict.Learning {
+	hist, full := int(c.History/time.Minute), int(c.Configured/time.Minute)
+	there := fmt.Sprintf("the %d minutes there are", hist)
+	switch {
+	case hist == 1:
+		there = "the 1 minute there is"
+	case hist == 0:
+		there = fmt.Sprintf("the %s there are", c.History.Truncate(time.Second))
+	}
+	l := verdict.Learning{HistoryMinutes: hist, BaselineMinutes: full,
+		Message: fmt.Sprintf("learning the baseline (%d of %d minutes); using %s", hist, full, there)}
+	if c.Offset == 0 {
+		l.NeededMinutes = int((max(c.Needed, detect.MinHistory) + time.Minute - 1) / time.Minute)
+	}
+	return l
 }
 
 // triagePrepared runs a prepared triage and records its metrics. The
@@ -651,6 +687,10 @@ func (d *Daemon) triagePrepared(ctx context.Context, source string, req TriageRe
 	d.stats.triageRuns.WithLabelValues(source, "ok").Inc()
 	if learning != "" {
 		v.Warnings = append(v.Warnings, learning)
+	}
+	if v.Learning == nil && req.Learning.Message != "" {
+		l := req.Learning
+		v.Learning = &l
 	}
 	diagnose.CheckMixedModels(ctx, d.metrics, rulesets.Series(), v)
 	return v, nil

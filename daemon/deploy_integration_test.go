@@ -6,7 +6,8 @@ import (
 	"testing"
 )
 
-// TestDeployAlertRules validates deploy/prometheus/whyslow-alerts.yml with promtool.
+// TestDeployAlertRules validates deploy/prometheus/whyslow-alerts.yml with
+// promtool and runs its unit tests (whyslow-alerts_test.yml).
 func TestDeployAlertRules(t *testing.T) {
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
@@ -16,5 +17,9 @@ func TestDeployAlertRules(t *testing.T) {
 	out, err := exec.Command(promtool, "check", "rules", path).CombinedOutput()
 	if err != nil {
 		t.Fatalf("promtool check rules %s: %v\n%s", path, err, out)
+	}
+	tests := filepath.Join("..", "deploy", "prometheus", "whyslow-alerts_test.yml")
+	if out, err := exec.Command(promtool, "test", "rules", tests).CombinedOutput(); err != nil {
+		t.Fatalf("promtool test rules %s: %v\n%s", tests, err, out)
 	}
 }

@@ -4,11 +4,17 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/prometheus/model/labels"
 
 	"github.com/whyslow/whyslow/collectors/store"
 	"github.com/whyslow/whyslow/detect"
@@ -301,4 +307,207 @@ func (o *memOutbox) notifications() []*notifiers.Notification {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return append([]*notifiers.Notification(nil), o.all...)
+}
+
+// servingEngine is a synthEngine that also exports the series an engine is
+// recognised by (vllm:num_requests_running and the e2e count), so the real
+// triage reads it as vLLM.
+type servingEngine struct{ *synthEngine }
+
+func (e servingEngine) Scrape(ctx context.Context, at time.Time) []ScrapeResult {
+	res := e.synthEngine.Scrape(ctx, at)
+	if len(res) == 0 || res[0].Err != nil {
+		return res
+	}
+	e.mu.Lock()
+	n := e.n + e.s
+	e.mu.Unlock()
+	app := e.st.Appender(ctx)
+	ts := at.UnixMilli()
+	for name, v := range map[string]float64{"vllm:num_requests_running": 4, "vllm:e2e_request_latency_seconds_count": n} {
+		if _, err := app.Append(0, labels.FromStrings("__name__", name, "model_name", "m", "pod", "p0"), ts, v); err != nil {
+			panic(err)
+		}
+	}
+	if err := app.Commit(); err != nil {
+		panic(err)
+	}
+	return res
+}
+
+// TestDaemonFirstIncidentSaysLearning is finding 1 of issue 25: a daemon
+// started 20 s before an incident paged "the incident window lies outside
+// the scope's data, which runs from 21:29:11 to 21:29:11: give an --at
+// inside that range". Now, with the real triage, its first notification
+// opens with the learning state, its reason is learning_baseline with no
+// CLI flag, and the baseline window's gaps are one line.
+func TestDaemonFirstIncidentSaysLearning(t *testing.T) {
+	cfg := freshConfig()
+	cfg.Triage.Window = 0 // the default 5m
+	cfg.Detect.Triggers = []detect.Trigger{{Name: "ttft_abs", Signal: detect.SignalTTFTP95, Above: ptrTo(0.2)}}
+	h := newHarnessWith(t, cfg, func(o *Options) {
+		tri, err := TriageWith(o.Metrics, nil, "auto")
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Triage = tri
+		o.Scraper = servingEngine{o.Scraper.(*synthEngine)}
+	})
+	h.ticks(t, 4) // 20 s
+	h.eng.setSlow(true)
+	for i := 0; i < 24 && len(h.ob.notifications()) == 0; i++ {
+		h.ticks(t, 1)
+	}
+	ns := h.ob.notifications()
+	if len(ns) == 0 {
+		t.Fatalf("no notification within 2 minutes of the incident: %+v", h.d.Incidents())
+	}
+	v := ns[0].Verdict
+	if v.Learning == nil || !strings.HasPrefix(v.Learning.Message, "learning the baseline (") {
+		t.Fatalf("first notification's verdict has no learning state: %+v", v.Learning)
+	}
+	if r := v.InsufficientReason; r != nil && r.Code == verdict.InsufficientOutsideData {
+		t.Errorf("reason %s: %s", r.Code, r.Message)
+	}
+	if r := v.InsufficientReason; r != nil && r.Code != verdict.InsufficientLearning {
+		t.Errorf("reason %s, want %s: %s", r.Code, verdict.InsufficientLearning, r.Message)
+	}
+	var text bytes.Buffer
+	if err := render.Render(&text, v, render.FormatText, render.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	first, _, _ := strings.Cut(text.String(), "\n")
+	if !strings.HasPrefix(first, "learning the baseline (") {
+		t.Errorf("first line %q, want the learning state first", first)
+	}
+	if r := v.InsufficientReason; r != nil && strings.Contains(r.Message, "--") {
+		t.Errorf("daemon advice names a CLI flag: %s", r.Message)
+	}
+	if n := strings.Count(text.String(), "(baseline window)"); n > 1 {
+		t.Errorf("%d baseline-window gaps while learning, want one:\n%s", n, text.String())
+	}
+	// The page's verdict heading opens with it too.
+	id := url.PathEscape(h.d.Incidents()[0].ID)
+	resp, page := pageReq(t, h, "GET", "/incidents/"+id, nil)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(page, `<h2 id="verdict-h">learning the baseline (`) {
+		t.Errorf("incident page %d lacks the learning state in its verdict heading", resp.StatusCode)
+	}
+	t.Logf("first notification:\n%s", text.String())
+}
+
+// otherMetrics is a target that answers with series of no known engine (a
+// node exporter, the API gateway's /metrics).
+type otherMetrics struct{ st *store.Store }
+
+func (o otherMetrics) Scrape(ctx context.Context, at time.Time) []ScrapeResult {
+	app := o.st.Appender(ctx)
+	if _, err := app.Append(0, labels.FromStrings("__name__", "node_load1", "instance", "gw"), at.UnixMilli(), 1); err != nil {
+		panic(err)
+	}
+	if err := app.Commit(); err != nil {
+		panic(err)
+	}
+	return []ScrapeResult{{Target: "gw", Samples: 1}}
+}
+
+// switchScraper scrapes one of two scrapers (a target fixed in place).
+type switchScraper struct {
+	mu        sync.Mutex
+	now, next Scraper
+}
+
+func (s *switchScraper) Scrape(ctx context.Context, at time.Time) []ScrapeResult {
+	s.mu.Lock()
+	sc := s.now
+	s.mu.Unlock()
+	return sc.Scrape(ctx, at)
+}
+
+// lockedBuffer is a log sink tests read while the daemon writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+// TestDaemonBlindIsNotReady is finding 2 of issue 25: a daemon pointed at
+// a /metrics without engine series was ready (/readyz 200, scrapes
+// succeeding) and said nothing. Within 2 scrape intervals it is not ready,
+// says why with the fix, logs it once however long it lasts, and counts
+// the engine series; once the engine is there it is ready again.
+func TestDaemonBlindIsNotReady(t *testing.T) {
+	logs := &lockedBuffer{}
+	var sw *switchScraper
+	h := newHarnessWith(t, testConfig(), func(o *Options) {
+		st := o.Metrics.(*store.Store)
+		sw = &switchScraper{now: otherMetrics{st}, next: o.Scraper}
+		o.Scraper = sw
+		o.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
+	h.ticks(t, 2)
+	body := h.get(t, "/readyz", "", http.StatusServiceUnavailable)
+	if !strings.Contains(body, "no series of a known engine") || !strings.Contains(body, "engine_urls") {
+		t.Errorf("readyz body %q, want the problem and its fix", body)
+	}
+	if m := h.get(t, "/metrics", "", http.StatusOK); !strings.Contains(m, "whyslow_engine_series_found 0") || !strings.Contains(m, "whyslow_ready 0") {
+		t.Errorf("metrics:\n%s", grepLines(m, "whyslow_engine_series_found")+grepLines(m, "whyslow_ready"))
+	}
+	h.ticks(t, 20)
+	if n := strings.Count(logs.String(), "No engine series found"); n != 1 {
+		t.Errorf("logged %d times over 22 cycles, want once:\n%s", n, logs.String())
+	}
+	sw.mu.Lock()
+	sw.now = sw.next
+	sw.mu.Unlock()
+	h.ticks(t, 1)
+	h.get(t, "/readyz", "", http.StatusOK)
+	if n := strings.Count(logs.String(), "Engine series found"); n != 1 {
+		t.Errorf("recovery logged %d times, want once", n)
+	}
+	if m := h.get(t, "/metrics", "", http.StatusOK); strings.Contains(m, "whyslow_engine_series_found 0") {
+		t.Errorf("metrics:\n%s", grepLines(m, "whyslow_engine_series_found"))
+	}
+}
+
+// TestStackNonEngineMetricsNotReady is TestDaemonBlindIsNotReady through
+// the real scrape: a /metrics with no engine series (a node exporter's)
+// scrapes fine (whyslow_scrape_success 1) and leaves the daemon not ready
+// within 2 scrape intervals, said once in the log.
+func TestStackNonEngineMetricsNotReady(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		_, _ = io.WriteString(w, "# TYPE node_load1 gauge\nnode_load1 0.5\n# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 12\n")
+	}))
+	t.Cleanup(srv.Close)
+	logs := &lockedBuffer{}
+	clock := NewSimClock(t0)
+	enabled := false
+	cfg := stackConfig(srv.URL + "/metrics")
+	cfg.GPU.Enabled = &enabled
+	s := newTestStack(t, StackOptions{Config: cfg, Clock: clock, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	tickStack(t, s, clock, 2)
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodGet, "/readyz", nil)
+	req.Host = "127.0.0.1"
+	s.Handler().ServeHTTP(rec, req)
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "no series of a known engine") {
+		t.Errorf("/readyz after 2 scrapes of a non-engine /metrics: %d %q", rec.Code, rec.Body.String())
+	}
+	body := getBody(t, s.Handler(), "/metrics")
+	for _, want := range []string{`whyslow_scrape_success{target="` + srv.URL + `/metrics"} 1`, "whyslow_engine_series_found 0", "whyslow_ready 0"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	tickStack(t, s, clock, 10)
+	if n := strings.Count(logs.String(), "No engine series found"); n != 1 {
+		t.Errorf("logged %d times in 12 scrapes, want once:\n%s", n, logs.String())
+	}
 }

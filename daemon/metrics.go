@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,7 +31,11 @@ type stats struct {
 	stateCorrupt   prometheus.Counter
 	pending        prometheus.Gauge
 	reloads        *prometheus.CounterVec
-	fleet          *fleetStats
+	// engineSeries is registered at the first check (registerEngineSeries):
+	// a 0 before any answer would read as "no engine".
+	engineSeries     prometheus.Gauge
+	engineSeriesOnce sync.Once
+	fleet            *fleetStats
 }
 
 func newStats(d *Daemon, reg *prometheus.Registry) *stats {
@@ -103,8 +108,12 @@ func newStats(d *Daemon, reg *prometheus.Registry) *stats {
 			Name: "whyslow_config_reloads_total", Help: "Configuration reloads by result.",
 		}, []string{"result"}),
 	}
+	s.engineSeries = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "whyslow_engine_series_found",
+		Help: "Series of a known engine (vLLM, SGLang, TensorRT-LLM request counts) the source held at the last check; 0 makes the daemon not ready.",
+	})
 	ready := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "whyslow_ready", Help: "1 when ready: a scrape succeeded, the state is saved, the outbox takes notifications, the store takes samples.",
+		Name: "whyslow_ready", Help: "1 when ready: a scrape succeeded, it holds series of a known engine, the state is saved, the outbox takes notifications, the store takes samples.",
 	}, func() float64 {
 		if d.Ready() {
 			return 1
@@ -121,6 +130,12 @@ func newStats(d *Daemon, reg *prometheus.Registry) *stats {
 		s.detectRefused.WithLabelValues(reason) // 0 from the start, for increase()
 	}
 	return s
+}
+
+// setEngineSeries sets whyslow_engine_series_found, registering it first.
+func (s *stats) setEngineSeries(n float64) {
+	s.engineSeriesOnce.Do(func() { s.reg.MustRegister(s.engineSeries) })
+	s.engineSeries.Set(n)
 }
 
 // observeScrape counts a scrape. The per-target duration, success and

@@ -12,6 +12,9 @@ import (
 	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/query"
+	"github.com/whyslow/whyslow/rules"
+	"github.com/whyslow/whyslow/rulesets"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // ReplayOptions configure Replay.
@@ -47,6 +50,10 @@ type ReplayResult struct {
 	// on); LastError is the last such failure.
 	Failed    int
 	LastError error
+	// NoData, when set, says the interval holds no series of a known
+	// engine, with the reason `whyslow why` gives for it: the replay
+	// proved nothing (its "0 notifications" would read as "all quiet").
+	NoData *verdict.InsufficientReason
 }
 
 // ReplayReceiver is the one receiver a replay's notifications go to.
@@ -116,11 +123,41 @@ func Replay(ctx context.Context, o ReplayOptions) (*ReplayResult, error) {
 	}
 	res.Notifications, res.LastError = out.sent, lastErr
 	res.Incidents = d.Incidents()
+	if !d.engineSeen && res.Failed < res.Cycles {
+		// The engine as configured; none named: every known engine, as why has it.
+		engine := o.Config.Engine
+		if engine == "" {
+			engine = "auto"
+		}
+		res.NoData = noDataReason(ctx, o.Metrics, engine, cfg.Triage.Baseline, o.From, o.To)
+	}
 	res.Queries = counted.Queries()
 	if res.Failed == res.Cycles {
 		return res, fmt.Errorf("replay: every cycle's detection failed, the last with: %w", lastErr)
 	}
 	return res, nil
+}
+
+// noDataReason is why a triage of the whole interval, as `whyslow why`
+// runs it, has nothing to judge.
+func noDataReason(ctx context.Context, m query.Metrics, engine string, baseline time.Duration, from, to time.Time) *verdict.InsufficientReason {
+	generic := &verdict.InsufficientReason{Code: verdict.InsufficientNoEngine, Message: fmt.Sprintf(
+		"no series of a known engine (vllm, sglang, trtllm) between %s and %s", from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))}
+	rss, err := rulesets.For(engine)
+	if err != nil {
+		return generic
+	}
+	var others func() []*rules.Ruleset
+	if engine != "auto" {
+		others = func() []*rules.Ruleset { return rulesets.Others(engine) }
+	}
+	window := max(to.Sub(from), time.Minute)
+	v, err := diagnose.Run(ctx, diagnose.Options{Metrics: m, Rulesets: rss, OtherEngines: others, Engine: engine,
+		At: to, Window: window, Baseline: max(window, baseline)})
+	if err != nil || v.InsufficientReason == nil {
+		return generic
+	}
+	return v.InsufficientReason
 }
 
 // maxReplayCycles bounds one replay (a week at 15 s is 40320).

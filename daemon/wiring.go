@@ -57,6 +57,10 @@ func TriageWith(m query.Metrics, traces diagnose.Traces, engine string) (TriageF
 				slos = append(slos, slo) // Config.Validate refused the others
 			}
 		}
+		var learning *verdict.Learning
+		if req.Learning.Message != "" {
+			learning = &req.Learning
+		}
 		var others func() []*rules.Ruleset
 		if req.Engine != "auto" && req.Engine != "" {
 			others = func() []*rules.Ruleset { return rulesets.Others(req.Engine) }
@@ -64,7 +68,7 @@ func TriageWith(m query.Metrics, traces diagnose.Traces, engine string) (TriageF
 		return diagnose.Run(ctx, diagnose.Options{
 			Metrics: m, Rulesets: rss, OtherEngines: others, At: req.At, Window: req.Window, Baseline: req.Baseline,
 			Selector: req.Selector, Engine: req.Engine, Scheduler: req.Scheduler, GPU: req.GPU, GPUSource: req.GPUSource,
-			Traces: traces, Shared: req.Shared, SLOs: slos,
+			Traces: traces, Shared: req.Shared, SLOs: slos, Daemon: true, Learning: learning,
 		})
 	}, nil
 }

@@ -80,12 +80,13 @@ func buildVerdict(v *verdict.Verdict, rs *rules.Ruleset, out *rules.Outcome, opt
 			c.Against = append(c.Against, evidence(f))
 		}
 		for _, fix := range sc.Cause.FixesFor(rs.Engine) {
+			text := fix.Render(out.Data)
 			if other, ok := conflicting(fix, taken); ok {
 				c.Omitted = append(c.Omitted, fmt.Sprintf("%s (left out: it turns %s %s, against the fix for a higher-ranked cause: %s)",
-					fix.Text, fix.Knob, fix.Direction, other.Text))
+					text, fix.Knob, fix.Direction, other.Render(out.Data)))
 				continue
 			}
-			c.Remediation = append(c.Remediation, fix.Text)
+			c.Remediation = append(c.Remediation, text)
 			if fix.Knob != "" {
 				taken = append(taken, fix)
 			}

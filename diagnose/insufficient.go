@@ -68,6 +68,9 @@ func diagnoseInsufficient(ctx context.Context, opts *Options, rs *rules.Ruleset,
 	if r := d.selectorReason(scoped, ok); r != nil {
 		return r
 	}
+	if r := d.learningReason(scoped, ok); r != nil {
+		return r
+	}
 	if ok {
 		if r := d.windowReason(scoped); r != nil {
 			return r
@@ -193,24 +196,57 @@ func (d *diagnosis) presentNear(sels []string) bool {
 }
 
 // spanOf is the stretch of the search range in which any of the selectors
-// has samples, to the precision of one step of a range query, asked of m
-// (Options.Shared for selectors without the scope's).
+// has samples, to the second, asked of m (Options.Shared for selectors
+// without the scope's). A range query over the whole search range finds
+// it to one step (a point at t stands for samples in (t - step, t], so a
+// coarse span can end a step after the data, past --at); the first and
+// the last point are then searched again, a step at a time, at a finer
+// step until it is a second.
 func (d *diagnosis) spanOf(m query.Metrics, sels []string) (dataSpan, bool, error) {
 	if len(sels) == 0 {
 		return dataSpan{}, false, nil
 	}
-	length := d.search.end.Sub(d.search.start)
-	step := max(time.Second, (length / 2000).Round(time.Second))
+	step := max(time.Second, (d.search.end.Sub(d.search.start) / spanPoints).Round(time.Second))
+	first, last, err := d.pointsOf(m, sels, d.search.start, d.search.end.Add(step), step)
+	if err != nil || first.IsZero() {
+		return dataSpan{}, false, err
+	}
+	for step > time.Second {
+		fine := max(time.Second, (step / spanPoints).Round(time.Second))
+		if f, _, err := d.pointsOf(m, sels, first.Add(-step), first, fine); err == nil && !f.IsZero() {
+			first = f
+		}
+		if _, l, err := d.pointsOf(m, sels, last.Add(-step), last, fine); err == nil && !l.IsZero() {
+			last = l
+		}
+		step = fine
+	}
+	sp := dataSpan{first, last}
+	if sp.start.Before(d.search.start) {
+		sp.start = d.search.start
+	}
+	if sp.end.After(d.search.end) {
+		sp.end = d.search.end
+	}
+	return sp, true, nil
+}
+
+// spanPoints is how many points one query of a data-span search reads.
+const spanPoints = 2000
+
+// pointsOf is the first and last point, from start to end at step, at
+// which any of the selectors has a sample in the step before it; zero
+// times when none has.
+func (d *diagnosis) pointsOf(m query.Metrics, sels []string, start, end time.Time, step time.Duration) (first, last time.Time, err error) {
 	rng := model.Duration(step).String()
 	parts := make([]string, len(sels))
 	for i, s := range sels {
 		parts[i] = fmt.Sprintf("count(last_over_time(%s[%s]))", s, rng)
 	}
-	mat, _, err := m.QueryRange(d.ctx, strings.Join(parts, " or "), d.search.start, d.search.end.Add(step), step)
+	mat, _, err := m.QueryRange(d.ctx, strings.Join(parts, " or "), start, end, step)
 	if err != nil {
-		return dataSpan{}, false, err
+		return time.Time{}, time.Time{}, err
 	}
-	var first, last time.Time
 	for _, ss := range mat {
 		for _, p := range ss.Values {
 			t := p.Timestamp.Time()
@@ -222,19 +258,7 @@ func (d *diagnosis) spanOf(m query.Metrics, sels []string) (dataSpan, bool, erro
 			}
 		}
 	}
-	if first.IsZero() {
-		return dataSpan{}, false, nil
-	}
-	// A point at t stands for samples in (t - step, t]: the span is exact
-	// to one step.
-	sp := dataSpan{first, last}
-	if sp.start.Before(d.search.start) {
-		sp.start = d.search.start
-	}
-	if sp.end.After(d.search.end) {
-		sp.end = d.search.end
-	}
-	return sp, true, nil
+	return first, last, nil
 }
 
 // where says which part of the source was searched, for messages.
@@ -242,7 +266,8 @@ func (d *diagnosis) where() string {
 	if d.exact {
 		return "the source"
 	}
-	return fmt.Sprintf("the source between %s and %s (7 days before --at to a day after)", stamp(d.search.start), stamp(d.search.end))
+	return fmt.Sprintf("the source between %s and %s (%s)", stamp(d.search.start), stamp(d.search.end),
+		d.advice("7 days before --at to a day after", "7 days before the incident to a day after"))
 }
 
 func (d *diagnosis) engineReason() *verdict.InsufficientReason {
@@ -275,8 +300,9 @@ func (d *diagnosis) engineReason() *verdict.InsufficientReason {
 	}
 	if len(others) > 0 {
 		return &verdict.InsufficientReason{Code: verdict.InsufficientNoEngine, Message: fmt.Sprintf(
-			"no %s series in %s, but it holds %s series: use --engine %s (or --engine auto)",
-			strings.Join(names, "/"), d.where(), strings.Join(others, ", "), others[0])}
+			"no %s series in %s, but it holds %s series: %s",
+			strings.Join(names, "/"), d.where(), strings.Join(others, ", "),
+			d.advice(fmt.Sprintf("use --engine %s (or --engine auto)", others[0]), fmt.Sprintf("set engine: %s (or auto) in the daemon's config", others[0])))}
 	}
 	// One metric per engine is enough to say what was looked for.
 	var metrics []string
@@ -375,7 +401,8 @@ func (d *diagnosis) selectorReason(_ dataSpan, found bool) *verdict.Insufficient
 	if len(parts) > 0 {
 		msg += "; " + strings.Join(parts, "; ")
 	}
-	return &verdict.InsufficientReason{Code: verdict.InsufficientSelector, Message: msg + ": fix --selector (or incident.yaml's selector)"}
+	return &verdict.InsufficientReason{Code: verdict.InsufficientSelector, Message: msg + ": " +
+		d.advice("fix --selector (or incident.yaml's selector)", "fix the scope (the config's detect.group_by, or the API's scope=)")}
 }
 
 // labelValues lists the values the engine's series (every scope's) carry
@@ -407,8 +434,54 @@ func (d *diagnosis) windowReason(data dataSpan) *verdict.InsufficientReason {
 		return nil
 	}
 	return &verdict.InsufficientReason{Code: verdict.InsufficientOutsideData, Message: fmt.Sprintf(
-		"the incident window %s → %s lies outside the scope's data, which runs from %s to %s: give an --at inside that range (e.g. --at %s)",
-		stamp(inc.start), stamp(inc.end), stamp(data.start), stamp(data.end), data.end.UTC().Format(time.RFC3339))}
+		"the incident window %s → %s lies outside the scope's data, which runs from %s to %s: %s",
+		stamp(inc.start), stamp(inc.end), stamp(data.start), stamp(data.end),
+		d.advice("give an --at inside that range (e.g. --at "+data.end.UTC().Format(time.RFC3339)+")",
+			"the daemon's store does not hold that time (see its retention)"))}
+}
+
+// advice is the CLI's advice, or the daemon's (which takes no flags).
+func (d *diagnosis) advice(cli, daemon string) string {
+	if d.opts.Daemon {
+		return daemon
+	}
+	return cli
+}
+
+// learningReason is the daemon's learning state when the baseline window
+// starts before the scope's data (or no data was found, and a learning
+// daemon has too little history for one): the state, not a wrong
+// --baseline or --at, is why there is nothing to compare with.
+func (d *diagnosis) learningReason(data dataSpan, found bool) *verdict.InsufficientReason {
+	l := d.opts.Learning
+	if l == nil {
+		return nil
+	}
+	bs := d.opts.At.Add(-d.opts.Baseline - d.opts.Window)
+	if found && !data.start.After(bs) {
+		return nil
+	}
+	msg := l.Message + ": nothing to compare with yet"
+	if found {
+		msg = fmt.Sprintf("%s: the scope's data starts at %s, so the baseline window %s → %s holds nothing yet",
+			l.Message, stamp(data.start), stamp(bs), stamp(d.opts.At.Add(-d.opts.Baseline)))
+	}
+	if l.NeededMinutes > 0 {
+		msg += fmt.Sprintf("; the daemon compares with the history there is once it holds %d minutes", l.NeededMinutes)
+	}
+	return &verdict.InsufficientReason{Code: verdict.InsufficientLearning, Message: msg}
+}
+
+// learningGaps replaces the baseline window's gaps (every signal is
+// missing there while the daemon learns) with one that says why.
+func learningGaps(gaps []verdict.DataGap, why string) []verdict.DataGap {
+	out := gaps[:0:0]
+	for _, g := range gaps {
+		if g.Window != "baseline" {
+			out = append(out, g)
+		}
+	}
+	return append(out, verdict.DataGap{Signal: "baseline", Window: "baseline", Reason: why})
 }
 
 func (d *diagnosis) baselineReason(data dataSpan) *verdict.InsufficientReason {
@@ -426,14 +499,15 @@ func (d *diagnosis) baselineReason(data dataSpan) *verdict.InsufficientReason {
 	if history < 0 {
 		history = 0
 	}
-	msg := fmt.Sprintf("the baseline window %s → %s (%s before --at) is not covered: ", stamp(bs), stamp(be), shortDur(d.opts.Baseline))
+	at := d.advice("--at", "the incident")
+	msg := fmt.Sprintf("the baseline window %s → %s (%s before %s) is not covered: ", stamp(bs), stamp(be), shortDur(d.opts.Baseline), at)
 	if !data.start.After(bs) {
-		msg += "the scope's data has a gap there; choose another --baseline"
+		msg += "the scope's data has a gap there; " + d.advice("choose another --baseline", "set another triage.baseline in the daemon's config")
 		return &verdict.InsufficientReason{Code: verdict.InsufficientBaseline, Message: msg}
 	}
-	msg += fmt.Sprintf("the scope's data starts at %s, %s of history before --at", stamp(data.start), shortDur(history))
+	msg += fmt.Sprintf("the scope's data starts at %s, %s of history before %s", stamp(data.start), shortDur(history), at)
 	if most := (history - d.opts.Window).Truncate(time.Minute); most >= d.opts.Window {
-		msg += fmt.Sprintf("; use --baseline %s or less", shortDur(most))
+		msg += fmt.Sprintf("; "+d.advice("use --baseline %s or less", "set triage.baseline to %s or less"), shortDur(most))
 	} else {
 		msg += fmt.Sprintf("; a %s window needs at least %s of history for a baseline", shortDur(d.opts.Window), shortDur(2*d.opts.Window))
 	}
@@ -473,7 +547,8 @@ func requiredRefs(src string) []requiredRef {
 
 func (d *diagnosis) signalReason() *verdict.InsufficientReason {
 	if d.rs == nil {
-		return &verdict.InsufficientReason{Code: verdict.InsufficientSignal, Message: "no engine was detected for the scope: name it with --engine"}
+		return &verdict.InsufficientReason{Code: verdict.InsufficientSignal, Message: "no engine was detected for the scope: " +
+			d.advice("name it with --engine", "name it with engine: in the daemon's config")}
 	}
 	for _, r := range requiredRefs(d.rs.Verdict.Insufficient.Source) {
 		m := d.now
@@ -496,12 +571,12 @@ func (d *diagnosis) signalReason() *verdict.InsufficientReason {
 		msg := fmt.Sprintf("the required signal %s has no value in the %s window", title, r.window)
 		switch {
 		case r.window == "baseline" && d.base["requests"] == 0 && hasKey(d.base, "requests"):
-			msg += ": no request completed in the baseline window; choose a --baseline with traffic"
+			msg += ": no request completed in the baseline window; " + d.advice("choose a --baseline with traffic", "set triage.baseline in the daemon's config to a time with traffic")
 		case r.window == "incident" && d.now["requests"] == 0 && hasKey(d.now, "requests"):
 			msg += ": no request completed in the incident window (the scope was idle)"
 		case len(metrics) > 0:
-			msg += fmt.Sprintf(": no series of %s matched the scope; check that %s exports them (--explain shows the query)",
-				strings.Join(metrics, ", "), d.rs.Engine)
+			msg += fmt.Sprintf(": no series of %s matched the scope; check that %s exports them%s",
+				strings.Join(metrics, ", "), d.rs.Engine, d.advice(" (--explain shows the query)", ""))
 		}
 		return &verdict.InsufficientReason{Code: verdict.InsufficientSignal, Message: msg, Signal: r.signal, Window: r.window}
 	}
@@ -513,10 +588,12 @@ func (d *diagnosis) signalReason() *verdict.InsufficientReason {
 	if ss := d.rs.Verdict.SamplesSignal; ss != "" {
 		if n, ok := d.now[ss]; ok && n < 2 {
 			return &verdict.InsufficientReason{Code: verdict.InsufficientSignal, Signal: ss, Window: "incident",
-				Message: fmt.Sprintf("too few samples in the incident window (%.0f): rate() needs at least 2; use a longer --window", n)}
+				Message: fmt.Sprintf("too few samples in the incident window (%.0f): rate() needs at least 2; %s", n,
+					d.advice("use a longer --window", "set a longer triage.window in the daemon's config"))}
 		}
 	}
-	return &verdict.InsufficientReason{Code: verdict.InsufficientSignal, Message: "the ruleset's insufficient condition held: see the data gaps (--explain shows every signal)"}
+	return &verdict.InsufficientReason{Code: verdict.InsufficientSignal, Message: "the ruleset's insufficient condition held: see the data gaps" +
+		d.advice(" (--explain shows every signal)", "")}
 }
 
 func hasKey(m map[string]float64, k string) bool {

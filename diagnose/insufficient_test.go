@@ -136,3 +136,124 @@ func TestRequiredRefs(t *testing.T) {
 	}
 	_ = rules.DefaultTargetLabels
 }
+
+// freshLoad is one vLLM model whose data starts at 5000 s (1970-01-01
+// 01:23:20 UTC) and runs for n 5 s scrapes: a source minutes old.
+func freshLoad(n int) string {
+	return fmt.Sprintf("load 5s\n  vllm:num_requests_running{model_name=\"a\", pod=\"p\"} _x1000 1+0x%d\n"+
+		"  vllm:e2e_request_latency_seconds_count{model_name=\"a\", pod=\"p\"} _x1000 0+3x%d\n", n, n)
+}
+
+// TestInsufficientReasonFreshSource: a remote source a few minutes (or
+// seconds) old is found where its data really starts, to the second, not
+// a probe step after it (once "runs from 21:34:12 to 21:34:12", past
+// --at, so window_outside_data); a learning daemon gets its state, and
+// no CLI flag, instead.
+func TestInsufficientReasonFreshSource(t *testing.T) {
+	vllm, err := rulesets.Default("vllm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(0, 0)
+	start := t0.Add(5000 * time.Second)
+	for _, tc := range []struct {
+		name     string
+		scrapes  int
+		learning *verdict.Learning
+		code     verdict.InsufficientCode
+		want     []string
+		not      []string
+	}{
+		{name: "5 minutes old", scrapes: 60, code: verdict.InsufficientBaseline,
+			want: []string{"starts at 1970-01-01 01:23:20 UTC", "5m of history"}},
+		{name: "20 s old", scrapes: 4, code: verdict.InsufficientBaseline,
+			want: []string{"starts at 1970-01-01 01:23:20 UTC", "20s of history"}},
+		{name: "20 s old daemon", scrapes: 4, code: verdict.InsufficientLearning,
+			learning: &verdict.Learning{BaselineMinutes: 60, NeededMinutes: 10, Message: "learning the baseline (0 of 60 minutes); using the 20s there are"},
+			want:     []string{"learning the baseline (0 of 60 minutes)", "starts at 1970-01-01 01:23:20 UTC", "once it holds 10 minutes"},
+			not:      []string{"--"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := querytest.Range{Metrics: querytest.New(t, freshLoad(tc.scrapes))}
+			at := start.Add(time.Duration(tc.scrapes)*5*time.Second + 500*time.Millisecond)
+			v, err := Run(context.Background(), Options{Metrics: m, Ruleset: vllm, At: at, Selector: `model_name="a"`, GPU: "H100",
+				Daemon: tc.learning != nil, Learning: tc.learning})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := v.InsufficientReason
+			if v.Status != verdict.StatusInsufficientData || r == nil {
+				t.Fatalf("status %s, reason %+v", v.Status, r)
+			}
+			if r.Code != tc.code {
+				t.Errorf("code %s, want %s: %s", r.Code, tc.code, r.Message)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(r.Message, w) {
+					t.Errorf("message lacks %q:\n%s", w, r.Message)
+				}
+			}
+			for _, w := range tc.not {
+				if strings.Contains(r.Message, w) {
+					t.Errorf("message has %q:\n%s", w, r.Message)
+				}
+			}
+			if tc.learning != nil {
+				if v.Learning != tc.learning {
+					t.Errorf("verdict learning %+v", v.Learning)
+				}
+				n := 0
+				for _, g := range v.DataGaps {
+					if g.Window == "baseline" {
+						n++
+					}
+				}
+				if n != 1 {
+					t.Errorf("%d baseline-window gaps while learning, want the one that says so: %+v", n, v.DataGaps)
+				}
+			}
+		})
+	}
+}
+
+// TestInsufficientReasonDaemonAdvice: a daemon takes no flags, so its
+// insufficient-data advice names its config instead (issue 25, finding 1:
+// "give an --at inside that range" paged from a daemon).
+func TestInsufficientReasonDaemonAdvice(t *testing.T) {
+	all, err := rulesets.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(0, 0)
+	for _, tc := range []struct {
+		name, load, selector, engine string
+		exact                        bool
+		at                           time.Duration
+		code                         verdict.InsufficientCode
+	}{
+		{name: "other engine", load: servingLoad(0), at: 90 * time.Minute, engine: "sglang", code: verdict.InsufficientNoEngine},
+		{name: "selector", load: servingLoad(0), at: 90 * time.Minute, selector: `model_name="c"`, code: verdict.InsufficientSelector},
+		{name: "window after the data", load: servingLoad(0), exact: true, at: 5 * time.Hour, selector: `model_name="a"`, code: verdict.InsufficientOutsideData},
+		{name: "baseline before the data", load: servingLoad(200), exact: true, at: 90 * time.Minute, selector: `model_name="a"`, code: verdict.InsufficientBaseline},
+		{name: "signal missing", load: servingLoad(0), at: 90 * time.Minute, selector: `model_name="a"`, code: verdict.InsufficientSignal},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var m query.Metrics = querytest.Range{Metrics: querytest.New(t, tc.load)}
+			if tc.exact {
+				m = spanned{m.(querytest.Range), t0, t0.Add(90 * time.Minute)}
+			}
+			v, err := Run(context.Background(), Options{Metrics: m, Rulesets: all, At: t0.Add(tc.at), Selector: tc.selector,
+				Engine: tc.engine, GPU: "H100", Daemon: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := v.InsufficientReason
+			if r == nil || r.Code != tc.code {
+				t.Fatalf("reason %+v, want %s", r, tc.code)
+			}
+			if strings.Contains(r.Message, "--") {
+				t.Errorf("daemon advice names a CLI flag: %s", r.Message)
+			}
+		})
+	}
+}

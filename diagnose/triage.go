@@ -86,6 +86,14 @@ type Options struct {
 	// so triages sharing one (a SharedQueries) run them once. It must hold
 	// the data Metrics does.
 	Shared query.Metrics
+	// Daemon says the triage runs inside the daemon (or its replay):
+	// insufficient-data advice names its config, never a CLI flag.
+	Daemon bool
+	// Learning is the daemon's learning state (less history than the
+	// baseline it wants), or nil: the verdict carries it, and a baseline
+	// window before the history is that state (learning_baseline), not a
+	// wrong --baseline.
+	Learning *verdict.Learning
 }
 
 // ErrNoData means no metrics source answered any query.
@@ -240,6 +248,7 @@ func Run(ctx context.Context, opts Options) (*verdict.Verdict, error) {
 		RuledOut:      []verdict.RuledOut{},
 		Steps:         []verdict.Step{},
 		DataGaps:      []verdict.DataGap{},
+		Learning:      opts.Learning,
 	}
 
 	rs, warns, err := pickRuleset(ctx, &opts, win)
@@ -389,8 +398,14 @@ func Run(ctx context.Context, opts Options) (*verdict.Verdict, error) {
 			v.Headline[i].Noise = &z
 		}
 	}
+	if v.Status != verdict.StatusInsufficientData {
+		v.DegradedBaseline = degradedBaseline(base, &opts)
+	}
 	if v.Status == verdict.StatusInsufficientData {
 		v.InsufficientReason = diagnoseInsufficient(ctx, &opts, rs, now, base)
+		if v.InsufficientReason != nil && v.InsufficientReason.Code == verdict.InsufficientLearning {
+			v.DataGaps = learningGaps(v.DataGaps, v.InsufficientReason.Message)
+		}
 	}
 	if opts.Explain {
 		for _, s := range rs.Signals {

@@ -137,6 +137,9 @@ type Outcome struct {
 	Ratio, Delta map[string]float64
 	// Errors are runtime errors of verdict expressions.
 	Errors []string
+	// Data is what the evidence templates saw; Fix.Render fills computed
+	// fixes from it.
+	Data *EvidenceData
 }
 
 // Derive computes ratio (now/base) and delta (now-base) for signals present in
@@ -307,6 +310,7 @@ func (r *Ruleset) Walk(f Facts) *Outcome {
 	}
 	data := &EvidenceData{Now: anyMap(f.Now), Base: anyMap(f.Base), Ratio: anyMap(out.Ratio), Delta: anyMap(out.Delta),
 		Engine: f.Engine, Scheduler: sched, GPU: gpu, Targets: f.Targets, Attr: anyMap(f.Attr), Gaps: f.Gaps}
+	out.Data = data
 
 	verdict := func(name string, e Expr) bool {
 		ok, err := evalBool(e.prog, act)

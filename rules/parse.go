@@ -498,6 +498,17 @@ func (b *builder) fixes(d *decoder, n *yaml.Node, ctx string) []Fix {
 		var f Fix
 		d.fields(it, ctx, map[string]func(k, v *yaml.Node){
 			"text": func(_, v *yaml.Node) { f.Text = d.str(v, ctx, "text") },
+			"computed": func(_, v *yaml.Node) {
+				f.Computed = d.str(v, ctx, "computed")
+				t, err := parseEvidenceTemplate("remediation", f.Computed)
+				if err == nil {
+					_, err = renderEvidence(t, sampleFixData)
+				}
+				if err != nil {
+					d.errorf(v, ctx, "computed: template: %v", err)
+				}
+				f.computed = t
+			},
 			"knob": func(_, v *yaml.Node) { f.Knob = d.str(v, ctx, "knob") },
 			"direction": func(_, v *yaml.Node) {
 				f.Direction = d.str(v, ctx, "direction")
@@ -810,6 +821,11 @@ func (b *builder) compileSignal(s *Signal, ctx string) {
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// sampleFixData trial-renders a computed fix: its signals are missing
+// (rendered "n/a"), which is how a fix template must cope with a gap.
+var sampleFixData = &EvidenceData{Now: map[string]any{}, Base: map[string]any{}, Ratio: map[string]any{}, Delta: map[string]any{},
+	Scheduler: map[string]any{}, GPU: map[string]any{}, Attr: map[string]any{}}
 
 // sampleEvidence is the data used to trial-render templates: every signal is 1.
 func sampleEvidence(rs *Ruleset) *EvidenceData {

@@ -7,6 +7,7 @@
 package rules
 
 import (
+	"strings"
 	"text/template"
 
 	"cel.dev/cel-go/cel"
@@ -242,6 +243,26 @@ type Fix struct {
 	Text      string
 	Knob      string
 	Direction string
+	// Computed, when set, is an evidence template (EvidenceFuncs, with
+	// pow2up) that says the fix with the triage's numbers: "raise
+	// --max-num-batched-tokens from 8192 to 32768 (p90 prompt 20000)". Text
+	// stands in when a number it reads is missing.
+	Computed string
+	computed *template.Template
+}
+
+// Render is the fix for a triage's data: Computed filled with its numbers,
+// or Text when there is no template or a number it reads is missing (a
+// gap is never a guessed setting).
+func (f Fix) Render(d *EvidenceData) string {
+	if f.computed == nil || d == nil {
+		return f.Text
+	}
+	s, err := renderEvidence(f.computed, d)
+	if err != nil || s == "" || strings.Contains(s, "n/a") || strings.Contains(s, "<no value>") {
+		return f.Text
+	}
+	return s
 }
 
 // ChainLink is one step of a cause's chain: a signal, how to show it

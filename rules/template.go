@@ -164,6 +164,26 @@ var EvidenceFuncs = template.FuncMap{
 	"num":     FormatNumber,
 	"tokens":  FormatTokens,
 	"join":    strings.Join,
+	"pow2up":  Pow2Up,
+	"below":   below,
+}
+
+// below reports a < b, false when either is missing: a template's
+// comparison with a gap does not hold.
+func below(a, b any) bool {
+	x, y := toFloat(a), toFloat(b)
+	return !math.IsNaN(x) && !math.IsNaN(y) && x < y
+}
+
+// Pow2Up is the least power of two at or above a value (a token budget
+// that holds it): 20000 → 32768, 8192 → 8192; NaN for a missing or
+// non-positive value, which renders as "n/a".
+func Pow2Up(v any) float64 {
+	f := toFloat(v)
+	if math.IsNaN(f) || math.IsInf(f, 0) || f <= 0 {
+		return math.NaN()
+	}
+	return math.Pow(2, math.Ceil(math.Log2(f)))
 }
 
 func toFloat(v any) float64 {

@@ -32,3 +32,32 @@ type InsufficientReason struct {
 	Signal string `json:"signal,omitempty"`
 	Window string `json:"window,omitempty"`
 }
+
+// InsufficientLearning: a daemon's history is shorter than the baseline
+// it needs; it is still learning the baseline (see Verdict.Learning).
+const InsufficientLearning InsufficientCode = "learning_baseline"
+
+// Learning says a daemon's triage ran on less history than its configured
+// baseline: the state comes first in every rendering.
+type Learning struct {
+	// HistoryMinutes is how much history the daemon holds, in whole minutes.
+	HistoryMinutes int `json:"history_minutes"`
+	// BaselineMinutes is the baseline offset configured, in minutes.
+	BaselineMinutes int `json:"baseline_minutes"`
+	// NeededMinutes is the least history a baseline is taken from; 0
+	// when the history holds it (the baseline is shortened to it).
+	NeededMinutes int `json:"needed_minutes,omitempty"`
+	// Message is the state in words: "learning the baseline (2 of 60
+	// minutes); using the 2 minutes there are".
+	Message string `json:"message"`
+}
+
+// DegradedBaseline says the baseline window already showed the incident's
+// signature (KV cache full, preemptions, a growing queue): a comparison
+// with it understates the incident.
+type DegradedBaseline struct {
+	// Signs are the signatures seen, each with its value: "KV cache 100%".
+	Signs []string `json:"signs"`
+	// Message is the state in words, for the top of a rendering.
+	Message string `json:"message"`
+}

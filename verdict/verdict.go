@@ -97,6 +97,12 @@ type Verdict struct {
 	// InsufficientReason says why the status is insufficient_data and what
 	// to do (diagnose/insufficient.go); nil for any other status.
 	InsufficientReason *InsufficientReason `json:"insufficient_reason,omitempty"`
+	// Learning is set while a daemon learns its baseline (less history
+	// than the baseline it wants); renderings say it first.
+	Learning *Learning `json:"learning,omitempty"`
+	// DegradedBaseline is set when the baseline window already shows the
+	// incident's signature; renderings say it first.
+	DegradedBaseline *DegradedBaseline `json:"degraded_baseline,omitempty"`
 	// Warnings are passed through from the metrics source (e.g. Prometheus query warnings).
 	Warnings []string `json:"warnings,omitempty"`
 	// Cohort says the scope slowed together with others that share a

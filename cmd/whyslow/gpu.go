@@ -42,7 +42,7 @@ func runGPU(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	visible := fs.String("visible", "", "GPUs to read, CUDA_VISIBLE_DEVICES style: indices and GPU UUIDs, comma-separated (default all)")
 	pidList := fs.String("pid", "", "engine PIDs, comma-separated: read only the GPUs running one of them")
 	verbose := fs.Bool("v", false, "log at debug level to stderr")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parseQuiet(fs, args[1:]); err != nil {
 		return exitFailed
 	}
 	if fs.NArg() > 0 {

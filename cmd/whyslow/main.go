@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -105,13 +106,7 @@ func runHelp(ctx context.Context, c command, args []string, stdout, stderr io.Wr
 // (the error and the usage on fs's output, exit 2). fs.Usage, when set,
 // must print to fs.Output().
 func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) (code int, done bool) {
-	usage := fs.Usage
-	if usage == nil {
-		usage = func() {
-			fmt.Fprintf(fs.Output(), "Usage of %s:\n", fs.Name())
-			fs.PrintDefaults()
-		}
-	}
+	usage := fullUsage(fs)
 	fs.Usage = func() {} // printed below, to the right writer
 	err := fs.Parse(args)
 	fs.Usage = usage
@@ -125,8 +120,55 @@ func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) (code int, do
 		fs.SetOutput(out)
 		return exitOK, true
 	}
-	usage()
+	flagHint(fs, err)
 	return exitFailed, true
+}
+
+// parseQuiet parses args for a command that prints its own help: -h
+// prints the usage (an error, flag.ErrHelp, as fs.Parse has it); a bad
+// flag prints the flag package's one line and a hint, not the usage.
+func parseQuiet(fs *flag.FlagSet, args []string) error {
+	usage := fullUsage(fs)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.Usage = usage
+	switch {
+	case err == nil:
+	case errors.Is(err, flag.ErrHelp):
+		usage()
+	default:
+		flagHint(fs, err)
+	}
+	return err
+}
+
+// fullUsage is fs's usage function, or the flag package's default.
+func fullUsage(fs *flag.FlagSet) func() {
+	if fs.Usage != nil {
+		return fs.Usage
+	}
+	return func() {
+		fmt.Fprintf(fs.Output(), "Usage of %s:\n", fs.Name())
+		fs.PrintDefaults()
+	}
+}
+
+// flagHint follows the flag package's line about a bad flag (already
+// printed: `invalid value "5" for flag -window: parse error`) with what a
+// duration looks like, when the flag takes one, and where the flags are
+// listed: the whole usage would bury the one useful line.
+func flagHint(fs *flag.FlagSet, err error) {
+	if _, rest, ok := strings.Cut(err.Error(), " for flag -"); ok {
+		name, _, _ := strings.Cut(rest, ":")
+		if fl := fs.Lookup(name); fl != nil {
+			if g, ok := fl.Value.(flag.Getter); ok {
+				if _, ok := g.Get().(time.Duration); ok {
+					fmt.Fprintf(fs.Output(), "--%s takes a duration with a unit, e.g. 30s, 5m, 1h\n", name)
+				}
+			}
+		}
+	}
+	fmt.Fprintf(fs.Output(), "Run 'whyslow %s --help' for its flags.\n", fs.Name())
 }
 
 func usage(w io.Writer) {

@@ -99,7 +99,8 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return fail("%v", err)
 		}
 		defer st.Close()
-		o.Metrics, o.HistoryStart = st, stats.MinTime
+		// A DataSpanner: a replay over no data says where the data lies, as why does.
+		o.Metrics, o.HistoryStart = spannedStore{st}, stats.MinTime
 		if o.Config.Engine == "" && b.Incident != nil && b.Incident.Engine != "" {
 			o.Config.Engine = b.Incident.Engine
 		}
@@ -115,6 +116,10 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	res, err := daemon.Replay(ctx, o)
 	if err != nil {
 		return fail("%v", unreachableCause(err))
+	}
+	if res.NoData != nil {
+		// Nothing was replayed: "0 notifications" is no all-clear.
+		return fail("the interval holds no engine data: %s", res.NoData.Message)
 	}
 	if !asJSON {
 		opened := 0

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -101,5 +103,36 @@ func TestReplayUnreachablePrometheus(t *testing.T) {
 		"--from", "2026-01-01T00:00:00Z", "--to", "2026-01-01T00:01:00Z"}, &out, &errb)
 	if code != exitFailed || !strings.Contains(errb.String(), "prometheus http://127.0.0.1:1 unreachable") {
 		t.Errorf("exit %d, stderr %q", code, errb.String())
+	}
+}
+
+// TestReplayNoEngineData is finding 5 of issue 25: a replay over an
+// interval without engine series said "0 notifications" and exited 0, as
+// if all had been quiet. It exits 2 with the reason `why` gives.
+func TestReplayNoEngineData(t *testing.T) {
+	dir := t.TempDir()
+	var om strings.Builder
+	om.WriteString("# TYPE node_load1 gauge\n")
+	for i := 0; i < 120; i++ {
+		fmt.Fprintf(&om, "node_load1{instance=\"gw\"} 1 %d\n", 1700000000+15*i)
+	}
+	om.WriteString("# EOF\n")
+	if err := os.WriteFile(filepath.Join(dir, "metrics.om"), []byte(om.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := dispatch(context.Background(), []string{"replay", "--bundle", dir, "--from", "2023-11-14T22:20:00Z", "--to", "2023-11-14T22:40:00Z"}, &out, &errb)
+	if code != exitFailed {
+		t.Fatalf("replay over no engine data: exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+	var whyOut, whyErr bytes.Buffer
+	dispatch(context.Background(), []string{"why", "--bundle", dir, "--at", "2023-11-14T22:40:00Z"}, &whyOut, &whyErr)
+	for _, want := range []string{"no series of a known engine (vllm, sglang, trtllm) in the source", "point whyslow at the engine's /metrics"} {
+		if !strings.Contains(errb.String(), want) || !strings.Contains(whyErr.String(), want) {
+			t.Errorf("replay stderr %q and why stderr %q, want both to say %q", errb.String(), whyErr.String(), want)
+		}
+	}
+	if strings.Contains(out.String(), "0 notifications") {
+		t.Errorf("stdout %q reads as an all-clear", out.String())
 	}
 }

@@ -79,9 +79,25 @@ func TestSubcommandHelp(t *testing.T) {
 			}
 		})
 	}
-	// A bad flag is still a failure, its usage on stderr.
+	// A bad flag is still a failure: the one line that says what is wrong
+	// and where the flags are, not the whole usage (issue 25, finding 11).
 	var out, errOut bytes.Buffer
-	if code := dispatch(context.Background(), []string{"rules", "check", "--frob"}, &out, &errOut); code != exitFailed || !strings.Contains(errOut.String(), "usage: whyslow rules check") {
+	if code := dispatch(context.Background(), []string{"rules", "check", "--frob"}, &out, &errOut); code != exitFailed ||
+		errOut.String() != "flag provided but not defined: -frob\nRun 'whyslow rules check --help' for its flags.\n" {
 		t.Errorf("bad flag: exit %d, stderr %q", code, errOut.String())
+	}
+	for _, args := range [][]string{{"why", "--window", "5"}, {"replay", "--step", "5"}, {"serve", "--scrape-interval", "5"}, {"sim", "record", "--sample", "x"}} {
+		out.Reset()
+		errOut.Reset()
+		code := dispatch(context.Background(), args, &out, &errOut)
+		lines := strings.Split(strings.TrimSpace(errOut.String()), "\n")
+		if code != exitFailed || len(lines) > 3 || !strings.Contains(lines[len(lines)-1], "--help' for its flags") {
+			t.Errorf("%v: exit %d, stderr (%d lines) %q; want exit 2, the error line and a hint", args, code, len(lines), errOut.String())
+		}
+	}
+	errOut.Reset()
+	dispatch(context.Background(), []string{"why", "--window", "5"}, &out, &errOut)
+	if want := "invalid value \"5\" for flag -window: parse error\n--window takes a duration with a unit, e.g. 30s, 5m, 1h\nRun 'whyslow why --help' for its flags.\n"; errOut.String() != want {
+		t.Errorf("why --window 5: stderr %q, want %q", errOut.String(), want)
 	}
 }

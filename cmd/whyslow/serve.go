@@ -46,6 +46,11 @@ type serveFlags struct {
 	set            map[string]bool
 }
 
+// errPrinted is an error already written to stderr.
+type errPrinted struct{ error }
+
+func (e errPrinted) Unwrap() error { return e.error }
+
 func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	f := &serveFlags{set: map[string]bool{}}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
@@ -60,7 +65,10 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	fs.StringVar(&f.otlpGRPC, "otlp-grpc", daemon.DefaultOTLPGRPC, "OTLP/gRPC trace receiver address; empty disables")
 	fs.BoolVar(&f.gpu, "gpu", true, "read GPU counters through NVML (without a driver: logged once, reported as a data gap)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
-	if err := fs.Parse(args); err != nil {
+	if err := parseQuiet(fs, args); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			err = errPrinted{err} // the flag package said it already
+		}
 		return nil, err
 	}
 	if fs.NArg() > 0 {
@@ -124,7 +132,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
-		fmt.Fprintln(stderr, err)
+		if !errors.As(err, new(errPrinted)) {
+			fmt.Fprintln(stderr, err)
+		}
 		return exitFailed
 	}
 	var level slog.Level

@@ -144,7 +144,7 @@ func (f *simFlags) options() (sim.Options, error) {
 
 func parseSimFlags(fs *flag.FlagSet, args []string, stderr io.Writer) bool {
 	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
+	if err := parseQuiet(fs, args); err != nil {
 		return false
 	}
 	if fs.NArg() > 0 {

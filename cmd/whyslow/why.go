@@ -88,7 +88,7 @@ func runWhy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var f whyFlags
 	f.register(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseQuiet(fs, args); err != nil {
 		return exitFailed
 	}
 	if fs.NArg() > 0 {

@@ -26,6 +26,9 @@ const (
 	AnnotationPhase       = "phase"
 	AnnotationVerdictURL  = "verdict_url"
 	AnnotationIncidentID  = "incident_id"
+	// AnnotationState is the verdict's state when it names no cause:
+	// learning_baseline, degraded_baseline or the insufficient-data code.
+	AnnotationState = "state"
 )
 
 // MaxAnnotationBytes bounds one annotation value: an alert stays small
@@ -152,6 +155,11 @@ func alertOf(in incident.Incident, endsAt time.Time, link func(incident.Incident
 		set(AnnotationFix, strings.Join(c.Remediation, "\n"))
 	} else {
 		set(AnnotationCause, in.TopCause)
+		if v != nil {
+			state, why := stateOf(v)
+			set(AnnotationState, state)
+			set(AnnotationDescription, why)
+		}
 	}
 	var url string
 	if link != nil {
@@ -159,6 +167,20 @@ func alertOf(in incident.Incident, endsAt time.Time, link func(incident.Incident
 	}
 	set(AnnotationVerdictURL, url)
 	return Alert{Labels: labels, Annotations: ann, StartsAt: in.OpenedAt, EndsAt: endsAt, GeneratorURL: url}
+}
+
+// stateOf is why a verdict names no cause, as a code and a sentence: a
+// page without a cause still says what whyslow is doing about it.
+func stateOf(v *verdict.Verdict) (state, why string) {
+	switch {
+	case v.InsufficientReason != nil:
+		return string(v.InsufficientReason.Code), v.InsufficientReason.Message
+	case v.Learning != nil:
+		return string(verdict.InsufficientLearning), v.Learning.Message
+	case v.DegradedBaseline != nil:
+		return "degraded_baseline", v.DegradedBaseline.Message
+	}
+	return "", ""
 }
 
 // topCause is the incident's top cause in its verdict, or nil.

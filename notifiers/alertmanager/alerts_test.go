@@ -237,3 +237,24 @@ func TestReconcileEndsVanishedAlerts(t *testing.T) {
 		t.Fatalf("past retention: %+v", got)
 	}
 }
+
+// TestAlertsLearningState is finding 1 of issue 25: the alert of a
+// learning daemon's incident was a bare warning. It carries the state
+// (annotation state, the summary opening with it) and the reason.
+func TestAlertsLearningState(t *testing.T) {
+	in := openIncident()
+	l := &verdict.Learning{HistoryMinutes: 1, BaselineMinutes: 60, Message: "learning the baseline (1 of 60 minutes); using the 1 minute there is"}
+	in.Verdict = &verdict.Verdict{Status: verdict.StatusInsufficientData, Learning: l,
+		InsufficientReason: &verdict.InsufficientReason{Code: verdict.InsufficientLearning, Message: l.Message + ": nothing to compare with yet"}}
+	in.TopCause = ""
+	a := Alerts([]incident.Incident{in}, t0, verdictLink, Config{URL: "http://am"})[0]
+	if got := a.Annotations["state"]; got != "learning_baseline" {
+		t.Errorf("state = %q", got)
+	}
+	if got := a.Annotations["summary"]; !strings.HasPrefix(got, l.Message) {
+		t.Errorf("summary = %q, want the learning state first", got)
+	}
+	if got := a.Annotations["description"]; !strings.Contains(got, "nothing to compare with yet") {
+		t.Errorf("description = %q", got)
+	}
+}

@@ -442,3 +442,26 @@ func TestSummary(t *testing.T) {
 		t.Errorf("Summary = %q, want %q", got, want)
 	}
 }
+
+// TestStateFirst is issue 25's first finding, in the renderings: a
+// daemon's learning state and a degraded baseline come before everything
+// else (the status line of the text and Markdown, the one-line summary).
+func TestStateFirst(t *testing.T) {
+	v := notifytest.Anomaly()
+	v.Learning = &verdict.Learning{HistoryMinutes: 2, BaselineMinutes: 60, Message: "learning the baseline (2 of 60 minutes); using the 2 minutes there are"}
+	v.DegradedBaseline = &verdict.DegradedBaseline{Signs: []string{"KV cache peak 100.0%"}, Message: "degraded baseline: the baseline window already shows KV cache peak 100.0%"}
+	for _, f := range []Format{FormatText, FormatMarkdown} {
+		var b bytes.Buffer
+		if err := Render(&b, v, f, Options{}); err != nil {
+			t.Fatal(err)
+		}
+		first, _, _ := strings.Cut(b.String(), "\n")
+		first = strings.TrimPrefix(first, "### ")
+		if !strings.HasPrefix(first, v.Learning.Message) || !strings.Contains(first, "degraded baseline") {
+			t.Errorf("format %v: first line %q, want the learning state, then the degraded baseline", f, first)
+		}
+	}
+	if s := Summary(v); !strings.HasPrefix(s, v.Learning.Message) {
+		t.Errorf("summary %q", s)
+	}
+}

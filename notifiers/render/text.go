@@ -371,9 +371,17 @@ func Summary(v *verdict.Verdict) string {
 	return s
 }
 
-// statusSentence is status, severity and phase.
+// statusSentence is status, severity and phase, after the daemon's
+// learning or degraded-baseline state when there is one: that state
+// qualifies everything after it.
 func statusSentence(v *verdict.Verdict) string {
 	var b strings.Builder
+	if v.Learning != nil && v.Learning.Message != "" {
+		b.WriteString(v.Learning.Message + " — ")
+	}
+	if v.DegradedBaseline != nil && v.DegradedBaseline.Message != "" {
+		b.WriteString(v.DegradedBaseline.Message + " — ")
+	}
 	switch v.Status {
 	case verdict.StatusAnomaly:
 		b.WriteString("ANOMALY")
