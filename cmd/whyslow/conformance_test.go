@@ -66,6 +66,19 @@ var fixtureShapes = map[string]fixtureShape{
 		abort: [3]string{"trtllm_request_success_total", "finished_reason", "cancelled"}},
 	"trtllm-unprefixed.prom": {engine: "trtllm", shape: "unprefixed", requests: "e2e_request_latency_seconds_count",
 		abort: [3]string{"request_success_total", "finished_reason", "cancelled"}},
+	// Builds that name the label finish_reason: aborts are still aborts.
+	"trtllm-finish-reason.prom": {engine: "trtllm", shape: "current", requests: "trtllm_e2e_request_latency_seconds_count",
+		abort:   [3]string{"trtllm_request_success_total", "finish_reason", "cancelled"},
+		failure: [3]string{"trtllm_request_error_total", "http_code", "500"}},
+	// Data parallelism in one API server: engine="0" and "1" on one target.
+	"vllm-dp2.prom": {engine: "vllm", shape: "v1", requests: "vllm:e2e_request_latency_seconds_count",
+		abort:   [3]string{"vllm:request_success_total", "finished_reason", "abort"},
+		failure: [3]string{"http_requests_total", "status", "5xx"}},
+	// Ray Serve LLM: no API server HTTP counter, so no failure variant.
+	"vllm-ray.prom": {engine: "vllm", shape: "ray", requests: "ray_vllm_e2e_request_latency_seconds_count",
+		abort: [3]string{"ray_vllm_request_success_total", "finished_reason", "abort"}},
+	"sglang-sanitized.prom": {engine: "sglang", shape: "sanitized", requests: "sglang_num_requests_total",
+		abort: [3]string{"sglang_num_aborted_requests_total", "", ""}},
 }
 
 // TestConformanceScrape serves every engine fixture as a live, steady engine
@@ -316,4 +329,49 @@ func hasStartTime(body string) bool {
 		}
 	}
 	return false
+}
+
+// TestDataParallelKV: vLLM with --data-parallel-size 2 in one API server
+// (engine="0","1" on one target) reads per engine core: the running-weighted
+// KV usage is the engines' own (≤100%, within 5% of the single-engine
+// control vllm-v1.prom) and the decode batch is one core's, not the sum.
+func TestDataParallelKV(t *testing.T) {
+	if testing.Short() {
+		t.Skip("samples for 4 s per fixture; skipped with -short")
+	}
+	read := func(name string) map[string]float64 {
+		body, err := os.ReadFile(filepath.Join(conformanceDir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(newFixtureServer(t, string(body), fixtureShapes[name], "steady"))
+		defer srv.Close()
+		r := runCLI(t, "why", "--scrape", srv.URL+"/metrics", "--sample", "4s", "--output", "json", "--explain")
+		if r.code == exitFailed {
+			t.Fatalf("%s: exit 2: %s", name, r.stderr)
+		}
+		now := map[string]float64{}
+		for _, s := range decodeVerdict(t, r.stdout).Signals {
+			if s.Now != nil {
+				now[s.Name] = *s.Now
+			}
+		}
+		return now
+	}
+	one, two := read("vllm-v1.prom"), read("vllm-dp2.prom")
+	for _, s := range []string{"decode_kv_usage", "decode_batch", "kv_usage"} {
+		a, okA := one[s]
+		b, okB := two[s]
+		if !okA || !okB {
+			t.Fatalf("%s: single engine %v (%v), DP=2 %v (%v): want values", s, a, okA, b, okB)
+		}
+		t.Logf("%s: single engine %.3f, DP=2 %.3f", s, a, b)
+	}
+	if kv := two["decode_kv_usage"]; kv > 1 || math.Abs(kv/one["decode_kv_usage"]-1) > 0.05 {
+		t.Errorf("DP=2 decode_kv_usage %.3f, single engine %.3f: want ≤ 1 and within 5%%", kv, one["decode_kv_usage"])
+	}
+	// The fixture splits the target's 24 running requests over two cores.
+	if b := two["decode_batch"]; math.Abs(b/(one["decode_batch"]/2)-1) > 0.05 {
+		t.Errorf("DP=2 decode_batch %.1f, want half the single engine's %.1f (one core's batch)", b, one["decode_batch"])
+	}
 }
