@@ -65,3 +65,69 @@ func TestUnknownEngineFromMap(t *testing.T) {
 		t.Errorf("causes %v with the tgi map, %v with the vllm map", ids(gv), ids(wv))
 	}
 }
+
+// TestRenamedShapes: an engine's names rewritten on the way (Ray Serve LLM's
+// ray_vllm_*, a pipeline's ":" → "_") are the same engine in another shape.
+// Recorded bundles renamed so give the original's verdict with auto
+// detection: the surge is queue_saturation first, the healthy one healthy.
+func TestRenamedShapes(t *testing.T) {
+	for _, c := range []struct {
+		incident, from, to, engine, shape string
+	}{
+		{"arrival_surge", "vllm:", "ray_vllm_", "vllm", "ray"},
+		{"healthy", "vllm:", "ray_vllm_", "vllm", "ray"},
+		{"arrival_surge", "vllm:", "vllm_", "vllm", "sanitized"},
+		{"healthy", "vllm:", "vllm_", "vllm", "sanitized"},
+		{"sglang_kv_pressure", "sglang:", "sglang_", "sglang", "sanitized"},
+	} {
+		t.Run(c.incident+"/"+c.to, func(t *testing.T) {
+			src := filepath.Join(incidentsDir, c.incident)
+			dir := t.TempDir()
+			gz, err := os.ReadFile(filepath.Join(src, "metrics.om.gz"))
+			inc, err2 := os.ReadFile(filepath.Join(src, "incident.yaml"))
+			zr, err3 := gzip.NewReader(bytes.NewReader(gz))
+			if err := errors.Join(err, err2, err3); err != nil {
+				t.Fatal(err)
+			}
+			var om strings.Builder
+			if _, err := io.Copy(&om, zr); err != nil {
+				t.Fatal(err)
+			}
+			inc = regexp.MustCompile(`(?m)^engine: .*\n`).ReplaceAll(inc, nil)
+			err = errors.Join(os.WriteFile(filepath.Join(dir, "metrics.om"), []byte(strings.ReplaceAll(om.String(), c.from, c.to)), 0o644),
+				os.WriteFile(filepath.Join(dir, "incident.yaml"), inc, 0o644))
+			if err != nil {
+				t.Fatal(err)
+			}
+			wv := decodeVerdict(t, runCLI(t, "why", "--bundle", src, "--output", "json").stdout)
+			got := runCLI(t, "why", "--bundle", dir, "--output", "json")
+			gv := decodeVerdict(t, got.stdout)
+			shape := ""
+			if gv.EngineShape != nil {
+				shape = gv.EngineShape.Name
+			}
+			if gv.Engine != c.engine || shape != c.shape {
+				t.Fatalf("read as %s/%s, want %s/%s\n%s", gv.Engine, shape, c.engine, c.shape, got.stderr)
+			}
+			ids := func(v *verdict.Verdict) []string {
+				var out []string
+				for _, c := range v.Causes {
+					out = append(out, c.ID)
+				}
+				return out
+			}
+			if gv.Status != wv.Status || !slices.Equal(ids(gv), ids(wv)) {
+				t.Errorf("renamed: %s %v; original: %s %v", gv.Status, ids(gv), wv.Status, ids(wv))
+			}
+			if c.incident == "arrival_surge" && (len(gv.Causes) == 0 || gv.Causes[0].ID != "queue_saturation") {
+				t.Errorf("surge: causes %v, want queue_saturation first", ids(gv))
+			}
+			if c.incident == "healthy" && gv.Status != verdict.StatusHealthy {
+				t.Errorf("healthy: status %s", gv.Status)
+			}
+			if len(gv.DataGaps) != len(wv.DataGaps) {
+				t.Errorf("renamed: %d data gaps, original %d: %+v", len(gv.DataGaps), len(wv.DataGaps), gv.DataGaps)
+			}
+		})
+	}
+}
