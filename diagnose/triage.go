@@ -250,7 +250,7 @@ func Run(ctx context.Context, opts Options) (*verdict.Verdict, error) {
 	if rs == nil {
 		v.Engine = opts.Engine
 		v.DataGaps = append(v.DataGaps, verdict.DataGap{Signal: "engine", Window: "incident",
-			Reason: "no series of a known engine (vllm, sglang, trtllm) matched the scope"})
+			Reason: "no series of a known engine (" + strings.Join(enginesOf(opts.Rulesets), ", ") + ") matched the scope"})
 		v.InsufficientReason = diagnoseInsufficient(ctx, &opts, nil, nil, nil)
 		return v, nil
 	}

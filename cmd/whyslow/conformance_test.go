@@ -77,6 +77,10 @@ var fixtureShapes = map[string]fixtureShape{
 	// Ray Serve LLM: no API server HTTP counter, so no failure variant.
 	"vllm-ray.prom": {engine: "vllm", shape: "ray", requests: "ray_vllm_e2e_request_latency_seconds_count",
 		abort: [3]string{"ray_vllm_request_success_total", "finished_reason", "abort"}},
+	// No TTFT histogram (its mean is estimated) and no KV series.
+	"tgi.prom": {engine: "tgi", shape: "", requests: "tgi_request_duration_count",
+		abort:   [3]string{"tgi_request_failure", "err", "dropped"},
+		failure: [3]string{"tgi_request_failure", "err", "generation"}},
 	"sglang-sanitized.prom": {engine: "sglang", shape: "sanitized", requests: "sglang_num_requests_total",
 		abort: [3]string{"sglang_num_aborted_requests_total", "", ""}},
 }
@@ -227,6 +231,13 @@ func newFixtureServer(t *testing.T, body string, fs fixtureShape, variant string
 	var t0 time.Time
 	var requests0 float64
 	lines := strings.Split(body, "\n")
+	// Counters named without _total (metrics-rs: TGI) grow as well.
+	counters := map[string]bool{}
+	for _, l := range lines {
+		if f := strings.Fields(l); len(f) == 4 && f[0] == "#" && f[1] == "TYPE" && f[3] == "counter" {
+			counters[f[2]] = true
+		}
+	}
 	for _, l := range lines {
 		if strings.HasPrefix(l, fs.requests) {
 			f := strings.Fields(l)
@@ -266,7 +277,7 @@ func newFixtureServer(t *testing.T, body string, fs fixtureShape, variant string
 			switch {
 			case name == "process_start_time_seconds" || strings.HasSuffix(name, "_created"):
 				value = float64(t0.Unix()) - lifetime
-			case strings.HasSuffix(name, "_total") || strings.HasSuffix(name, "_count") ||
+			case counters[name] || strings.HasSuffix(name, "_total") || strings.HasSuffix(name, "_count") ||
 				strings.HasSuffix(name, "_sum") || strings.HasSuffix(name, "_bucket"):
 				value *= grow
 			}
@@ -373,5 +384,46 @@ func TestDataParallelKV(t *testing.T) {
 	// The fixture splits the target's 24 running requests over two cores.
 	if b := two["decode_batch"]; math.Abs(b/(one["decode_batch"]/2)-1) > 0.05 {
 		t.Errorf("DP=2 decode_batch %.1f, want half the single engine's %.1f (one core's batch)", b, one["decode_batch"])
+	}
+}
+
+// TestRecognisedSources: a scrape that finds only the endpoint picker's or
+// Dynamo's frontend's series exits 2 with a message that names the source
+// and what to point whyslow at instead, not "point whyslow at the engine's
+// /metrics" (which the user did).
+func TestRecognisedSources(t *testing.T) {
+	for _, c := range []struct {
+		name, body string
+		want       []string
+	}{
+		{"epp", "# TYPE inference_pool_average_kv_cache_utilization gauge\ninference_pool_average_kv_cache_utilization{name=\"pool\"} 0.4\n" +
+			"# TYPE inference_pool_average_queue_size gauge\ninference_pool_average_queue_size{name=\"pool\"} 2\n" +
+			"# TYPE inference_pool_ready_pods gauge\ninference_pool_ready_pods{name=\"pool\"} 3\n",
+			[]string{"endpoint picker", "model server pods"}},
+		{"dynamo-frontend", "# TYPE dynamo_frontend_inflight_requests gauge\ndynamo_frontend_inflight_requests{model=\"m\"} 3\n" +
+			"# TYPE dynamo_frontend_requests_total counter\ndynamo_frontend_requests_total{model=\"m\"} 100\n",
+			[]string{"Dynamo's frontend", "worker"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+				_, _ = w.Write([]byte(c.body))
+			}))
+			defer srv.Close()
+			r := runCLI(t, "why", "--scrape", srv.URL+"/metrics", "--sample", "3s")
+			if r.code != exitFailed {
+				t.Fatalf("exit %d, want %d\n%s%s", r.code, exitFailed, r.stdout, r.stderr)
+			}
+			out := r.stdout + r.stderr
+			for _, w := range c.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("message lacks %q:\n%s", w, out)
+				}
+			}
+			if strings.Contains(out, "point whyslow at the engine's /metrics") {
+				t.Errorf("the generic message, for a source whyslow can name:\n%s", out)
+			}
+		})
 	}
 }
