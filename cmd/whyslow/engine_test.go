@@ -131,3 +131,116 @@ func TestRenamedShapes(t *testing.T) {
 		})
 	}
 }
+
+// tgiFromVLLM rewrites a recorded vLLM exposition into TGI's router names
+// (rulesets/tgi.yaml): the families TGI has under its names, the prefill
+// time as the prefill batch histogram, every other vllm:* family dropped
+// (TGI has no TTFT, KV or prefix-cache series).
+func tgiFromVLLM(om string) string {
+	rename := map[string]string{
+		"vllm:e2e_request_latency_seconds":           "tgi_request_duration",
+		"vllm:request_queue_time_seconds":            "tgi_request_queue_duration",
+		"vllm:request_inference_time_seconds":        "tgi_request_inference_duration",
+		"vllm:request_time_per_output_token_seconds": "tgi_request_mean_time_per_token_duration",
+		"vllm:request_prompt_tokens":                 "tgi_request_input_length",
+		"vllm:request_generation_tokens":             "tgi_request_generated_tokens",
+		"vllm:num_requests_running":                  "tgi_batch_current_size",
+		"vllm:num_requests_waiting":                  "tgi_queue_size",
+		"vllm:request_prefill_time_seconds":          "tgi_batch_inference_duration",
+	}
+	var out strings.Builder
+	for _, l := range strings.Split(om, "\n") {
+		if strings.HasPrefix(l, "# ") {
+			f := strings.Fields(l)
+			switch {
+			case len(f) < 3:
+				out.WriteString(l + "\n")
+			case rename[f[2]] != "":
+				out.WriteString(strings.Replace(l, f[2], rename[f[2]], 1) + "\n")
+			case f[2] == "vllm:request_success" && f[1] == "TYPE":
+				// metrics-rs counters carry no _total: untyped here.
+				out.WriteString("# TYPE tgi_request_success unknown\n# TYPE tgi_request_count unknown\n")
+			case !strings.HasPrefix(f[2], "vllm:") && !strings.HasPrefix(f[2], "http_"):
+				out.WriteString(l + "\n")
+			}
+			continue
+		}
+		name, rest, _ := strings.Cut(l, "{")
+		if i := strings.IndexByte(name, ' '); i >= 0 {
+			name, rest = name[:i], "}"+name[i:]
+		}
+		base, suffix := name, ""
+		for _, s := range []string{"_bucket", "_sum", "_count", "_created"} {
+			if b, ok := strings.CutSuffix(name, s); ok && rename[b] != "" {
+				base, suffix = b, s
+			}
+		}
+		switch {
+		case base == "vllm:request_prefill_time_seconds":
+			if !strings.HasPrefix(rest, "}") {
+				rest = "," + rest
+			}
+			out.WriteString(rename[base] + suffix + `{method="prefill"` + rest + "\n")
+		case rename[base] != "":
+			out.WriteString(rename[base] + suffix + "{" + rest + "\n")
+		case name == "vllm:request_success_total":
+			out.WriteString("tgi_request_success{" + rest + "\ntgi_request_count{" + rest + "\n")
+		case strings.HasPrefix(name, "vllm:") || strings.HasPrefix(name, "http_"):
+		default:
+			out.WriteString(l + "\n")
+		}
+	}
+	return strings.TrimSuffix(out.String(), "\n")
+}
+
+// TestTGIFromVLLMBundle: recorded vLLM incidents in TGI's names are read
+// as TGI: the surge is queue_saturation first, the healthy one healthy,
+// and what TGI does not export (TTFT percentiles, KV) is a stated gap.
+func TestTGIFromVLLMBundle(t *testing.T) {
+	for _, incident := range []string{"arrival_surge", "healthy"} {
+		t.Run(incident, func(t *testing.T) {
+			src := filepath.Join(incidentsDir, incident)
+			dir := t.TempDir()
+			gz, err := os.ReadFile(filepath.Join(src, "metrics.om.gz"))
+			inc, err2 := os.ReadFile(filepath.Join(src, "incident.yaml"))
+			zr, err3 := gzip.NewReader(bytes.NewReader(gz))
+			if err := errors.Join(err, err2, err3); err != nil {
+				t.Fatal(err)
+			}
+			var om strings.Builder
+			if _, err := io.Copy(&om, zr); err != nil {
+				t.Fatal(err)
+			}
+			inc = regexp.MustCompile(`(?m)^engine: .*\n`).ReplaceAll(inc, nil)
+			err = errors.Join(os.WriteFile(filepath.Join(dir, "metrics.om"), []byte(tgiFromVLLM(om.String())), 0o644),
+				os.WriteFile(filepath.Join(dir, "incident.yaml"), inc, 0o644))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := runCLI(t, "why", "--bundle", dir, "--output", "json")
+			v := decodeVerdict(t, r.stdout)
+			if v.Engine != "tgi" {
+				t.Fatalf("engine %q, want tgi\n%s", v.Engine, r.stderr)
+			}
+			switch incident {
+			case "arrival_surge":
+				if v.Status != verdict.StatusAnomaly || len(v.Causes) == 0 || v.Causes[0].ID != "queue_saturation" {
+					t.Errorf("surge: status %s, causes %+v; want anomaly, queue_saturation first", v.Status, v.Causes)
+				}
+			case "healthy":
+				if v.Status != verdict.StatusHealthy {
+					t.Errorf("healthy: status %s", v.Status)
+				}
+			}
+			var gaps []string
+			for _, g := range v.DataGaps {
+				gaps = append(gaps, g.Signals...)
+			}
+			for _, s := range []string{"ttft_p95", "kv_usage", "kv_usage_peak", "prefix_hit_rate"} {
+				if !slices.Contains(gaps, s) {
+					t.Errorf("%s is not a stated gap: %+v", s, v.DataGaps)
+				}
+			}
+		})
+	}
+}
