@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"compress/gzip"
 	"errors"
+	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -240,6 +243,99 @@ func TestTGIFromVLLMBundle(t *testing.T) {
 				if !slices.Contains(gaps, s) {
 					t.Errorf("%s is not a stated gap: %+v", s, v.DataGaps)
 				}
+			}
+		})
+	}
+}
+
+// dataParallel2 rewrites a recorded single-engine vLLM exposition as one
+// API server over two engine cores (--data-parallel-size 2): each
+// engine="0" series split in two, the counts, histograms and request
+// gauges halved per core, KV usage the same on both.
+func dataParallel2(om string) string {
+	var out strings.Builder
+	for _, l := range strings.Split(om, "\n") {
+		if strings.HasPrefix(l, "#") || !strings.Contains(l, `engine="0"`) {
+			out.WriteString(l + "\n")
+			continue
+		}
+		f := strings.Fields(l)
+		name, _, _ := strings.Cut(l, "{")
+		series := strings.Join(f[:len(f)-2], " ")
+		v, err := strconv.ParseFloat(f[len(f)-2], 64)
+		if err != nil {
+			out.WriteString(l + "\n")
+			continue
+		}
+		for _, s := range []string{"_total", "_count", "_sum", "_bucket", "num_requests_running", "num_requests_waiting"} {
+			if strings.HasSuffix(name, s) {
+				v /= 2
+				break
+			}
+		}
+		for _, e := range []string{"0", "1"} {
+			fmt.Fprintf(&out, "%s %s %s\n", strings.Replace(series, `engine="0"`, `engine="`+e+`"`, 1),
+				strconv.FormatFloat(v, 'g', -1, 64), f[len(f)-1])
+		}
+	}
+	return strings.TrimSuffix(out.String(), "\n")
+}
+
+// TestDataParallelBundle: the recorded surge and healthy incidents as vLLM
+// with --data-parallel-size 2 in one API server give the single engine's
+// verdict, and the running-weighted KV usage is the engines' own (≤100%,
+// within 5% of the single-engine control), not their sum.
+func TestDataParallelBundle(t *testing.T) {
+	for _, incident := range []string{"arrival_surge", "healthy"} {
+		t.Run(incident, func(t *testing.T) {
+			src := filepath.Join(incidentsDir, incident)
+			dir := t.TempDir()
+			gz, err := os.ReadFile(filepath.Join(src, "metrics.om.gz"))
+			inc, err2 := os.ReadFile(filepath.Join(src, "incident.yaml"))
+			zr, err3 := gzip.NewReader(bytes.NewReader(gz))
+			if err := errors.Join(err, err2, err3); err != nil {
+				t.Fatal(err)
+			}
+			var om strings.Builder
+			if _, err := io.Copy(&om, zr); err != nil {
+				t.Fatal(err)
+			}
+			err = errors.Join(os.WriteFile(filepath.Join(dir, "metrics.om"), []byte(dataParallel2(om.String())), 0o644),
+				os.WriteFile(filepath.Join(dir, "incident.yaml"), inc, 0o644))
+			if err != nil {
+				t.Fatal(err)
+			}
+			wv := decodeVerdict(t, runCLI(t, "why", "--bundle", src, "--output", "json", "--explain").stdout)
+			gv := decodeVerdict(t, runCLI(t, "why", "--bundle", dir, "--output", "json", "--explain").stdout)
+			if gv.Engine != "vllm" || gv.EngineShape == nil || gv.EngineShape.Name != "v1" {
+				t.Fatalf("read as %s/%+v, want vllm/v1", gv.Engine, gv.EngineShape)
+			}
+			ids := func(v *verdict.Verdict) []string {
+				var out []string
+				for _, c := range v.Causes {
+					out = append(out, c.ID)
+				}
+				return out
+			}
+			if gv.Status != wv.Status || !slices.Equal(ids(gv), ids(wv)) {
+				t.Errorf("DP=2: %s %v; single engine: %s %v", gv.Status, ids(gv), wv.Status, ids(wv))
+			}
+			if incident == "arrival_surge" && (len(gv.Causes) == 0 || gv.Causes[0].ID != "queue_saturation") {
+				t.Errorf("surge: causes %v, want queue_saturation first", ids(gv))
+			}
+			now := func(v *verdict.Verdict, name string) float64 {
+				for _, s := range v.Signals {
+					if s.Name == name && s.Now != nil {
+						return *s.Now
+					}
+				}
+				t.Fatalf("no %s in the verdict", name)
+				return 0
+			}
+			one, two := now(wv, "decode_kv_usage"), now(gv, "decode_kv_usage")
+			t.Logf("decode_kv_usage: single engine %.3f, DP=2 %.3f", one, two)
+			if two > 1 || math.Abs(two/one-1) > 0.05 {
+				t.Errorf("DP=2 decode_kv_usage %.3f, single engine %.3f: want ≤ 1 and within 5%%", two, one)
 			}
 		})
 	}
