@@ -258,6 +258,9 @@ func Run(ctx context.Context, opts Options) (*verdict.Verdict, error) {
 	if sh := rs.Shape(); sh != nil {
 		v.EngineShape = &verdict.EngineShape{Name: sh.Name, Title: sh.Title}
 	}
+	if g := clientViewGap(ctx, &opts, win); g != nil {
+		v.DataGaps = append(v.DataGaps, *g)
+	}
 
 	// One query per signal and window, plus the per-target views: rendered once.
 	var qs []*signalQuery
@@ -640,4 +643,21 @@ func valuePtr(m map[string]float64, k string) *float64 {
 		return &f
 	}
 	return nil
+}
+
+// clientViewGap says when NVIDIA Dynamo's frontend is scraped beside the
+// engine: its TTFT and inter-token histograms (what clients see) are not
+// read, so the time between the frontend and the engine is judged from the
+// engine's own series only (docs/engines.md §9). One query of every
+// scope's series (Options.Shared): a cycle runs it once.
+func clientViewGap(ctx context.Context, opts *Options, win string) *verdict.DataGap {
+	const families = "dynamo_frontend_time_to_first_token_seconds_count|dynamo_frontend_inter_token_latency_seconds_count"
+	v, _, err := opts.Shared.Query(ctx, `count(last_over_time({__name__=~"`+families+`"}[`+win+`]))`, opts.At)
+	if err != nil || len(v) == 0 || v[0].Value <= 0 {
+		return nil
+	}
+	return &verdict.DataGap{Signal: "client_view", Window: "incident", Reason: "NVIDIA Dynamo's frontend is scraped beside the engine " +
+		"(dynamo_frontend_time_to_first_token_seconds, dynamo_frontend_inter_token_latency_seconds): the clients' TTFT and " +
+		"inter-token latency are not read, the headline is the engine's, and time between the frontend and the engine is judged " +
+		"from the engine's series only"}
 }

@@ -427,3 +427,44 @@ func TestRecognisedSources(t *testing.T) {
 		})
 	}
 }
+
+// TestDynamoFrontendBesideWorker: Dynamo's frontend scraped beside a vLLM
+// worker is not silently ignored: the engine is triaged (healthy) and the
+// verdict states that the clients' TTFT and inter-token latency were not
+// read (a client_view gap).
+func TestDynamoFrontendBesideWorker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("samples for 4 s; skipped with -short")
+	}
+	body, err := os.ReadFile(filepath.Join(conformanceDir, "vllm-v1.prom"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Dynamo's frontend families (ai-dynamo/dynamo lib/runtime/src/metrics/
+	// prometheus_names.rs), one bucket each: only their presence matters.
+	frontend := "# TYPE dynamo_frontend_time_to_first_token_seconds histogram\n" +
+		"dynamo_frontend_time_to_first_token_seconds_bucket{model=\"m\",le=\"+Inf\"} 18000\n" +
+		"dynamo_frontend_time_to_first_token_seconds_sum{model=\"m\"} 2160\n" +
+		"dynamo_frontend_time_to_first_token_seconds_count{model=\"m\"} 18000\n" +
+		"# TYPE dynamo_frontend_inter_token_latency_seconds histogram\n" +
+		"dynamo_frontend_inter_token_latency_seconds_bucket{model=\"m\",le=\"+Inf\"} 4482000\n" +
+		"dynamo_frontend_inter_token_latency_seconds_sum{model=\"m\"} 98604\n" +
+		"dynamo_frontend_inter_token_latency_seconds_count{model=\"m\"} 4482000\n"
+	srv := httptest.NewServer(newFixtureServer(t, string(body)+frontend, fixtureShapes["vllm-v1.prom"], "steady"))
+	defer srv.Close()
+	r := runCLI(t, "why", "--scrape", srv.URL+"/metrics", "--sample", "4s", "--output", "json")
+	if r.code == exitFailed {
+		t.Fatalf("exit 2: %s", r.stderr)
+	}
+	v := decodeVerdict(t, r.stdout)
+	if v.Engine != "vllm" || v.Status != verdict.StatusHealthy {
+		t.Errorf("engine %s, status %s; want vllm, healthy", v.Engine, v.Status)
+	}
+	found := false
+	for _, g := range v.DataGaps {
+		found = found || (g.Signal == "client_view" && strings.Contains(g.Reason, "dynamo_frontend_time_to_first_token_seconds"))
+	}
+	if !found {
+		t.Errorf("no client_view gap: %+v", v.DataGaps)
+	}
+}
