@@ -428,10 +428,10 @@ func TestRecognisedSources(t *testing.T) {
 	}
 }
 
-// TestDynamoFrontendBesideWorker: Dynamo's frontend scraped beside a vLLM
-// worker is not silently ignored: the engine is triaged (healthy) and the
-// verdict states that the clients' TTFT and inter-token latency were not
-// read (a client_view gap).
+// TestDynamoFrontendBesideWorker: Dynamo's frontend and the endpoint
+// picker scraped beside a vLLM worker are not silently ignored: the engine
+// is triaged (healthy) and the verdict states what was not read (the
+// clients' TTFT and inter-token latency, the pool averages).
 func TestDynamoFrontendBesideWorker(t *testing.T) {
 	if testing.Short() {
 		t.Skip("samples for 4 s; skipped with -short")
@@ -449,7 +449,9 @@ func TestDynamoFrontendBesideWorker(t *testing.T) {
 		"# TYPE dynamo_frontend_inter_token_latency_seconds histogram\n" +
 		"dynamo_frontend_inter_token_latency_seconds_bucket{model=\"m\",le=\"+Inf\"} 4482000\n" +
 		"dynamo_frontend_inter_token_latency_seconds_sum{model=\"m\"} 98604\n" +
-		"dynamo_frontend_inter_token_latency_seconds_count{model=\"m\"} 4482000\n"
+		"dynamo_frontend_inter_token_latency_seconds_count{model=\"m\"} 4482000\n" +
+		// The endpoint picker's pool averages beside it.
+		"# TYPE inference_pool_average_queue_size gauge\ninference_pool_average_queue_size{name=\"pool\"} 0\n"
 	srv := httptest.NewServer(newFixtureServer(t, string(body)+frontend, fixtureShapes["vllm-v1.prom"], "steady"))
 	defer srv.Close()
 	r := runCLI(t, "why", "--scrape", srv.URL+"/metrics", "--sample", "4s", "--output", "json")
@@ -460,11 +462,11 @@ func TestDynamoFrontendBesideWorker(t *testing.T) {
 	if v.Engine != "vllm" || v.Status != verdict.StatusHealthy {
 		t.Errorf("engine %s, status %s; want vllm, healthy", v.Engine, v.Status)
 	}
-	found := false
+	found := map[string]bool{}
 	for _, g := range v.DataGaps {
-		found = found || (g.Signal == "client_view" && strings.Contains(g.Reason, "dynamo_frontend_time_to_first_token_seconds"))
+		found[g.Signal] = true
 	}
-	if !found {
-		t.Errorf("no client_view gap: %+v", v.DataGaps)
+	if !found["client_view"] || !found["pool_context"] {
+		t.Errorf("want client_view and pool_context gaps: %+v", v.DataGaps)
 	}
 }
