@@ -42,7 +42,7 @@ func TestFleetConfig(t *testing.T) {
 		}, "bearer_token and basic_auth are exclusive"},
 		{func(c *Config) { c.Source.Prometheus.Headers = map[string]string{"X Bad": "v"} }, `invalid header name "X Bad"`},
 		{func(c *Config) { c.Triage.Concurrency = -1 }, "triage: concurrency and cycle_budget must not be negative"},
-		{func(c *Config) { c.Engine = "tgi" }, `unknown engine "tgi" (want auto, vllm, sglang or trtllm)`},
+		{func(c *Config) { c.Engine = "lmdeploy" }, `unknown engine "lmdeploy" (want auto, vllm, sglang, trtllm or tgi)`},
 	} {
 		c := Config{Source: SourceConfig{Prometheus: &PrometheusSource{URL: "http://prometheus:9090"}}}
 		tc.edit(&c)

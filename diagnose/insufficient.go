@@ -304,6 +304,15 @@ func (d *diagnosis) engineReason() *verdict.InsufficientReason {
 			strings.Join(names, "/"), d.where(), strings.Join(others, ", "),
 			d.advice(fmt.Sprintf("use --engine %s (or --engine auto)", others[0]), fmt.Sprintf("set engine: %s (or auto) in the daemon's config", others[0])))}
 	}
+	// A source whyslow can name but not triage alone says what it is and
+	// what to point whyslow at instead.
+	for _, r := range recognised {
+		if _, ok, err := d.spanOf(d.opts.Shared, []string{r.match}); err == nil && ok {
+			return &verdict.InsufficientReason{Code: verdict.InsufficientNoEngine, Message: fmt.Sprintf(
+				"no %s series in %s, but %s series (%s): %s",
+				strings.Join(names, "/"), d.where(), r.what, r.names, r.hint)}
+		}
+	}
 	// One metric per engine is enough to say what was looked for.
 	var metrics []string
 	for _, rs := range pool {
@@ -318,6 +327,24 @@ func (d *diagnosis) engineReason() *verdict.InsufficientReason {
 	return &verdict.InsufficientReason{Code: verdict.InsufficientNoEngine, Message: fmt.Sprintf(
 		"no %s in %s (looked for %s, …): point whyslow at the engine's /metrics, or at the Prometheus that scrapes it",
 		what, d.where(), strings.Join(metrics, ", "))}
+}
+
+// recognised are sources found without any engine's series that whyslow
+// names rather than calling them nothing (docs/engines.md, "Wrappers and
+// routers": the prefixes and where each was read).
+var recognised = []struct{ what, names, match, hint string }{
+	{"the endpoint picker's (Gateway API Inference Extension / llm-d EPP)", "inference_pool_*, inference_objective_*",
+		`{__name__=~"inference_pool_.+|inference_objective_.+|inference_model_.+"}`,
+		"the picker sees pool averages, not why a request was slow; point whyslow at the model server pods the InferencePool selects (each pod's /metrics: vllm:*, sglang:*), or at the Prometheus that scrapes them"},
+	{"NVIDIA Dynamo's frontend", "dynamo_frontend_*",
+		`{__name__=~"dynamo_frontend_.+"}`,
+		"the frontend sees what clients see, the engine's series are on the workers; scrape each worker's system port (DYN_SYSTEM_PORT, /metrics: vllm:*, sglang:*, trtllm_*) beside the frontend"},
+	{"Ray Serve's own", "ray_serve_*",
+		`{__name__=~"ray_serve_.+"}`,
+		"Ray Serve LLM exports the engine's series (ray_vllm_*) only with log_engine_metrics: true in the LLMConfig; set it, then point whyslow at the Ray metrics agent's /metrics again"},
+	{"NVIDIA Triton's", "nv_inference_*, nv_trt_llm_*",
+		`{__name__=~"nv_inference_.+|nv_trt_llm_.+"}`,
+		"Triton's per-model counters have no TTFT or inter-token histograms and are not read; serve TensorRT-LLM with trtllm-serve (trtllm_*) or through Dynamo"},
 }
 
 func enginesOf(pool []*rules.Ruleset) []string {

@@ -62,7 +62,11 @@ func TestInsufficientReason(t *testing.T) {
 		want     []string
 	}{
 		{name: "no engine series", load: "load 15s\n  node_load1{instance=\"a\"} 1+0x360\n", at: 90 * time.Minute,
-			code: verdict.InsufficientNoEngine, want: []string{"no series of a known engine (vllm, sglang, trtllm)", "vllm:num_requests_running"}},
+			code: verdict.InsufficientNoEngine, want: []string{"no series of a known engine (vllm, sglang, trtllm, tgi)", "vllm:num_requests_running"}},
+		{name: "endpoint picker only", load: "load 15s\n  inference_pool_average_kv_cache_utilization{name=\"pool\"} 0.4+0x360\n  inference_pool_average_queue_size{name=\"pool\"} 2+0x360\n", at: 90 * time.Minute,
+			code: verdict.InsufficientNoEngine, want: []string{"endpoint picker", "inference_pool_*", "model server pods"}},
+		{name: "dynamo frontend only", load: "load 15s\n  dynamo_frontend_inflight_requests{model=\"m\"} 3+0x360\n", at: 90 * time.Minute,
+			code: verdict.InsufficientNoEngine, want: []string{"Dynamo's frontend", "DYN_SYSTEM_PORT"}},
 		{name: "other engine", load: servingLoad(0), at: 90 * time.Minute, engine: "sglang",
 			code: verdict.InsufficientNoEngine, want: []string{"no sglang series", "--engine vllm"}},
 		{name: "selector matches nothing", load: servingLoad(0), at: 90 * time.Minute, selector: `model_name="c"`,

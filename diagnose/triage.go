@@ -259,7 +259,7 @@ func Run(ctx context.Context, opts Options) (*verdict.Verdict, error) {
 	if rs == nil {
 		v.Engine = opts.Engine
 		v.DataGaps = append(v.DataGaps, verdict.DataGap{Signal: "engine", Window: "incident",
-			Reason: "no series of a known engine (vllm, sglang, trtllm) matched the scope"})
+			Reason: "no series of a known engine (" + strings.Join(enginesOf(opts.Rulesets), ", ") + ") matched the scope"})
 		v.InsufficientReason = diagnoseInsufficient(ctx, &opts, nil, nil, nil)
 		return v, nil
 	}
@@ -267,6 +267,7 @@ func Run(ctx context.Context, opts Options) (*verdict.Verdict, error) {
 	if sh := rs.Shape(); sh != nil {
 		v.EngineShape = &verdict.EngineShape{Name: sh.Name, Title: sh.Title}
 	}
+	v.DataGaps = append(v.DataGaps, besideEngineGaps(ctx, &opts, win)...)
 
 	// One query per signal and window, plus the per-target views: rendered once.
 	var qs []*signalQuery
@@ -655,4 +656,39 @@ func valuePtr(m map[string]float64, k string) *float64 {
 		return &f
 	}
 	return nil
+}
+
+// besideEngine are series of what runs in front of an engine that the
+// triage does not read, found beside the engine's: each is a stated gap,
+// never silently ignored (docs/engines.md §9).
+var besideEngine = []struct{ signal, families, reason string }{
+	{"client_view", "dynamo_frontend_time_to_first_token_seconds_count|dynamo_frontend_inter_token_latency_seconds_count",
+		"NVIDIA Dynamo's frontend is scraped beside the engine (dynamo_frontend_time_to_first_token_seconds, " +
+			"dynamo_frontend_inter_token_latency_seconds): the clients' TTFT and inter-token latency are not read, the headline " +
+			"is the engine's, and time between the frontend and the engine is judged from the engine's series only"},
+	{"pool_context", "inference_pool_average_queue_size|inference_pool_average_kv_cache_utilization",
+		"the endpoint picker's pool averages are scraped beside the engine (inference_pool_average_queue_size, " +
+			"inference_pool_average_kv_cache_utilization): they are not read; the engine's own queue and KV series are"},
+}
+
+// besideEngineGaps runs one query of every scope's series (Options.Shared:
+// a cycle runs it once) and returns a gap for each source found.
+func besideEngineGaps(ctx context.Context, opts *Options, win string) []verdict.DataGap {
+	parts := make([]string, len(besideEngine))
+	for i, b := range besideEngine {
+		parts[i] = `label_replace(count(last_over_time({__name__=~"` + b.families + `"}[` + win + `])), "source", "` + b.signal + `", "", "")`
+	}
+	v, _, err := opts.Shared.Query(ctx, strings.Join(parts, " or "), opts.At)
+	if err != nil {
+		return nil
+	}
+	var out []verdict.DataGap
+	for _, b := range besideEngine {
+		for _, s := range v {
+			if string(s.Metric["source"]) == b.signal && s.Value > 0 {
+				out = append(out, verdict.DataGap{Signal: b.signal, Window: "incident", Reason: b.reason})
+			}
+		}
+	}
+	return out
 }

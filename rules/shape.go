@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/prometheus/prometheus/model/labels"
@@ -38,7 +39,12 @@ type Shape struct {
 	// Match holds label matchers added to every selector of an exported
 	// family (`engine_type!=""`), for names that other software may use.
 	Match string
-	Pos   Pos
+	// Targets are labels that tell targets apart in this form beyond the
+	// default target labels (Ray Serve's ReplicaId: one node's metrics
+	// agent serves every replica on it under one pod and instance). They
+	// are added to every grouping and matching over the target labels.
+	Targets []string
+	Pos     Pos
 
 	match []*labels.Matcher
 }
@@ -83,6 +89,15 @@ func (b *builder) shapes(d *decoder, n *yaml.Node) {
 			},
 			"match": func(_, v *yaml.Node) { sh.Match = d.str(v, ctx, "match") },
 			"owns":  func(_, v *yaml.Node) { sh.Owns = d.str(v, ctx, "owns") },
+			"targets": func(_, v *yaml.Node) {
+				if v.Kind != yaml.SequenceNode {
+					d.errorf(v, ctx, "targets: expected a list of label names, got %s", kindName(v))
+					return
+				}
+				for _, e := range v.Content {
+					sh.Targets = append(sh.Targets, d.str(e, ctx, "targets"))
+				}
+			},
 			"exports": func(_, v *yaml.Node) {
 				if v.Kind != yaml.SequenceNode {
 					d.errorf(v, ctx, "exports: expected a list of metric families, got %s", kindName(v))
@@ -147,7 +162,7 @@ func (b *builder) compileShapes() {
 		v := *rs
 		v.shape, v.Shapes = sh, nil
 		v.Detect = sh.Detect
-		if len(sh.Exports) == 0 && len(sh.Rename) == 0 && len(sh.match) == 0 {
+		if len(sh.Exports) == 0 && len(sh.Rename) == 0 && len(sh.match) == 0 && len(sh.Targets) == 0 {
 			// A shape that only names what it found reads the map as is.
 			rs.Shapes = append(rs.Shapes, &v)
 			continue
@@ -204,6 +219,16 @@ func (s *Shape) restrict(q string) (string, error) {
 	}
 	e = s.prune(e)
 	parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
+		switch x := n.(type) {
+		case *parser.AggregateExpr:
+			if !x.Without {
+				x.Grouping = s.withTargets(x.Grouping)
+			}
+		case *parser.BinaryExpr:
+			if x.VectorMatching != nil && x.VectorMatching.On {
+				x.VectorMatching.MatchingLabels = s.withTargets(x.VectorMatching.MatchingLabels)
+			}
+		}
 		vs, ok := n.(*parser.VectorSelector)
 		if !ok || vs.Name == "" || !strings.HasPrefix(vs.Name, s.Owns) {
 			return nil
@@ -224,6 +249,21 @@ func (s *Shape) restrict(q string) (string, error) {
 		return nil
 	})
 	return e.String(), nil
+}
+
+// withTargets adds the shape's target labels to a grouping over the
+// target labels. Only groupings that name `instance` are per target: the
+// GPU join (`on(pod)`) is over labels other exporters' series carry too.
+func (s *Shape) withTargets(ls []string) []string {
+	if len(s.Targets) == 0 || !slices.Contains(ls, "instance") {
+		return ls
+	}
+	for _, t := range s.Targets {
+		if !slices.Contains(ls, t) {
+			ls = append(ls, t)
+		}
+	}
+	return ls
 }
 
 // sat reports whether an expression can return series when only the

@@ -95,3 +95,59 @@ func TestShapeErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestShapeTargets: a shape's target labels (Ray Serve's ReplicaId) join
+// every grouping and matching over the target labels, in the scope's
+// expressions and per target, and never the GPU join (on the pod alone:
+// another exporter's series carry no ReplicaId).
+func TestShapeTargets(t *testing.T) {
+	const m = `
+engine: vllm
+detect: count(vllm:running{ {{.Selector}} })
+shapes:
+  - name: ray
+    title: Ray
+    detect: count(ray_vllm_running{ {{.Selector}} })
+    owns: 'vllm:'
+    rename: {'vllm:': ray_vllm_}
+    targets: [ReplicaId]
+signals:
+  running: {title: Running, unit: requests, expr: 'sum {{.By}} (vllm:running{ {{.Selector}} })'}
+  targets: {title: Targets, unit: count, expr: 'count(count by ({{.Target}}) (vllm:running{ {{.Selector}} }))'}
+  kv: {title: KV, unit: fraction, expr: 'sum(sum by ({{.Target}}) (vllm:running{ {{.Selector}} }) * on({{.Target}}) max by ({{.Target}}) (vllm:kv{ {{.Selector}} }))'}
+  gpu: {title: GPU, unit: MHz, expr: 'max(gpu_clock){{.Join "vllm:running"}}'}
+`
+	rs, err := Parse(File{Name: "m.yaml", Data: []byte(m)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ray := rs.Shapes[0]
+	for name, want := range map[string]string{
+		"targets": `count by (pod, instance, target, ReplicaId) (ray_vllm_running{model_name="a"})`,
+		"kv":      `on (pod, instance, target, ReplicaId)`,
+		"gpu":     `and on (pod) ray_vllm_running{model_name="a"}`,
+	} {
+		q, err := ray.Signal(name).Render(`model_name="a"`, "5m", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(q, want) {
+			t.Errorf("%s: %s\nwant it to contain %s", name, q, want)
+		}
+		if name == "gpu" && strings.Contains(q, "ReplicaId") {
+			t.Errorf("gpu join groups by ReplicaId: %s", q)
+		}
+	}
+	q, err := ray.Signal("running").Render(`model_name="a"`, "5m", []string{"pod", "instance"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(q, "by (pod, instance, ReplicaId)") {
+		t.Errorf("per target: %s", q)
+	}
+	// The map's own form is untouched.
+	q, _ = rs.Signal("targets").Render(`model_name="a"`, "5m", nil)
+	if strings.Contains(q, "ReplicaId") {
+		t.Errorf("the map's form groups by ReplicaId: %s", q)
+	}
+}

@@ -66,6 +66,23 @@ var fixtureShapes = map[string]fixtureShape{
 		abort: [3]string{"trtllm_request_success_total", "finished_reason", "cancelled"}},
 	"trtllm-unprefixed.prom": {engine: "trtllm", shape: "unprefixed", requests: "e2e_request_latency_seconds_count",
 		abort: [3]string{"request_success_total", "finished_reason", "cancelled"}},
+	// Builds that name the label finish_reason: aborts are still aborts.
+	"trtllm-finish-reason.prom": {engine: "trtllm", shape: "current", requests: "trtllm_e2e_request_latency_seconds_count",
+		abort:   [3]string{"trtllm_request_success_total", "finish_reason", "cancelled"},
+		failure: [3]string{"trtllm_request_error_total", "http_code", "500"}},
+	// Data parallelism in one API server: engine="0" and "1" on one target.
+	"vllm-dp2.prom": {engine: "vllm", shape: "v1", requests: "vllm:e2e_request_latency_seconds_count",
+		abort:   [3]string{"vllm:request_success_total", "finished_reason", "abort"},
+		failure: [3]string{"http_requests_total", "status", "5xx"}},
+	// Ray Serve LLM: no API server HTTP counter, so no failure variant.
+	"vllm-ray.prom": {engine: "vllm", shape: "ray", requests: "ray_vllm_e2e_request_latency_seconds_count",
+		abort: [3]string{"ray_vllm_request_success_total", "finished_reason", "abort"}},
+	// No TTFT histogram (its mean is estimated) and no KV series.
+	"tgi.prom": {engine: "tgi", shape: "", requests: "tgi_request_duration_count",
+		abort:   [3]string{"tgi_request_failure", "err", "dropped"},
+		failure: [3]string{"tgi_request_failure", "err", "generation"}},
+	"sglang-sanitized.prom": {engine: "sglang", shape: "sanitized", requests: "sglang_num_requests_total",
+		abort: [3]string{"sglang_num_aborted_requests_total", "", ""}},
 }
 
 // TestConformanceScrape serves every engine fixture as a live, steady engine
@@ -214,6 +231,13 @@ func newFixtureServer(t *testing.T, body string, fs fixtureShape, variant string
 	var t0 time.Time
 	var requests0 float64
 	lines := strings.Split(body, "\n")
+	// Counters named without _total (metrics-rs: TGI) grow as well.
+	counters := map[string]bool{}
+	for _, l := range lines {
+		if f := strings.Fields(l); len(f) == 4 && f[0] == "#" && f[1] == "TYPE" && f[3] == "counter" {
+			counters[f[2]] = true
+		}
+	}
 	for _, l := range lines {
 		if strings.HasPrefix(l, fs.requests) {
 			f := strings.Fields(l)
@@ -253,7 +277,7 @@ func newFixtureServer(t *testing.T, body string, fs fixtureShape, variant string
 			switch {
 			case name == "process_start_time_seconds" || strings.HasSuffix(name, "_created"):
 				value = float64(t0.Unix()) - lifetime
-			case strings.HasSuffix(name, "_total") || strings.HasSuffix(name, "_count") ||
+			case counters[name] || strings.HasSuffix(name, "_total") || strings.HasSuffix(name, "_count") ||
 				strings.HasSuffix(name, "_sum") || strings.HasSuffix(name, "_bucket"):
 				value *= grow
 			}
@@ -316,4 +340,133 @@ func hasStartTime(body string) bool {
 		}
 	}
 	return false
+}
+
+// TestDataParallelKV: vLLM with --data-parallel-size 2 in one API server
+// (engine="0","1" on one target) reads per engine core: the running-weighted
+// KV usage is the engines' own (≤100%, within 5% of the single-engine
+// control vllm-v1.prom) and the decode batch is one core's, not the sum.
+func TestDataParallelKV(t *testing.T) {
+	if testing.Short() {
+		t.Skip("samples for 4 s per fixture; skipped with -short")
+	}
+	read := func(name string) map[string]float64 {
+		body, err := os.ReadFile(filepath.Join(conformanceDir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(newFixtureServer(t, string(body), fixtureShapes[name], "steady"))
+		defer srv.Close()
+		r := runCLI(t, "why", "--scrape", srv.URL+"/metrics", "--sample", "4s", "--output", "json", "--explain")
+		if r.code == exitFailed {
+			t.Fatalf("%s: exit 2: %s", name, r.stderr)
+		}
+		now := map[string]float64{}
+		for _, s := range decodeVerdict(t, r.stdout).Signals {
+			if s.Now != nil {
+				now[s.Name] = *s.Now
+			}
+		}
+		return now
+	}
+	one, two := read("vllm-v1.prom"), read("vllm-dp2.prom")
+	for _, s := range []string{"decode_kv_usage", "decode_batch", "kv_usage"} {
+		a, okA := one[s]
+		b, okB := two[s]
+		if !okA || !okB {
+			t.Fatalf("%s: single engine %v (%v), DP=2 %v (%v): want values", s, a, okA, b, okB)
+		}
+		t.Logf("%s: single engine %.3f, DP=2 %.3f", s, a, b)
+	}
+	if kv := two["decode_kv_usage"]; kv > 1 || math.Abs(kv/one["decode_kv_usage"]-1) > 0.05 {
+		t.Errorf("DP=2 decode_kv_usage %.3f, single engine %.3f: want ≤ 1 and within 5%%", kv, one["decode_kv_usage"])
+	}
+	// The fixture splits the target's 24 running requests over two cores.
+	if b := two["decode_batch"]; math.Abs(b/(one["decode_batch"]/2)-1) > 0.05 {
+		t.Errorf("DP=2 decode_batch %.1f, want half the single engine's %.1f (one core's batch)", b, one["decode_batch"])
+	}
+}
+
+// TestRecognisedSources: a scrape that finds only the endpoint picker's or
+// Dynamo's frontend's series exits 2 with a message that names the source
+// and what to point whyslow at instead, not "point whyslow at the engine's
+// /metrics" (which the user did).
+func TestRecognisedSources(t *testing.T) {
+	for _, c := range []struct {
+		name, body string
+		want       []string
+	}{
+		{"epp", "# TYPE inference_pool_average_kv_cache_utilization gauge\ninference_pool_average_kv_cache_utilization{name=\"pool\"} 0.4\n" +
+			"# TYPE inference_pool_average_queue_size gauge\ninference_pool_average_queue_size{name=\"pool\"} 2\n" +
+			"# TYPE inference_pool_ready_pods gauge\ninference_pool_ready_pods{name=\"pool\"} 3\n",
+			[]string{"endpoint picker", "model server pods"}},
+		{"dynamo-frontend", "# TYPE dynamo_frontend_inflight_requests gauge\ndynamo_frontend_inflight_requests{model=\"m\"} 3\n" +
+			"# TYPE dynamo_frontend_requests_total counter\ndynamo_frontend_requests_total{model=\"m\"} 100\n",
+			[]string{"Dynamo's frontend", "worker"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+				_, _ = w.Write([]byte(c.body))
+			}))
+			defer srv.Close()
+			r := runCLI(t, "why", "--scrape", srv.URL+"/metrics", "--sample", "3s")
+			if r.code != exitFailed {
+				t.Fatalf("exit %d, want %d\n%s%s", r.code, exitFailed, r.stdout, r.stderr)
+			}
+			out := r.stdout + r.stderr
+			for _, w := range c.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("message lacks %q:\n%s", w, out)
+				}
+			}
+			if strings.Contains(out, "point whyslow at the engine's /metrics") {
+				t.Errorf("the generic message, for a source whyslow can name:\n%s", out)
+			}
+		})
+	}
+}
+
+// TestDynamoFrontendBesideWorker: Dynamo's frontend and the endpoint
+// picker scraped beside a vLLM worker are not silently ignored: the engine
+// is triaged (healthy) and the verdict states what was not read (the
+// clients' TTFT and inter-token latency, the pool averages).
+func TestDynamoFrontendBesideWorker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("samples for 4 s; skipped with -short")
+	}
+	body, err := os.ReadFile(filepath.Join(conformanceDir, "vllm-v1.prom"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Dynamo's frontend families (ai-dynamo/dynamo lib/runtime/src/metrics/
+	// prometheus_names.rs), one bucket each: only their presence matters.
+	frontend := "# TYPE dynamo_frontend_time_to_first_token_seconds histogram\n" +
+		"dynamo_frontend_time_to_first_token_seconds_bucket{model=\"m\",le=\"+Inf\"} 18000\n" +
+		"dynamo_frontend_time_to_first_token_seconds_sum{model=\"m\"} 2160\n" +
+		"dynamo_frontend_time_to_first_token_seconds_count{model=\"m\"} 18000\n" +
+		"# TYPE dynamo_frontend_inter_token_latency_seconds histogram\n" +
+		"dynamo_frontend_inter_token_latency_seconds_bucket{model=\"m\",le=\"+Inf\"} 4482000\n" +
+		"dynamo_frontend_inter_token_latency_seconds_sum{model=\"m\"} 98604\n" +
+		"dynamo_frontend_inter_token_latency_seconds_count{model=\"m\"} 4482000\n" +
+		// The endpoint picker's pool averages beside it.
+		"# TYPE inference_pool_average_queue_size gauge\ninference_pool_average_queue_size{name=\"pool\"} 0\n"
+	srv := httptest.NewServer(newFixtureServer(t, string(body)+frontend, fixtureShapes["vllm-v1.prom"], "steady"))
+	defer srv.Close()
+	r := runCLI(t, "why", "--scrape", srv.URL+"/metrics", "--sample", "4s", "--output", "json")
+	if r.code == exitFailed {
+		t.Fatalf("exit 2: %s", r.stderr)
+	}
+	v := decodeVerdict(t, r.stdout)
+	if v.Engine != "vllm" || v.Status != verdict.StatusHealthy {
+		t.Errorf("engine %s, status %s; want vllm, healthy", v.Engine, v.Status)
+	}
+	found := map[string]bool{}
+	for _, g := range v.DataGaps {
+		found[g.Signal] = true
+	}
+	if !found["client_view"] || !found["pool_context"] {
+		t.Errorf("want client_view and pool_context gaps: %+v", v.DataGaps)
+	}
 }

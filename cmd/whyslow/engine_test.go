@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"compress/gzip"
 	"errors"
+	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -16,13 +19,13 @@ import (
 )
 
 // TestUnknownEngineFromMap: adding an engine is adding a map. A map for an
-// engine no Go code names (testdata/engines/tgi.yaml: vLLM's signals over
-// made-up tgi_* names) passes `rules check`, and `why --ruleset` triages a
+// engine no Go code names (testdata/engines/myengine.yaml: vLLM's signals over
+// made-up myengine_* names) passes `rules check`, and `why --ruleset` triages a
 // recorded bundle renamed to those names to the verdict the vLLM map gives
 // the original.
 func TestUnknownEngineFromMap(t *testing.T) {
-	const tgiMap = "testdata/engines/tgi.yaml"
-	if r := runCLI(t, "rules", "check", tgiMap); r.code != exitOK {
+	const myMap = "testdata/engines/myengine.yaml"
+	if r := runCLI(t, "rules", "check", myMap); r.code != exitOK {
 		t.Fatalf("rules check: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	src := filepath.Join(incidentsDir, "arrival_surge")
@@ -39,20 +42,20 @@ func TestUnknownEngineFromMap(t *testing.T) {
 	}
 	// incident.yaml names a shipped engine only; the map names this one.
 	inc = regexp.MustCompile(`(?m)^engine: .*\n`).ReplaceAll(inc, nil)
-	err = errors.Join(os.WriteFile(filepath.Join(dir, "metrics.om"), []byte(strings.ReplaceAll(om.String(), "vllm:", "tgi_")), 0o644),
+	err = errors.Join(os.WriteFile(filepath.Join(dir, "metrics.om"), []byte(strings.ReplaceAll(om.String(), "vllm:", "myengine_")), 0o644),
 		os.WriteFile(filepath.Join(dir, "incident.yaml"), inc, 0o644))
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	want := runCLI(t, "why", "--bundle", src, "--output", "json")
-	got := runCLI(t, "why", "--bundle", dir, "--ruleset", tgiMap, "--output", "json")
+	got := runCLI(t, "why", "--bundle", dir, "--ruleset", myMap, "--output", "json")
 	if got.code != exitCause {
-		t.Fatalf("why with the tgi map: exit %d, want %d\n%s", got.code, exitCause, got.stderr)
+		t.Fatalf("why with the myengine map: exit %d, want %d\n%s", got.code, exitCause, got.stderr)
 	}
 	wv, gv := decodeVerdict(t, want.stdout), decodeVerdict(t, got.stdout)
-	if gv.Engine != "tgi" || gv.Status != verdict.StatusAnomaly || len(gv.Causes) == 0 {
-		t.Fatalf("engine %q, status %s, %d causes; want tgi, anomaly, a cause", gv.Engine, gv.Status, len(gv.Causes))
+	if gv.Engine != "myengine" || gv.Status != verdict.StatusAnomaly || len(gv.Causes) == 0 {
+		t.Fatalf("engine %q, status %s, %d causes; want myengine, anomaly, a cause", gv.Engine, gv.Status, len(gv.Causes))
 	}
 	ids := func(v *verdict.Verdict) []string {
 		var out []string
@@ -62,6 +65,278 @@ func TestUnknownEngineFromMap(t *testing.T) {
 		return out
 	}
 	if !slices.Equal(ids(gv), ids(wv)) {
-		t.Errorf("causes %v with the tgi map, %v with the vllm map", ids(gv), ids(wv))
+		t.Errorf("causes %v with the myengine map, %v with the vllm map", ids(gv), ids(wv))
+	}
+}
+
+// TestRenamedShapes: an engine's names rewritten on the way (Ray Serve LLM's
+// ray_vllm_*, a pipeline's ":" → "_") are the same engine in another shape.
+// Recorded bundles renamed so give the original's verdict with auto
+// detection: the surge is queue_saturation first, the healthy one healthy.
+func TestRenamedShapes(t *testing.T) {
+	for _, c := range []struct {
+		incident, from, to, engine, shape string
+	}{
+		{"arrival_surge", "vllm:", "ray_vllm_", "vllm", "ray"},
+		{"healthy", "vllm:", "ray_vllm_", "vllm", "ray"},
+		{"arrival_surge", "vllm:", "vllm_", "vllm", "sanitized"},
+		{"healthy", "vllm:", "vllm_", "vllm", "sanitized"},
+		{"sglang_kv_pressure", "sglang:", "sglang_", "sglang", "sanitized"},
+	} {
+		t.Run(c.incident+"/"+c.to, func(t *testing.T) {
+			src := filepath.Join(incidentsDir, c.incident)
+			dir := t.TempDir()
+			gz, err := os.ReadFile(filepath.Join(src, "metrics.om.gz"))
+			inc, err2 := os.ReadFile(filepath.Join(src, "incident.yaml"))
+			zr, err3 := gzip.NewReader(bytes.NewReader(gz))
+			if err := errors.Join(err, err2, err3); err != nil {
+				t.Fatal(err)
+			}
+			var om strings.Builder
+			if _, err := io.Copy(&om, zr); err != nil {
+				t.Fatal(err)
+			}
+			inc = regexp.MustCompile(`(?m)^engine: .*\n`).ReplaceAll(inc, nil)
+			err = errors.Join(os.WriteFile(filepath.Join(dir, "metrics.om"), []byte(strings.ReplaceAll(om.String(), c.from, c.to)), 0o644),
+				os.WriteFile(filepath.Join(dir, "incident.yaml"), inc, 0o644))
+			if err != nil {
+				t.Fatal(err)
+			}
+			wv := decodeVerdict(t, runCLI(t, "why", "--bundle", src, "--output", "json").stdout)
+			got := runCLI(t, "why", "--bundle", dir, "--output", "json")
+			gv := decodeVerdict(t, got.stdout)
+			shape := ""
+			if gv.EngineShape != nil {
+				shape = gv.EngineShape.Name
+			}
+			if gv.Engine != c.engine || shape != c.shape {
+				t.Fatalf("read as %s/%s, want %s/%s\n%s", gv.Engine, shape, c.engine, c.shape, got.stderr)
+			}
+			ids := func(v *verdict.Verdict) []string {
+				var out []string
+				for _, c := range v.Causes {
+					out = append(out, c.ID)
+				}
+				return out
+			}
+			if gv.Status != wv.Status || !slices.Equal(ids(gv), ids(wv)) {
+				t.Errorf("renamed: %s %v; original: %s %v", gv.Status, ids(gv), wv.Status, ids(wv))
+			}
+			if c.incident == "arrival_surge" && (len(gv.Causes) == 0 || gv.Causes[0].ID != "queue_saturation") {
+				t.Errorf("surge: causes %v, want queue_saturation first", ids(gv))
+			}
+			if c.incident == "healthy" && gv.Status != verdict.StatusHealthy {
+				t.Errorf("healthy: status %s", gv.Status)
+			}
+			if len(gv.DataGaps) != len(wv.DataGaps) {
+				t.Errorf("renamed: %d data gaps, original %d: %+v", len(gv.DataGaps), len(wv.DataGaps), gv.DataGaps)
+			}
+		})
+	}
+}
+
+// tgiFromVLLM rewrites a recorded vLLM exposition into TGI's router names
+// (rulesets/tgi.yaml): the families TGI has under its names, the prefill
+// time as the prefill batch histogram, every other vllm:* family dropped
+// (TGI has no TTFT, KV or prefix-cache series).
+func tgiFromVLLM(om string) string {
+	rename := map[string]string{
+		"vllm:e2e_request_latency_seconds":           "tgi_request_duration",
+		"vllm:request_queue_time_seconds":            "tgi_request_queue_duration",
+		"vllm:request_inference_time_seconds":        "tgi_request_inference_duration",
+		"vllm:request_time_per_output_token_seconds": "tgi_request_mean_time_per_token_duration",
+		"vllm:request_prompt_tokens":                 "tgi_request_input_length",
+		"vllm:request_generation_tokens":             "tgi_request_generated_tokens",
+		"vllm:num_requests_running":                  "tgi_batch_current_size",
+		"vllm:num_requests_waiting":                  "tgi_queue_size",
+		"vllm:request_prefill_time_seconds":          "tgi_batch_inference_duration",
+	}
+	var out strings.Builder
+	for _, l := range strings.Split(om, "\n") {
+		if strings.HasPrefix(l, "# ") {
+			f := strings.Fields(l)
+			switch {
+			case len(f) < 3:
+				out.WriteString(l + "\n")
+			case rename[f[2]] != "":
+				out.WriteString(strings.Replace(l, f[2], rename[f[2]], 1) + "\n")
+			case f[2] == "vllm:request_success" && f[1] == "TYPE":
+				// metrics-rs counters carry no _total: untyped here.
+				out.WriteString("# TYPE tgi_request_success unknown\n# TYPE tgi_request_count unknown\n")
+			case !strings.HasPrefix(f[2], "vllm:") && !strings.HasPrefix(f[2], "http_"):
+				out.WriteString(l + "\n")
+			}
+			continue
+		}
+		name, rest, _ := strings.Cut(l, "{")
+		if i := strings.IndexByte(name, ' '); i >= 0 {
+			name, rest = name[:i], "}"+name[i:]
+		}
+		base, suffix := name, ""
+		for _, s := range []string{"_bucket", "_sum", "_count", "_created"} {
+			if b, ok := strings.CutSuffix(name, s); ok && rename[b] != "" {
+				base, suffix = b, s
+			}
+		}
+		switch {
+		case base == "vllm:request_prefill_time_seconds":
+			if !strings.HasPrefix(rest, "}") {
+				rest = "," + rest
+			}
+			out.WriteString(rename[base] + suffix + `{method="prefill"` + rest + "\n")
+		case rename[base] != "":
+			out.WriteString(rename[base] + suffix + "{" + rest + "\n")
+		case name == "vllm:request_success_total":
+			out.WriteString("tgi_request_success{" + rest + "\ntgi_request_count{" + rest + "\n")
+		case strings.HasPrefix(name, "vllm:") || strings.HasPrefix(name, "http_"):
+		default:
+			out.WriteString(l + "\n")
+		}
+	}
+	return strings.TrimSuffix(out.String(), "\n")
+}
+
+// TestTGIFromVLLMBundle: recorded vLLM incidents in TGI's names are read
+// as TGI: the surge is queue_saturation first, the healthy one healthy,
+// and what TGI does not export (TTFT percentiles, KV) is a stated gap.
+func TestTGIFromVLLMBundle(t *testing.T) {
+	for _, incident := range []string{"arrival_surge", "healthy"} {
+		t.Run(incident, func(t *testing.T) {
+			src := filepath.Join(incidentsDir, incident)
+			dir := t.TempDir()
+			gz, err := os.ReadFile(filepath.Join(src, "metrics.om.gz"))
+			inc, err2 := os.ReadFile(filepath.Join(src, "incident.yaml"))
+			zr, err3 := gzip.NewReader(bytes.NewReader(gz))
+			if err := errors.Join(err, err2, err3); err != nil {
+				t.Fatal(err)
+			}
+			var om strings.Builder
+			if _, err := io.Copy(&om, zr); err != nil {
+				t.Fatal(err)
+			}
+			inc = regexp.MustCompile(`(?m)^engine: .*\n`).ReplaceAll(inc, nil)
+			err = errors.Join(os.WriteFile(filepath.Join(dir, "metrics.om"), []byte(tgiFromVLLM(om.String())), 0o644),
+				os.WriteFile(filepath.Join(dir, "incident.yaml"), inc, 0o644))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := runCLI(t, "why", "--bundle", dir, "--output", "json")
+			v := decodeVerdict(t, r.stdout)
+			if v.Engine != "tgi" {
+				t.Fatalf("engine %q, want tgi\n%s", v.Engine, r.stderr)
+			}
+			switch incident {
+			case "arrival_surge":
+				if v.Status != verdict.StatusAnomaly || len(v.Causes) == 0 || v.Causes[0].ID != "queue_saturation" {
+					t.Errorf("surge: status %s, causes %+v; want anomaly, queue_saturation first", v.Status, v.Causes)
+				}
+			case "healthy":
+				if v.Status != verdict.StatusHealthy {
+					t.Errorf("healthy: status %s", v.Status)
+				}
+			}
+			var gaps []string
+			for _, g := range v.DataGaps {
+				gaps = append(gaps, g.Signals...)
+			}
+			for _, s := range []string{"ttft_p95", "kv_usage", "kv_usage_peak", "prefix_hit_rate"} {
+				if !slices.Contains(gaps, s) {
+					t.Errorf("%s is not a stated gap: %+v", s, v.DataGaps)
+				}
+			}
+		})
+	}
+}
+
+// dataParallel2 rewrites a recorded single-engine vLLM exposition as one
+// API server over two engine cores (--data-parallel-size 2): each
+// engine="0" series split in two, the counts, histograms and request
+// gauges halved per core, KV usage the same on both.
+func dataParallel2(om string) string {
+	var out strings.Builder
+	for _, l := range strings.Split(om, "\n") {
+		if strings.HasPrefix(l, "#") || !strings.Contains(l, `engine="0"`) {
+			out.WriteString(l + "\n")
+			continue
+		}
+		f := strings.Fields(l)
+		name, _, _ := strings.Cut(l, "{")
+		series := strings.Join(f[:len(f)-2], " ")
+		v, err := strconv.ParseFloat(f[len(f)-2], 64)
+		if err != nil {
+			out.WriteString(l + "\n")
+			continue
+		}
+		for _, s := range []string{"_total", "_count", "_sum", "_bucket", "num_requests_running", "num_requests_waiting"} {
+			if strings.HasSuffix(name, s) {
+				v /= 2
+				break
+			}
+		}
+		for _, e := range []string{"0", "1"} {
+			fmt.Fprintf(&out, "%s %s %s\n", strings.Replace(series, `engine="0"`, `engine="`+e+`"`, 1),
+				strconv.FormatFloat(v, 'g', -1, 64), f[len(f)-1])
+		}
+	}
+	return strings.TrimSuffix(out.String(), "\n")
+}
+
+// TestDataParallelBundle: the recorded surge and healthy incidents as vLLM
+// with --data-parallel-size 2 in one API server give the single engine's
+// verdict, and the running-weighted KV usage is the engines' own (≤100%,
+// within 5% of the single-engine control), not their sum.
+func TestDataParallelBundle(t *testing.T) {
+	for _, incident := range []string{"arrival_surge", "healthy"} {
+		t.Run(incident, func(t *testing.T) {
+			src := filepath.Join(incidentsDir, incident)
+			dir := t.TempDir()
+			gz, err := os.ReadFile(filepath.Join(src, "metrics.om.gz"))
+			inc, err2 := os.ReadFile(filepath.Join(src, "incident.yaml"))
+			zr, err3 := gzip.NewReader(bytes.NewReader(gz))
+			if err := errors.Join(err, err2, err3); err != nil {
+				t.Fatal(err)
+			}
+			var om strings.Builder
+			if _, err := io.Copy(&om, zr); err != nil {
+				t.Fatal(err)
+			}
+			err = errors.Join(os.WriteFile(filepath.Join(dir, "metrics.om"), []byte(dataParallel2(om.String())), 0o644),
+				os.WriteFile(filepath.Join(dir, "incident.yaml"), inc, 0o644))
+			if err != nil {
+				t.Fatal(err)
+			}
+			wv := decodeVerdict(t, runCLI(t, "why", "--bundle", src, "--output", "json", "--explain").stdout)
+			gv := decodeVerdict(t, runCLI(t, "why", "--bundle", dir, "--output", "json", "--explain").stdout)
+			if gv.Engine != "vllm" || gv.EngineShape == nil || gv.EngineShape.Name != "v1" {
+				t.Fatalf("read as %s/%+v, want vllm/v1", gv.Engine, gv.EngineShape)
+			}
+			ids := func(v *verdict.Verdict) []string {
+				var out []string
+				for _, c := range v.Causes {
+					out = append(out, c.ID)
+				}
+				return out
+			}
+			if gv.Status != wv.Status || !slices.Equal(ids(gv), ids(wv)) {
+				t.Errorf("DP=2: %s %v; single engine: %s %v", gv.Status, ids(gv), wv.Status, ids(wv))
+			}
+			if incident == "arrival_surge" && (len(gv.Causes) == 0 || gv.Causes[0].ID != "queue_saturation") {
+				t.Errorf("surge: causes %v, want queue_saturation first", ids(gv))
+			}
+			now := func(v *verdict.Verdict, name string) float64 {
+				for _, s := range v.Signals {
+					if s.Name == name && s.Now != nil {
+						return *s.Now
+					}
+				}
+				t.Fatalf("no %s in the verdict", name)
+				return 0
+			}
+			one, two := now(wv, "decode_kv_usage"), now(gv, "decode_kv_usage")
+			t.Logf("decode_kv_usage: single engine %.3f, DP=2 %.3f", one, two)
+			if two > 1 || math.Abs(two/one-1) > 0.05 {
+				t.Errorf("DP=2 decode_kv_usage %.3f, single engine %.3f: want ≤ 1 and within 5%%", two, one)
+			}
+		})
 	}
 }

@@ -299,8 +299,8 @@ func TestWhyBadInput(t *testing.T) {
 		},
 		{
 			name: "unknown engine",
-			args: []string{"why", "--bundle", healthy, "--engine", "tgi"},
-			want: []string{`"tgi"`},
+			args: []string{"why", "--bundle", healthy, "--engine", "lmdeploy"},
+			want: []string{`"lmdeploy"`},
 		},
 		{
 			name: "bad selector",
@@ -669,7 +669,7 @@ func TestWhyInsufficientReason(t *testing.T) {
 		want []string
 	}{
 		{"no engine series", []string{"--bundle", "testdata/insufficient/no_engine"}, verdict.InsufficientNoEngine,
-			[]string{"no series of a known engine (vllm, sglang, trtllm) in the source", "vllm:num_requests_running"}},
+			[]string{"no series of a known engine (vllm, sglang, trtllm, tgi) in the source", "vllm:num_requests_running"}},
 		{"engine named wrong", []string{"--bundle", kv, "--engine", "sglang"}, verdict.InsufficientNoEngine,
 			[]string{"no sglang series in the source, but it holds vllm series: use --engine vllm"}},
 		{"selector matches nothing", []string{"--bundle", kv, "--selector", `model_name="llama"`}, verdict.InsufficientSelector,
