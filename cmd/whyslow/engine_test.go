@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -85,23 +87,7 @@ func TestRenamedShapes(t *testing.T) {
 	} {
 		t.Run(c.incident+"/"+c.to, func(t *testing.T) {
 			src := filepath.Join(incidentsDir, c.incident)
-			dir := t.TempDir()
-			gz, err := os.ReadFile(filepath.Join(src, "metrics.om.gz"))
-			inc, err2 := os.ReadFile(filepath.Join(src, "incident.yaml"))
-			zr, err3 := gzip.NewReader(bytes.NewReader(gz))
-			if err := errors.Join(err, err2, err3); err != nil {
-				t.Fatal(err)
-			}
-			var om strings.Builder
-			if _, err := io.Copy(&om, zr); err != nil {
-				t.Fatal(err)
-			}
-			inc = regexp.MustCompile(`(?m)^engine: .*\n`).ReplaceAll(inc, nil)
-			err = errors.Join(os.WriteFile(filepath.Join(dir, "metrics.om"), []byte(strings.ReplaceAll(om.String(), c.from, c.to)), 0o644),
-				os.WriteFile(filepath.Join(dir, "incident.yaml"), inc, 0o644))
-			if err != nil {
-				t.Fatal(err)
-			}
+			dir := renamedBundle(t, c.incident, c.from, c.to)
 			wv := decodeVerdict(t, runCLI(t, "why", "--bundle", src, "--output", "json").stdout)
 			got := runCLI(t, "why", "--bundle", dir, "--output", "json")
 			gv := decodeVerdict(t, got.stdout)
@@ -132,6 +118,62 @@ func TestRenamedShapes(t *testing.T) {
 				t.Errorf("renamed: %d data gaps, original %d: %+v", len(gv.DataGaps), len(wv.DataGaps), gv.DataGaps)
 			}
 		})
+	}
+}
+
+// renamedBundle copies a recorded incident with its metric names' prefix
+// rewritten (from → to) and its engine line dropped, so the shape is found
+// from the names alone.
+func renamedBundle(t *testing.T, incident, from, to string) string {
+	t.Helper()
+	src := filepath.Join(incidentsDir, incident)
+	dir := t.TempDir()
+	gz, err := os.ReadFile(filepath.Join(src, "metrics.om.gz"))
+	inc, err2 := os.ReadFile(filepath.Join(src, "incident.yaml"))
+	if err := errors.Join(err, err2); err != nil {
+		t.Fatal(err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(gz))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var om strings.Builder
+	if _, err := io.Copy(&om, zr); err != nil {
+		t.Fatal(err)
+	}
+	inc = regexp.MustCompile(`(?m)^engine: .*\n`).ReplaceAll(inc, nil)
+	err = errors.Join(os.WriteFile(filepath.Join(dir, "metrics.om"), []byte(strings.ReplaceAll(om.String(), from, to)), 0o644),
+		os.WriteFile(filepath.Join(dir, "incident.yaml"), inc, 0o644))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestRenamedShapesDetect: the detector's triggers (why --group-by, as the
+// daemon runs them) fire on renamed names as on the originals; the success
+// rate among them (error_burst).
+func TestRenamedShapesDetect(t *testing.T) {
+	triggers := func(dir string) []string {
+		var out, errb bytes.Buffer
+		code := dispatch(context.Background(), []string{"why", "--bundle", dir, "--group-by", "model_name", "--output", "json"}, &out, &errb)
+		if code != exitCause {
+			t.Fatalf("why --group-by %s: exit %d: %s", dir, code, errb.String())
+		}
+		var rep fleetReport
+		if err := json.Unmarshal(out.Bytes(), &rep); err != nil || len(rep.Anomalous) != 1 {
+			t.Fatalf("why --group-by %s: %v %s", dir, err, out.String())
+		}
+		return rep.Anomalous[0].Triggers
+	}
+	want := triggers(filepath.Join(incidentsDir, "error_burst"))
+	if !slices.ContainsFunc(want, func(s string) bool { return strings.HasPrefix(s, "success_rate") }) {
+		t.Fatalf("original error_burst triggers %v: no success_rate", want)
+	}
+	for _, to := range []string{"ray_vllm_", "vllm_"} {
+		if got := triggers(renamedBundle(t, "error_burst", "vllm:", to)); !slices.Equal(got, want) {
+			t.Errorf("%s: triggers %v, original %v", to, got, want)
+		}
 	}
 }
 
