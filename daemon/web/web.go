@@ -76,7 +76,16 @@ type Site struct {
 	CSRF string
 	// Now is when the page is made (the daemon's clock).
 	Now time.Time
+	// Refresh reloads the page after this many seconds, without script
+	// (<meta http-equiv="refresh">): the daemon's live pages set it, a
+	// form or a saved page does not.
+	Refresh int
 }
+
+// RefreshSeconds is how often the daemon's incident and verdict pages
+// reload themselves: about a triage cycle, so an open page follows the
+// incident.
+const RefreshSeconds = 60
 
 // Link is path under the site's prefix.
 func (s Site) Link(path string) string { return s.Prefix + path }

@@ -12,6 +12,8 @@ import (
 // Markdown format it, in the order they present it, so that an HTML
 // template only places strings. Shares are kept as numbers too, for bars.
 type View struct {
+	// Answer is the block the page opens with (AnswerOf).
+	Answer Answer
 	// Status is the status sentence ("ANOMALY (critical): prefill is
 	// slower (TTFT)"); StatusClass is the verdict's status, Severity and
 	// Phase its fields.
@@ -95,7 +97,10 @@ type CauseView struct {
 	Evidence        []EvidenceView
 	Against         []string
 	Fixes           []string
-	Omitted         []string
+	// FixesHidden says why Fixes is empty though the cause has fixes
+	// (ShowFixes).
+	FixesHidden string
+	Omitted     []string
 }
 
 // EvidenceView is one piece of evidence: its text and its numbers.
@@ -149,6 +154,7 @@ type SignalRow struct {
 func ViewOf(v *verdict.Verdict) View {
 	u := unitsOf(v)
 	out := View{
+		Answer:        AnswerOf(v),
 		Status:        statusSentence(v),
 		StatusClass:   string(v.Status),
 		Severity:      string(v.Severity),
@@ -180,6 +186,9 @@ func ViewOf(v *verdict.Verdict) View {
 			ConfidenceValue: c.Confidence, Score: num(c.Score), Fixes: c.Remediation, Omitted: c.Omitted}
 		if cv.Rank == 0 {
 			cv.Rank = i + 1
+		}
+		if !ShowFixes(c) && len(c.Remediation) > 0 {
+			cv.Fixes, cv.Omitted, cv.FixesHidden = nil, nil, FixesHiddenText(c)
 		}
 		for _, l := range c.Chain {
 			if l.Text != "" {

@@ -100,7 +100,7 @@ func Blocks(v *verdict.Verdict, o RenderOptions) Message {
 		bs = append(bs, section("_no verdict_"))
 		return Message{Text: fallbackText(nil, o), Blocks: bs}
 	}
-	bs = append(bs, section(summaryText(v)))
+	bs = append(bs, section(answerText(v)), section(summaryText(v)))
 	if f := headlineFields(v); len(f) > 0 {
 		bs = append(bs, slack.NewSectionBlock(nil, f, nil))
 	}
@@ -231,10 +231,37 @@ func headerText(v *verdict.Verdict, resolved bool) string {
 	return s + " · " + ScopeShort(v.Scope)
 }
 
-// summaryText is the one-line verdict plus scope, engine and windows.
+// answerText is the answer the message opens with (render.AnswerOf): the
+// one-line verdict, why it could not decide, the top cause with its
+// confidence, its chain and its first fix.
+func answerText(v *verdict.Verdict) string {
+	a := render.AnswerOf(v)
+	var b strings.Builder
+	b.WriteString("*" + esc(render.Summary(v)) + "*")
+	if a.Reason != "" {
+		b.WriteString("\n*Reason:* " + esc(a.Reason))
+	}
+	if a.Lead != "" {
+		b.WriteString("\n*" + a.Lead + ":* " + esc(a.Title) + "  " + code(a.ID) + " · confidence " + a.Confidence)
+		if a.Chain != "" {
+			b.WriteString("\n_" + esc(a.Chain) + "_")
+		}
+		switch {
+		case a.Fix != "":
+			b.WriteString("\n:wrench: *Fix:* " + esc(a.Fix))
+			if m := a.MoreText(); m != "" {
+				b.WriteString(" _(" + m + ")_")
+			}
+		case a.NoFixWhy != "":
+			b.WriteString("\n_" + esc(a.NoFixWhy) + "_")
+		}
+	}
+	return b.String()
+}
+
+// summaryText is scope, engine and windows.
 func summaryText(v *verdict.Verdict) string {
 	var b strings.Builder
-	b.WriteString("*" + esc(render.Summary(v)) + "*\n")
 	sel := v.Scope.Selector
 	if sel == "" {
 		sel = "all targets"
@@ -401,6 +428,11 @@ func causeBlocks(v *verdict.Verdict, maxCauses int) []slack.Block {
 		}
 		for _, e := range c.Evidence {
 			b.WriteString("\n• " + evidenceText(v, e))
+		}
+		if !render.ShowFixes(c) && len(c.Remediation) > 0 {
+			b.WriteString("\n_" + esc(render.FixesHiddenText(c)) + "_")
+			bs = append(bs, section(b.String()))
+			continue
 		}
 		for j, r := range c.Remediation {
 			if j == 0 {
