@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/whyslow/whyslow/detect"
 	"github.com/whyslow/whyslow/notifiers/render"
 	"github.com/whyslow/whyslow/verdict"
 )
@@ -101,4 +102,29 @@ func firstOr(s []string) string {
 		return ""
 	}
 	return s[0]
+}
+
+// TestTriggerText: `why --group-by` prints a trigger's values in units and
+// in the verdicts' formats, not as raw floats ("613.3 is 3771.60× baseline
+// 0.1626", issue 25).
+func TestTriggerText(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	below := 0.98
+	for _, tt := range []struct {
+		r    detect.TriggerResult
+		t    detect.Trigger
+		want string
+	}{
+		{detect.TriggerResult{Name: "ttft_p95", Short: f(613.3), Baseline: f(0.1626)}, detect.DefaultTriggers()[0],
+			"ttft_p95 10m13s ×3772 (baseline 163 ms; fires at ×2)"},
+		{detect.TriggerResult{Name: "tpot_p95", Short: f(0.0697), Baseline: f(0.0152)}, detect.DefaultTriggers()[1],
+			"tpot_p95 69.7 ms ×4.59 (baseline 15.2 ms; fires at ×1.5, mean at ×1.2)"},
+		{detect.TriggerResult{Name: "success_rate", Short: f(0.912)}, detect.Trigger{Name: "success_rate", Signal: detect.SignalSuccessRate, Below: &below},
+			"success_rate 91.2% (fires below 98%)"},
+		{detect.TriggerResult{Name: "custom", Reason: "7 > 5"}, detect.Trigger{Name: "custom"}, "custom: 7 > 5"},
+	} {
+		if got := triggerText(tt.r, tt.t); got != tt.want {
+			t.Errorf("triggerText(%s) = %q, want %q", tt.r.Name, got, tt.want)
+		}
+	}
 }
