@@ -75,6 +75,10 @@ type SplitView struct {
 	UnexplainedShareText string
 	// Missing names the parts that could not be measured, and why.
 	Missing []string
+	// Over says the parts add up to more than the change, and by how
+	// much; the parts' shares are then of their sum and there is no
+	// unexplained row.
+	Over string
 }
 
 // PartView is one part of a latency's change.
@@ -249,13 +253,17 @@ func attributionView(v *verdict.Verdict) []SplitView {
 			Before: FormatSeconds(sp.Baseline), After: FormatSeconds(sp.Now), Missing: sp.Missing,
 			Unexplained: signedSeconds(sp.Unexplained), UnexplainedShare: sp.UnexplainedShare,
 			UnexplainedShareText: shareText(sp.UnexplainedShare)}
-		for _, p := range sp.Parts {
+		shares, over := partShares(sp)
+		if over {
+			sv.Over, sv.Unexplained, sv.UnexplainedShare, sv.UnexplainedShareText = overText(sp), "", 0, ""
+		}
+		for i, p := range sp.Parts {
 			name := componentNames[p.Component]
 			if name == "" {
 				name = p.Component
 			}
 			sv.Parts = append(sv.Parts, PartView{Name: name, Seconds: signedSeconds(p.Seconds), Driver: p.Driver,
-				Share: p.Share, ShareText: shareText(p.Share)})
+				Share: shares[i], ShareText: shareText(shares[i])})
 		}
 		out = append(out, sv)
 	}
