@@ -180,6 +180,9 @@ func panelView(d chart.Data, p chart.Panel, i int, incident, baseline verdict.Wi
 	for _, t := range ya.Ticks {
 		cv.YTicks = append(cv.YTicks, Tick{Y: coord(yAt(ya.Frac(t.V))), Label: t.Label})
 	}
+	if ya.Log {
+		cv.Title += " (log scale)"
+	}
 	cv.Baseline = segment("baseline", bAxis, baseline, p.Baseline, y)
 	cv.Incident = segment("incident", iAxis, incident, p.Incident, y)
 	base, inc := within(drawnB, baseline), within(drawnI, incident)

@@ -217,6 +217,9 @@ func drawPanel(img *image.RGBA, z *vector.Rasterizer, d Data, p Panel, box panel
 
 	// The panel's title above the plot area, the legend on its right.
 	title := p.Title
+	if f.y.Log {
+		title += " (log scale)"
+	}
 	if !have {
 		title += " (no data)"
 		msg := "no data"
