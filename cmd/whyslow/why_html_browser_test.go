@@ -103,6 +103,13 @@ func TestWhyHTMLAnswerFirstScreen(t *testing.T) {
 				if err := os.WriteFile(filepath.Join(shots, "why-html-"+name+".png"), png, 0o644); err != nil {
 					t.Fatal(err)
 				}
+				curves, err := chromedp.Run(ctx, chromedp.Screenshot(chromedp.CSS("section.charts")))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(shots, "why-html-"+name+"-curves.png"), curves, 0o644); err != nil {
+					t.Fatal(err)
+				}
 			}
 		})
 	}

@@ -259,6 +259,12 @@ func (s VerdictSection) MarksOnset() bool {
 	return false
 }
 
+// Continuous reports whether the charts are drawn on one continuous time
+// axis (for the legend).
+func (s VerdictSection) Continuous() bool {
+	return len(s.Charts) > 0 && s.Charts[0].Continuous
+}
+
 // Verdict lays out v with its charts; chartNote says why charts is empty.
 func Verdict(v *verdict.Verdict, charts []ChartView, chartNote string) VerdictSection {
 	return VerdictSection{View: render.ViewOf(v), Charts: charts, ChartNote: chartNote}
