@@ -233,6 +233,18 @@ func TestPagesInChromium(t *testing.T) {
 	if err != nil || resp.Status != 200 {
 		t.Fatalf("open the incident: %v, %+v", err, resp)
 	}
+	// The answer is on the first screen (issue 25: it was ~2,400 px down).
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1400, 900)); err != nil {
+		t.Fatal(err)
+	}
+	topY, err := chromedp.Run(ctx, chromedp.Evaluate[float64](`document.getElementById("top-cause").getBoundingClientRect().top + window.scrollY`))
+	if err != nil || topY >= 900 || !strings.Contains(text("#top-cause"), topCause) {
+		t.Errorf("top cause at y=%.0f px (%v), want inside the first 900 px at 1400 px wide", topY, err)
+	}
+	t.Logf("incident page: top cause at y=%.0f px", topY)
+	if title, err := chromedp.Run(ctx, chromedp.Title()); err != nil || !strings.HasPrefix(title, topCause) {
+		t.Errorf("incident page title %q (%v), want it to open with %q", title, err, topCause)
+	}
 	causes, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("li.cause h4")].map(h => h.textContent.trim())`))
 	if err != nil || len(causes) == 0 || !strings.Contains(causes[0], topCause) {
 		t.Errorf("ranked causes %q (%v), want %q first", causes, err, topCause)
