@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/incident"
+	"github.com/whyslow/whyslow/internal/format"
 	"github.com/whyslow/whyslow/notifiers/render"
 	"github.com/whyslow/whyslow/verdict"
 )
@@ -298,18 +299,15 @@ func timeText(t time.Time) string {
 	return t.UTC().Format("2006-01-02 15:04:05 UTC")
 }
 
-// ageText renders a duration the way a list reads it: 45s, 12m, 2h05m, 3d4h.
+// ageText renders an incident's age as every duration is rendered
+// (internal/format), to the minute from a minute on: 45 s, 12m, 2h5m,
+// 3d3h.
 func ageText(d time.Duration) string {
 	if d < 0 {
 		d = 0
 	}
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d/time.Second))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm", int(d/time.Minute))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh%02dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
+	if d < time.Minute {
+		return format.Duration(d.Truncate(time.Second))
 	}
-	return fmt.Sprintf("%dd%dh", int(d/(24*time.Hour)), int(d%(24*time.Hour)/time.Hour))
+	return format.Duration(d.Truncate(time.Minute))
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/slack-go/slack"
 
+	"github.com/whyslow/whyslow/internal/format"
 	"github.com/whyslow/whyslow/notifiers/render"
 	"github.com/whyslow/whyslow/verdict"
 )
@@ -292,27 +293,9 @@ func windowText(w verdict.Window) string {
 	return s.Format("2006-01-02 15:04") + " – " + e.Format("2006-01-02 15:04") + " UTC"
 }
 
-// durationText prints a duration compactly: 42m, 1h, 1h30m, 2d3h.
-func durationText(d time.Duration) string {
-	d = d.Round(time.Second)
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm", int(d.Minutes()))
-	case d < 48*time.Hour:
-		h, m := int(d.Hours()), int(d.Minutes())%60
-		if m == 0 {
-			return fmt.Sprintf("%dh", h)
-		}
-		return fmt.Sprintf("%dh%dm", h, m)
-	}
-	days, h := int(d.Hours())/24, int(d.Hours())%24
-	if h == 0 {
-		return fmt.Sprintf("%dd", days)
-	}
-	return fmt.Sprintf("%dd%dh", days, h)
-}
+// durationText prints a duration as every rendering does
+// (internal/format.Duration): 42m, 1h, 1h30m, 2d3h.
+func durationText(d time.Duration) string { return format.Duration(d.Round(time.Second)) }
 
 // isSplit reports whether a headline signal belongs to the TTFT/TPOT split.
 func isSplit(name string) bool {
