@@ -203,6 +203,8 @@ func tickUnit(unit string) string {
 		return render.UnitSeconds
 	case chart.UnitFraction:
 		return render.UnitFraction
+	case chart.UnitRate:
+		return chart.UnitRate
 	}
 	return render.UnitCount
 }

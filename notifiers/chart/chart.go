@@ -1,5 +1,5 @@
 // Package chart draws the picture on-call engineers look at before reading:
-// TTFT p95, ITL/TPOT p95, KV-cache usage and queue depth, the incident window
+// TTFT p95, ITL/TPOT p95, KV-cache usage, queue depth and request rate, the incident window
 // drawn over the baseline window, as one PNG. Build fetches the curves with
 // range queries from any query.Metrics; the chart model (model.go) holds
 // every rule about the curves' gaps, the axes, their ticks and labels, for
@@ -34,6 +34,7 @@ const (
 	UnitSeconds  = "seconds"
 	UnitFraction = "fraction"
 	UnitCount    = "requests"
+	UnitRate     = "req/s"
 )
 
 // Point is one sample of a curve.
@@ -64,7 +65,7 @@ type Data struct {
 	// window's start, so the curves lie on top of each other.
 	Incident verdict.Window
 	Baseline verdict.Window
-	// Panels are drawn in a 2×2 grid, row by row.
+	// Panels are drawn two to a row.
 	Panels []Panel
 }
 
@@ -97,13 +98,14 @@ func quantile95(family string) string {
 	return `histogram_quantile(0.95, sum by (le) (rate(` + family + `_bucket{%s}[%r])))`
 }
 
-// signals are the four panels over the series of every engine's map
+// signals are the panels over the series of every engine's map
 // (`chart:`), in the engine list's order.
 var signals = panels(rulesets.Chart())
 
 func panels(maps []rulesets.Panels) []signal {
 	out := []signal{{"TTFT p95", UnitSeconds, nil}, {"ITL / TPOT p95", UnitSeconds, nil},
-		{"KV-cache usage (max over targets)", UnitFraction, nil}, {"Queue depth (waiting requests)", UnitCount, nil}}
+		{"KV-cache usage (max over targets)", UnitFraction, nil}, {"Queue depth (waiting requests)", UnitCount, nil},
+		{"Request rate (first tokens/s)", UnitRate, nil}}
 	add := func(i int, engine string, names []string, expr func(string) string) {
 		for _, n := range names {
 			out[i].exprs = append(out[i].exprs, engineExpr{engine, expr(n)})
@@ -114,6 +116,9 @@ func panels(maps []rulesets.Panels) []signal {
 		add(1, m.Engine, m.ITL, quantile95)
 		add(2, m.Engine, m.KVUsage, func(n string) string { return `max(` + n + `{%s})` })
 		add(3, m.Engine, m.Queue, func(n string) string { return `sum(` + n + `{%s})` })
+		// Every request that got its first token is counted once by the
+		// TTFT histogram: its rate is the rate requests are served at.
+		add(4, m.Engine, m.TTFT, func(n string) string { return `sum(rate(` + n + `_count{%s}[%r]))` })
 	}
 	return out
 }
