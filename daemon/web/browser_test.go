@@ -122,7 +122,7 @@ func (b *browserLog) check(t *testing.T) {
 // with a token and an external URL with a path: without the token the page
 // is refused; signed in, the index lists the open incident with its top
 // cause, the incident page shows the ranked causes, the attribution and
-// five charts with curves in them, and the link the webhook carried opens
+// six charts with curves in them, and the link the webhook carried opens
 // the verdict page; no page logs an error or requests anything but the
 // daemon. Screenshots (light and dark) go to the artifact directory.
 func TestPagesInChromium(t *testing.T) {
@@ -258,7 +258,7 @@ func TestPagesInChromium(t *testing.T) {
 	// Every chart is drawn, and the incident curves have extent.
 	widths, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](
 		`[...document.querySelectorAll("svg.chart-svg")].map(s => Math.max(0, ...[...s.querySelectorAll("path.line-incident")].map(p => p.getBBox().width)))`))
-	if err != nil || len(widths) != 5 {
+	if err != nil || len(widths) != 6 {
 		t.Fatalf("chart widths %v, %v", widths, err)
 	}
 	for i, w := range widths {

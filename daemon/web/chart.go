@@ -203,8 +203,8 @@ func tickUnit(unit string) string {
 		return render.UnitSeconds
 	case chart.UnitFraction:
 		return render.UnitFraction
-	case chart.UnitRate:
-		return chart.UnitRate
+	case chart.UnitRate, chart.UnitPreempt:
+		return unit
 	}
 	return render.UnitCount
 }

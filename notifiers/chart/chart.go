@@ -1,5 +1,5 @@
 // Package chart draws the picture on-call engineers look at before reading:
-// TTFT p95, ITL/TPOT p95, KV-cache usage, queue depth and request rate, the incident window
+// TTFT p95, ITL/TPOT p95, KV-cache usage, queue depth, request rate and preemptions, the incident window
 // drawn over the baseline window, as one PNG. Build fetches the curves with
 // range queries from any query.Metrics; the chart model (model.go) holds
 // every rule about the curves' gaps, the axes, their ticks and labels, for
@@ -35,6 +35,7 @@ const (
 	UnitFraction = "fraction"
 	UnitCount    = "requests"
 	UnitRate     = "req/s"
+	UnitPreempt  = "preemptions/s"
 )
 
 // Point is one sample of a curve.
@@ -99,8 +100,30 @@ func quantile95(family string) string {
 }
 
 // signals are the panels over the series of every engine's map
-// (`chart:`), in the engine list's order.
-var signals = panels(rulesets.Chart())
+// (`chart:`), in the engine list's order, and the preemption rate as each
+// engine's map defines it (its signal preemption_rate).
+var signals = append(panels(rulesets.Chart()), fromSignal("Preemptions /s", UnitPreempt, "preemption_rate"))
+
+// fromSignal is a panel over a signal of every shipped engine map that
+// defines it, rendered with the chart's placeholders for the selector and
+// the rate range (an engine without it adds no alternative).
+func fromSignal(title, unit, name string) signal {
+	s := signal{title: title, unit: unit}
+	rss, err := rulesets.All()
+	if err != nil {
+		return s // TestShippedRulesets fails on this; the panel says no data
+	}
+	for _, rs := range rss {
+		sig := rs.Signal(name)
+		if sig == nil {
+			continue
+		}
+		if q, err := sig.Render("%s", "%r", nil); err == nil {
+			s.exprs = append(s.exprs, engineExpr{rs.Engine, q})
+		}
+	}
+	return s
+}
 
 func panels(maps []rulesets.Panels) []signal {
 	out := []signal{{"TTFT p95", UnitSeconds, nil}, {"ITL / TPOT p95", UnitSeconds, nil},

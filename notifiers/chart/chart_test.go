@@ -71,6 +71,7 @@ func kvFake() *fakeMetrics {
 		"vllm:time_per_output_token_seconds": incidentOnly(0.03, 0.09), // old name only
 		"vllm:gpu_cache_usage_perc":          incidentOnly(0.55, 0.99), // old name only
 		"vllm:num_requests_waiting":          incidentOnly(0, 40),
+		"vllm:num_preemptions_total":         incidentOnly(0, 5),
 	}}
 }
 
@@ -81,8 +82,8 @@ func TestBuildPicksAlternatives(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(d.Panels) != 5 {
-		t.Fatalf("panels = %d, want 5", len(d.Panels))
+	if len(d.Panels) != 6 {
+		t.Fatalf("panels = %d, want 6", len(d.Panels))
 	}
 	want := []string{
 		`histogram_quantile(0.95, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{model_name="llama"}[1m])))`,
@@ -90,6 +91,7 @@ func TestBuildPicksAlternatives(t *testing.T) {
 		`max(vllm:gpu_cache_usage_perc{model_name="llama"})`,
 		`sum(vllm:num_requests_waiting{model_name="llama"})`,
 		`sum(rate(vllm:time_to_first_token_seconds_count{model_name="llama"}[1m]))`,
+		`sum(rate(vllm:num_preemptions_total{ model_name="llama" }[1m]))`,
 	}
 	for i, p := range d.Panels {
 		if p.Query != want[i] {
@@ -130,7 +132,7 @@ func TestBuildErrors(t *testing.T) {
 	}
 	// No data at all is not an error: the panels say "no data".
 	d, err := Build(ctx, &fakeMetrics{}, "", inc, base, Options{})
-	if err != nil || len(d.Panels) != 5 || d.Panels[0].Query != "" {
+	if err != nil || len(d.Panels) != 6 || d.Panels[0].Query != "" {
 		t.Errorf("no data: %v %+v", err, d)
 	}
 	if err := Render(&bytes.Buffer{}, Data{}); err == nil {
@@ -201,8 +203,8 @@ func TestRenderPNG(t *testing.T) {
 	}
 	img := renderImage(t, d)
 	boxes := layout(len(d.Panels))
-	if len(boxes) != 5 {
-		t.Fatalf("%d panel boxes, want 5", len(boxes))
+	if len(boxes) != 6 {
+		t.Fatalf("%d panel boxes, want 6", len(boxes))
 	}
 	// Each panel has ink (axes, labels) and both curves in its plot area.
 	for i, box := range boxes {
