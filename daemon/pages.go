@@ -100,7 +100,7 @@ func (d *Daemon) underPrefix(h http.Handler) http.Handler {
 // no sign-out form).
 func (d *Daemon) site(cfg Config, r *http.Request) web.Site {
 	mode, _ := APIAuth(cfg)
-	s := web.Site{Prefix: pagePrefix(cfg), SignOut: mode == AuthToken, Now: d.opts.Now()}
+	s := web.Site{Prefix: pagePrefix(cfg), SignOut: mode == AuthToken, Now: d.opts.Now(), Refresh: web.RefreshSeconds}
 	if s.SignOut && r != nil {
 		s.CSRF = d.sessions.csrf(sessionID(r))
 	}
@@ -129,7 +129,9 @@ func (d *Daemon) writePage(w http.ResponseWriter, code int, p web.Page) {
 
 // pageError answers an error page, its message scrubbed of secrets.
 func (d *Daemon) pageError(w http.ResponseWriter, r *http.Request, cfg Config, code int, title string, err error) {
-	d.writePage(w, code, web.ErrorPage{Site: d.site(cfg, r), Code: code, Title: title, Message: d.secrets.Scrub(err.Error())})
+	site := d.site(cfg, r)
+	site.Refresh = 0
+	d.writePage(w, code, web.ErrorPage{Site: site, Code: code, Title: title, Message: d.secrets.Scrub(err.Error())})
 }
 
 // setSession gives the browser the session cookie: only for the pages'
@@ -151,7 +153,7 @@ const errWrongToken = "That token is not the daemon's api.token."
 // loginPage answers the sign-in form, to come back to next.
 func (d *Daemon) loginPage(w http.ResponseWriter, cfg Config, code int, next, msg string) {
 	site := d.site(cfg, nil)
-	site.SignOut = false
+	site.SignOut, site.Refresh = false, 0 // a form being typed into must not reload
 	d.writePage(w, code, web.LoginPage{Site: site, Next: next, Error: msg})
 }
 

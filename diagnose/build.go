@@ -227,7 +227,7 @@ func chainOf(rs *rules.Ruleset, c *rules.Cause, now, base map[string]float64) []
 			} else if moved < math.Max(l.Min, 1.0001) {
 				continue
 			}
-			link.Text = l.Label + " " + rules.FormatRatio(r)
+			link.Text = l.Label + " " + rules.FormatMultiple(r)
 			if unit == "seconds" {
 				link.Text += " (" + rules.FormatSeconds(b) + " → " + rules.FormatSeconds(n) + ")"
 			}
@@ -245,7 +245,7 @@ func formatUnit(f float64, unit string) string {
 	case "fraction":
 		return rules.FormatPercent(f)
 	case "ratio":
-		return rules.FormatRatio(f)
+		return rules.FormatMultiple(f)
 	case "", "count":
 		return rules.FormatNumber(f)
 	}

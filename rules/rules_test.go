@@ -217,7 +217,7 @@ func TestAnomalyReadsPhase(t *testing.T) {
 
 func TestFormat(t *testing.T) {
 	tests := []struct{ got, want string }{
-		{FormatSeconds(0.0123), "12ms"}, {FormatSeconds(0.0042), "4.2ms"}, {FormatSeconds(2.345), "2.35s"}, {FormatSeconds(250.0), "250s"},
+		{FormatSeconds(0.0123), "12.3 ms"}, {FormatSeconds(0.0042), "4.2 ms"}, {FormatSeconds(2.345), "2.35 s"}, {FormatSeconds(250.0), "4m10s"},
 		{FormatPercent(0.934), "93.4%"}, {FormatRatio(2.14), "2.1×"}, {FormatNumber(12345.6), "12346"}, {FormatNumber(0.01234), "0.0123"},
 	}
 	for _, tt := range tests {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/whyslow/whyslow/internal/format"
 )
 
 // SignalData is what a signal template sees.
@@ -215,25 +217,14 @@ func FormatTokens(v any) string {
 	return strconv.FormatFloat(f, 'f', 0, 64)
 }
 
-// FormatSeconds renders a duration in seconds: 850ms, 1.24s, 95s.
+// FormatSeconds renders a duration in seconds the way every rendering
+// does (internal/format.Seconds): 43.1 ms, 9.28 s, 1m17s.
 func FormatSeconds(v any) string {
 	f := toFloat(v)
-	switch {
-	case math.IsNaN(f) || math.IsInf(f, 0):
+	if math.IsNaN(f) || math.IsInf(f, 0) {
 		return "n/a"
-	case f < 1:
-		return strconv.FormatFloat(f*1000, 'f', msDigits(f*1000), 64) + "ms"
-	case f < 100:
-		return strconv.FormatFloat(f, 'f', 2, 64) + "s"
 	}
-	return strconv.FormatFloat(f, 'f', 0, 64) + "s"
-}
-
-func msDigits(ms float64) int {
-	if ms < 10 {
-		return 1
-	}
-	return 0
+	return format.Seconds(f)
 }
 
 // FormatPercent renders a 0–1 fraction as a percentage: 0.934 → 93.4%.
@@ -256,6 +247,11 @@ func FormatRatio(v any) string {
 	}
 	return strconv.FormatFloat(f, 'f', 1, 64) + "×"
 }
+
+// FormatMultiple renders a multiple the way the renderers' tables do
+// (internal/format.Ratio): ×2016, ×3.89. Chains use it, so a chain's
+// "TTFT ×2016" reads as the headline's.
+func FormatMultiple(f float64) string { return format.Ratio(f) }
 
 // FormatNumber renders a number compactly: 12345 → 12345, 0.01234 → 0.0123.
 func FormatNumber(v any) string {

@@ -76,7 +76,7 @@ func (f *whyFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.basicUser, "basic-user", "", "basic-auth user for --prometheus")
 	fs.StringVar(&f.basicPass, "basic-password", "", "basic-auth password for --prometheus (or env WHYSLOW_BASIC_PASSWORD)")
 	fs.BoolVar(&f.color, "color", false, "colour text output")
-	fs.StringVar(&f.chart, "chart", "", "also write a PNG chart of TTFT/ITL p95, KV-cache usage and queue depth to `FILE`")
+	fs.StringVar(&f.chart, "chart", "", "also write a PNG chart of TTFT/ITL p95, KV-cache usage, queue depth, request rate and preemptions to `FILE`")
 	fs.Var(&f.html, "html", "also write the verdict page (causes, attribution, curves) as one self-contained HTML `FILE`")
 	fs.StringVar(&f.groupBy, "group-by", "", "rank every scope by these labels (comma-separated, e.g. namespace,model_name) and triage each anomalous one")
 	fs.IntVar(&f.maxScopes, "max-scopes", defaultMaxScopes, "with --group-by: the most anomalous scopes triaged, the furthest from their baseline or bound first (the rest are named in one line)")

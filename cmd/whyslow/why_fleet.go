@@ -208,10 +208,6 @@ func rankFleet(ctx context.Context, opts diagnose.Options, groupBy []string, sin
 	if st := det.Stats(); st.Truncated > 0 {
 		rep.Truncated = fmt.Sprintf("query answers held up to %d series; detection read the first %d of each", st.Series, cfg.MaxSeries)
 	}
-	bounds := map[string]detect.Trigger{}
-	for _, t := range cfg.Triggers {
-		bounds[t.Name] = t
-	}
 	if choice.Offset > 0 {
 		rep.Baseline = model.Duration(choice.Offset).String()
 	}
@@ -220,6 +216,10 @@ func rankFleet(ctx context.Context, opts diagnose.Options, groupBy []string, sin
 	opts.Baseline = cfg.Baseline
 	if tchoice.Offset > 0 {
 		opts.Baseline = tchoice.Offset
+	}
+	byName := make(map[string]detect.Trigger, len(cfg.Triggers))
+	for _, t := range cfg.Triggers {
+		byName[t.Name] = t
 	}
 	for _, d := range dets {
 		if !d.Firing {
@@ -230,8 +230,8 @@ func rankFleet(ctx context.Context, opts diagnose.Options, groupBy []string, sin
 			if t.State != detect.TriggerFiring {
 				continue
 			}
-			r.Triggers = append(r.Triggers, t.Name+": "+t.Reason)
-			r.Change = max(r.Change, moved(t, bounds[t.Name]))
+			r.Triggers = append(r.Triggers, triggerText(t, byName[t.Name]))
+			r.Change = max(r.Change, moved(t, byName[t.Name]))
 		}
 		rep.Anomalous = append(rep.Anomalous, r)
 	}
@@ -314,6 +314,56 @@ func moved(r detect.TriggerResult, t detect.Trigger) float64 {
 		out = max(out, *t.Below/v)
 	}
 	return out
+}
+
+// triggerUnit is the unit of a trigger's values: the built-in signals'
+// own, else guessed from the name as the renderers guess it.
+func triggerUnit(t detect.Trigger) string {
+	switch t.Signal {
+	case detect.SignalTTFTP95, detect.SignalTPOTP95:
+		return render.UnitSeconds
+	case detect.SignalSuccessRate:
+		return render.UnitFraction
+	case detect.SignalQueueGrowth:
+		return "requests/s"
+	}
+	return render.GuessUnit(t.Name)
+}
+
+// triggerText is a firing trigger with its values in units, formatted as
+// the verdicts below it format theirs: "ttft_p95 10m13s ×3772 (baseline
+// 163 ms; fires at ×2)", "success_rate 91.2% (fires below 98%)".
+func triggerText(r detect.TriggerResult, t detect.Trigger) string {
+	u := triggerUnit(t)
+	v := r.Short
+	if v == nil {
+		v = r.Long
+	}
+	if v == nil {
+		return r.Name + ": " + r.Reason
+	}
+	s := r.Name + " " + render.FormatValue(*v, u)
+	var why []string
+	if r.Baseline != nil && *r.Baseline > 0 && t.Ratio > 0 {
+		s += " " + render.FormatRatio(*v / *r.Baseline)
+		why = append(why, "baseline "+render.FormatValue(*r.Baseline, u))
+	}
+	switch {
+	case t.Below != nil && *v < *t.Below:
+		why = append(why, "fires below "+render.FormatValue(*t.Below, u))
+	case t.Above != nil && *v > *t.Above:
+		why = append(why, "fires above "+render.FormatValue(*t.Above, u))
+	case t.Ratio > 0:
+		f := "fires at " + render.FormatRatio(t.Ratio)
+		if t.MeanRatio > 0 {
+			f += ", mean at " + render.FormatRatio(t.MeanRatio)
+		}
+		why = append(why, f)
+	}
+	if len(why) > 0 {
+		s += " (" + strings.Join(why, "; ") + ")"
+	}
+	return s
 }
 
 func severityOrder(s verdict.Severity) int {

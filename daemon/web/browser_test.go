@@ -122,7 +122,7 @@ func (b *browserLog) check(t *testing.T) {
 // with a token and an external URL with a path: without the token the page
 // is refused; signed in, the index lists the open incident with its top
 // cause, the incident page shows the ranked causes, the attribution and
-// four charts with curves in them, and the link the webhook carried opens
+// six charts with curves in them, and the link the webhook carried opens
 // the verdict page; no page logs an error or requests anything but the
 // daemon. Screenshots (light and dark) go to the artifact directory.
 func TestPagesInChromium(t *testing.T) {
@@ -233,6 +233,18 @@ func TestPagesInChromium(t *testing.T) {
 	if err != nil || resp.Status != 200 {
 		t.Fatalf("open the incident: %v, %+v", err, resp)
 	}
+	// The answer is on the first screen (issue 25: it was ~2,400 px down).
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1400, 900)); err != nil {
+		t.Fatal(err)
+	}
+	topY, err := chromedp.Run(ctx, chromedp.Evaluate[float64](`document.getElementById("top-cause").getBoundingClientRect().top + window.scrollY`))
+	if err != nil || topY >= 900 || !strings.Contains(text("#top-cause"), topCause) {
+		t.Errorf("top cause at y=%.0f px (%v), want inside the first 900 px at 1400 px wide", topY, err)
+	}
+	t.Logf("incident page: top cause at y=%.0f px", topY)
+	if title, err := chromedp.Run(ctx, chromedp.Title()); err != nil || !strings.HasPrefix(title, topCause) {
+		t.Errorf("incident page title %q (%v), want it to open with %q", title, err, topCause)
+	}
 	causes, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("li.cause h4")].map(h => h.textContent.trim())`))
 	if err != nil || len(causes) == 0 || !strings.Contains(causes[0], topCause) {
 		t.Errorf("ranked causes %q (%v), want %q first", causes, err, topCause)
@@ -246,7 +258,7 @@ func TestPagesInChromium(t *testing.T) {
 	// Every chart is drawn, and the incident curves have extent.
 	widths, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](
 		`[...document.querySelectorAll("svg.chart-svg")].map(s => Math.max(0, ...[...s.querySelectorAll("path.line-incident")].map(p => p.getBBox().width)))`))
-	if err != nil || len(widths) != 4 {
+	if err != nil || len(widths) != 6 {
 		t.Fatalf("chart widths %v, %v", widths, err)
 	}
 	for i, w := range widths {

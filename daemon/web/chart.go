@@ -60,6 +60,16 @@ type ChartView struct {
 	// Rows are every sample drawn, by offset from its window's start
 	// (negative in the lead-in).
 	Rows []DataRow
+	// Continuous says the panel is one time axis from before the baseline
+	// to the incident's end (both windows shaded on it, XTicks at round
+	// clock times), not the baseline beside the incident.
+	Continuous bool
+	XTicks     []XTick
+}
+
+// XTick is a time-axis tick of a continuous panel.
+type XTick struct {
+	X, Label string
 }
 
 // Segment is one side of a panel: a span of time with the window it leads
@@ -70,8 +80,9 @@ type Segment struct {
 	Label, Start, End string
 	// X0, X1 are the span's edges; ShadeX and ShadeWidth the window's;
 	// LabelX is where the label ends (the window's right edge: the windows
-	// end their spans).
+	// end their spans), or starts when LabelAnchor is "start".
 	X0, X1, ShadeX, ShadeWidth, LabelX string
+	LabelAnchor                        string
 	// Paths are the curve's SVG path data, one per run without gaps.
 	Paths []string
 	// Points counts the samples drawn.
@@ -118,12 +129,71 @@ func ChartWindows(v *verdict.Verdict) (incident, baseline verdict.Window) {
 // spans ChartWindows; incident and baseline are the verdict's windows,
 // shaded and summed up; onset is when the incident opened (zero: not
 // marked).
+//
+// Data fetched over one span (Section with ContinuousSpan: no baseline
+// window in d) is drawn on one continuous time axis.
 func Charts(d chart.Data, incident, baseline verdict.Window, onset time.Time) []ChartView {
 	out := make([]ChartView, 0, len(d.Panels))
 	for i, p := range d.Panels {
+		if d.Baseline.Start.IsZero() && d.Baseline.End.IsZero() && d.Incident.End.After(d.Incident.Start) {
+			out = append(out, continuousView(d, p, i, incident, baseline, onset))
+			continue
+		}
 		out = append(out, panelView(d, p, i, incident, baseline, onset))
 	}
 	return out
+}
+
+// continuousView draws one panel on one time axis over d.Incident (the
+// whole span): the curve, the baseline and incident windows shaded, the
+// baseline window's mean across the plot, the onset, and ticks at round
+// clock times.
+func continuousView(d chart.Data, p chart.Panel, i int, incident, baseline verdict.Window, onset time.Time) ChartView {
+	unit := tickUnit(p.Unit)
+	const bottom = chartHeight - plotBottom
+	cv := ChartView{ID: "chart-" + strconv.Itoa(i), Title: p.Title, Query: p.Query, Width: chartWidth, Height: chartHeight,
+		PlotTop: coord(plotTop), PlotBottom: coord(bottom), PlotHeight: coord(bottom - plotTop),
+		TickX: coord(plotLeft - 6), LabelY: coord(plotTop - 8), AxisY: coord(bottom + 16), OnsetY: coord(bottom + 27),
+		CenterX: coord((plotLeft + chartWidth - plotRight) / 2), CenterY: coord((plotTop + bottom) / 2), Continuous: true}
+	drawn := chart.Finite(p.Incident)
+	cv.Empty = len(drawn) == 0
+	a := axis{d.Incident.Start, d.Incident.End, plotLeft, chartWidth - plotRight}
+	ya := chart.ValueAxis(chart.Panel{Unit: p.Unit, Incident: p.Incident})
+	yAt := func(frac float64) float64 { return bottom - (bottom-plotTop)*frac }
+	y := func(v float64) float64 { return yAt(ya.Frac(v * ya.Mult)) }
+	for _, t := range ya.Ticks {
+		cv.YTicks = append(cv.YTicks, Tick{Y: coord(yAt(ya.Frac(t.V))), Label: t.Label})
+	}
+	if ya.Log {
+		cv.Title += " (log scale)"
+	}
+	for _, t := range chart.ClockTicks(d.Incident.Start, d.Incident.End) {
+		cv.XTicks = append(cv.XTicks, XTick{X: coord(a.x(t.T)), Label: t.Label})
+	}
+	// The baseline side only shades its window; the one curve is the
+	// incident side's, over the whole axis.
+	cv.Baseline = segment("baseline", a, baseline, nil, y)
+	cv.Incident = segment("incident", a, incident, breakGaps(p.Incident), y)
+	cv.Baseline.Start, cv.Baseline.End, cv.Incident.Start, cv.Incident.End = "", "", "", ""
+	// The baseline is on the left: its label runs right from its window.
+	cv.Baseline.LabelX, cv.Baseline.LabelAnchor = coord(a.x(baseline.Start)+4), "start"
+	if baseline.Start.IsZero() && baseline.End.IsZero() {
+		cv.Baseline.ShadeWidth = "0.0"
+	}
+	base, inc := within(drawn, baseline), within(drawn, incident)
+	if baseline.Start.IsZero() && baseline.End.IsZero() {
+		base = nil
+	}
+	if m, ok := mean(base); ok {
+		cv.BaselineLevel = coord(y(m))
+	}
+	if !onset.IsZero() && !onset.Before(d.Incident.Start) && !onset.After(d.Incident.End) {
+		cv.Onset = &Marker{X: coord(a.x(onset)), Label: "opened " + onset.UTC().Format("15:04:05")}
+	}
+	cv.Summary = summary(base, inc, unit)
+	cv.Rows = dataRows(base, inc, baseline.Start, incident.Start, unit)
+	cv.Alt = altText(p.Title, cv.Summary, cv.Empty)
+	return cv
 }
 
 // tickUnit is the unit the axis and tables format a panel's values in.
@@ -133,6 +203,8 @@ func tickUnit(unit string) string {
 		return render.UnitSeconds
 	case chart.UnitFraction:
 		return render.UnitFraction
+	case chart.UnitRate, chart.UnitPreempt:
+		return unit
 	}
 	return render.UnitCount
 }
@@ -180,6 +252,9 @@ func panelView(d chart.Data, p chart.Panel, i int, incident, baseline verdict.Wi
 	for _, t := range ya.Ticks {
 		cv.YTicks = append(cv.YTicks, Tick{Y: coord(yAt(ya.Frac(t.V))), Label: t.Label})
 	}
+	if ya.Log {
+		cv.Title += " (log scale)"
+	}
 	cv.Baseline = segment("baseline", bAxis, baseline, p.Baseline, y)
 	cv.Incident = segment("incident", iAxis, incident, p.Incident, y)
 	base, inc := within(drawnB, baseline), within(drawnI, incident)
@@ -195,9 +270,34 @@ func panelView(d chart.Data, p chart.Panel, i int, incident, baseline verdict.Wi
 	return cv
 }
 
+// breakGaps puts a gap (NaN) between samples further apart than three
+// times the usual interval: over the hour between a baseline and an
+// incident a source may have no samples, and a line across that hour would
+// draw data that is not there.
+func breakGaps(pts []chart.Point) []chart.Point {
+	if len(pts) < 3 {
+		return pts
+	}
+	gaps := make([]time.Duration, 0, len(pts)-1)
+	for i := 1; i < len(pts); i++ {
+		gaps = append(gaps, pts[i].T.Sub(pts[i-1].T))
+	}
+	slices.Sort(gaps)
+	usual := gaps[len(gaps)/2]
+	out := make([]chart.Point, 0, len(pts)+4)
+	for i, p := range pts {
+		if i > 0 && p.T.Sub(pts[i-1].T) > 3*usual {
+			out = append(out, chart.Point{T: pts[i-1].T.Add(usual), V: math.NaN()})
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
 // segment draws one side's curve on its axis, with window shaded.
 func segment(name string, a axis, window verdict.Window, pts []chart.Point, y func(float64) float64) Segment {
-	s := Segment{X0: coord(a.x0), X1: coord(a.x1), LabelX: coord(a.x1 - 4), ShadeX: coord(a.x0), ShadeWidth: coord(a.x1 - a.x0)}
+	s := Segment{X0: coord(a.x0), X1: coord(a.x1), LabelX: coord(a.x1 - 4), ShadeX: coord(a.x0), ShadeWidth: coord(a.x1 - a.x0),
+		LabelAnchor: "end"}
 	if window.Start.IsZero() && window.End.IsZero() {
 		s.Label = name
 		return s

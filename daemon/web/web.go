@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/incident"
+	"github.com/whyslow/whyslow/internal/format"
 	"github.com/whyslow/whyslow/notifiers/render"
 	"github.com/whyslow/whyslow/verdict"
 )
@@ -76,7 +77,16 @@ type Site struct {
 	CSRF string
 	// Now is when the page is made (the daemon's clock).
 	Now time.Time
+	// Refresh reloads the page after this many seconds, without script
+	// (<meta http-equiv="refresh">): the daemon's live pages set it, a
+	// form or a saved page does not.
+	Refresh int
 }
+
+// RefreshSeconds is how often the daemon's incident and verdict pages
+// reload themselves: about a triage cycle, so an open page follows the
+// incident.
+const RefreshSeconds = 60
 
 // Link is path under the site's prefix.
 func (s Site) Link(path string) string { return s.Prefix + path }
@@ -250,6 +260,12 @@ func (s VerdictSection) MarksOnset() bool {
 	return false
 }
 
+// Continuous reports whether the charts are drawn on one continuous time
+// axis (for the legend).
+func (s VerdictSection) Continuous() bool {
+	return len(s.Charts) > 0 && s.Charts[0].Continuous
+}
+
 // Verdict lays out v with its charts; chartNote says why charts is empty.
 func Verdict(v *verdict.Verdict, charts []ChartView, chartNote string) VerdictSection {
 	return VerdictSection{View: render.ViewOf(v), Charts: charts, ChartNote: chartNote}
@@ -283,18 +299,15 @@ func timeText(t time.Time) string {
 	return t.UTC().Format("2006-01-02 15:04:05 UTC")
 }
 
-// ageText renders a duration the way a list reads it: 45s, 12m, 2h05m, 3d4h.
+// ageText renders an incident's age as every duration is rendered
+// (internal/format), to the minute from a minute on: 45 s, 12m, 2h5m,
+// 3d3h.
 func ageText(d time.Duration) string {
 	if d < 0 {
 		d = 0
 	}
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d/time.Second))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm", int(d/time.Minute))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh%02dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
+	if d < time.Minute {
+		return format.Duration(d.Truncate(time.Second))
 	}
-	return fmt.Sprintf("%dd%dh", int(d/(24*time.Hour)), int(d%(24*time.Hour)/time.Hour))
+	return format.Duration(d.Truncate(time.Minute))
 }

@@ -299,7 +299,7 @@ func TestIndexOrder(t *testing.T) {
 
 func TestAgeText(t *testing.T) {
 	for d, want := range map[time.Duration]string{
-		-time.Second: "0s", 45 * time.Second: "45s", 12 * time.Minute: "12m", 125 * time.Minute: "2h05m", 75 * time.Hour: "3d3h",
+		-time.Second: "0 s", 45 * time.Second: "45 s", 12*time.Minute + 30*time.Second: "12m", 125 * time.Minute: "2h5m", 75 * time.Hour: "3d3h",
 	} {
 		if got := ageText(d); got != want {
 			t.Errorf("ageText(%s) = %q, want %q", d, got, want)

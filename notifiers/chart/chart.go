@@ -1,5 +1,5 @@
 // Package chart draws the picture on-call engineers look at before reading:
-// TTFT p95, ITL/TPOT p95, KV-cache usage and queue depth, the incident window
+// TTFT p95, ITL/TPOT p95, KV-cache usage, queue depth, request rate and preemptions, the incident window
 // drawn over the baseline window, as one PNG. Build fetches the curves with
 // range queries from any query.Metrics; the chart model (model.go) holds
 // every rule about the curves' gaps, the axes, their ticks and labels, for
@@ -34,6 +34,8 @@ const (
 	UnitSeconds  = "seconds"
 	UnitFraction = "fraction"
 	UnitCount    = "requests"
+	UnitRate     = "req/s"
+	UnitPreempt  = "preemptions/s"
 )
 
 // Point is one sample of a curve.
@@ -64,7 +66,7 @@ type Data struct {
 	// window's start, so the curves lie on top of each other.
 	Incident verdict.Window
 	Baseline verdict.Window
-	// Panels are drawn in a 2×2 grid, row by row.
+	// Panels are drawn two to a row.
 	Panels []Panel
 }
 
@@ -97,13 +99,36 @@ func quantile95(family string) string {
 	return `histogram_quantile(0.95, sum by (le) (rate(` + family + `_bucket{%s}[%r])))`
 }
 
-// signals are the four panels over the series of every engine's map
-// (`chart:`), in the engine list's order.
-var signals = panels(rulesets.Chart())
+// signals are the panels over the series of every engine's map
+// (`chart:`), in the engine list's order, and the preemption rate as each
+// engine's map defines it (its signal preemption_rate).
+var signals = append(panels(rulesets.Chart()), fromSignal("Preemptions /s", UnitPreempt, "preemption_rate"))
+
+// fromSignal is a panel over a signal of every shipped engine map that
+// defines it, rendered with the chart's placeholders for the selector and
+// the rate range (an engine without it adds no alternative).
+func fromSignal(title, unit, name string) signal {
+	s := signal{title: title, unit: unit}
+	rss, err := rulesets.All()
+	if err != nil {
+		return s // TestShippedRulesets fails on this; the panel says no data
+	}
+	for _, rs := range rss {
+		sig := rs.Signal(name)
+		if sig == nil {
+			continue
+		}
+		if q, err := sig.Render("%s", "%r", nil); err == nil {
+			s.exprs = append(s.exprs, engineExpr{rs.Engine, q})
+		}
+	}
+	return s
+}
 
 func panels(maps []rulesets.Panels) []signal {
 	out := []signal{{"TTFT p95", UnitSeconds, nil}, {"ITL / TPOT p95", UnitSeconds, nil},
-		{"KV-cache usage (max over targets)", UnitFraction, nil}, {"Queue depth (waiting requests)", UnitCount, nil}}
+		{"KV-cache usage (max over targets)", UnitFraction, nil}, {"Queue depth (waiting requests)", UnitCount, nil},
+		{"Request rate (first tokens/s)", UnitRate, nil}}
 	add := func(i int, engine string, names []string, expr func(string) string) {
 		for _, n := range names {
 			out[i].exprs = append(out[i].exprs, engineExpr{engine, expr(n)})
@@ -114,6 +139,9 @@ func panels(maps []rulesets.Panels) []signal {
 		add(1, m.Engine, m.ITL, quantile95)
 		add(2, m.Engine, m.KVUsage, func(n string) string { return `max(` + n + `{%s})` })
 		add(3, m.Engine, m.Queue, func(n string) string { return `sum(` + n + `{%s})` })
+		// Every request that got its first token is counted once by the
+		// TTFT histogram: its rate is the rate requests are served at.
+		add(4, m.Engine, m.TTFT, func(n string) string { return `sum(rate(` + n + `_count{%s}[%r]))` })
 	}
 	return out
 }

@@ -71,6 +71,7 @@ func kvFake() *fakeMetrics {
 		"vllm:time_per_output_token_seconds": incidentOnly(0.03, 0.09), // old name only
 		"vllm:gpu_cache_usage_perc":          incidentOnly(0.55, 0.99), // old name only
 		"vllm:num_requests_waiting":          incidentOnly(0, 40),
+		"vllm:num_preemptions_total":         incidentOnly(0, 5),
 	}}
 }
 
@@ -81,14 +82,16 @@ func TestBuildPicksAlternatives(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(d.Panels) != 4 {
-		t.Fatalf("panels = %d, want 4", len(d.Panels))
+	if len(d.Panels) != 6 {
+		t.Fatalf("panels = %d, want 6", len(d.Panels))
 	}
 	want := []string{
 		`histogram_quantile(0.95, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{model_name="llama"}[1m])))`,
 		`histogram_quantile(0.95, sum by (le) (rate(vllm:time_per_output_token_seconds_bucket{model_name="llama"}[1m])))`,
 		`max(vllm:gpu_cache_usage_perc{model_name="llama"})`,
 		`sum(vllm:num_requests_waiting{model_name="llama"})`,
+		`sum(rate(vllm:time_to_first_token_seconds_count{model_name="llama"}[1m]))`,
+		`sum(rate(vllm:num_preemptions_total{ model_name="llama" }[1m]))`,
 	}
 	for i, p := range d.Panels {
 		if p.Query != want[i] {
@@ -129,7 +132,7 @@ func TestBuildErrors(t *testing.T) {
 	}
 	// No data at all is not an error: the panels say "no data".
 	d, err := Build(ctx, &fakeMetrics{}, "", inc, base, Options{})
-	if err != nil || len(d.Panels) != 4 || d.Panels[0].Query != "" {
+	if err != nil || len(d.Panels) != 6 || d.Panels[0].Query != "" {
 		t.Errorf("no data: %v %+v", err, d)
 	}
 	if err := Render(&bytes.Buffer{}, Data{}); err == nil {
@@ -148,8 +151,8 @@ func renderImage(t *testing.T, d Data) image.Image {
 	if err != nil {
 		t.Fatalf("decode png: %v", err)
 	}
-	if got := img.Bounds().Size(); got.X != Width || got.Y != Height {
-		t.Fatalf("size = %v, want %dx%d", got, Width, Height)
+	if got := img.Bounds().Size(); got.X != Width || got.Y != ImageHeight(len(d.Panels)) {
+		t.Fatalf("size = %v, want %dx%d", got, Width, ImageHeight(len(d.Panels)))
 	}
 	return img
 }
@@ -200,8 +203,8 @@ func TestRenderPNG(t *testing.T) {
 	}
 	img := renderImage(t, d)
 	boxes := layout(len(d.Panels))
-	if len(boxes) != 4 {
-		t.Fatalf("%d panel boxes, want 4", len(boxes))
+	if len(boxes) != 6 {
+		t.Fatalf("%d panel boxes, want 6", len(boxes))
 	}
 	// Each panel has ink (axes, labels) and both curves in its plot area.
 	for i, box := range boxes {
@@ -224,7 +227,7 @@ func TestRenderPNG(t *testing.T) {
 		t.Errorf("%d incident-red pixels above the second panel: a legend on it too?", n)
 	}
 	stray := 0
-	for y := range Height {
+	for y := range img.Bounds().Dy() {
 	pixel:
 		for x := range Width {
 			if !isIncident(img, x, y) {
@@ -345,7 +348,7 @@ func TestRenderClips(t *testing.T) {
 	img := renderImage(t, d)
 	plot := layout(1)[0].plot
 	outside := 0
-	for y := range Height {
+	for y := range img.Bounds().Dy() {
 		for x := range Width {
 			if isIncident(img, x, y) && !image.Pt(x, y).In(plot.Inset(-rasterPad)) && y > plot.Min.Y {
 				outside++

@@ -12,6 +12,7 @@ package chart
 import (
 	"math"
 	"strconv"
+	"time"
 )
 
 // Tick is one tick of an axis: where it is, in the axis' unit, and its
@@ -36,10 +37,27 @@ type Axis struct {
 	Mult float64
 	// Title names a time axis ("minutes into window").
 	Title string
+	// Log says the axis is logarithmic (LogAbove): Lo > 0, ticks at 1, 2
+	// or 5 × 10^k.
+	Log bool
 }
 
 // Frac is where v (in the axis' unit) lies on the axis: 0 at Lo, 1 at Hi.
-func (a Axis) Frac(v float64) float64 { return (v - a.Lo) / (a.Hi - a.Lo) }
+// On a log axis a value at or below zero lies at Lo.
+func (a Axis) Frac(v float64) float64 {
+	if a.Log {
+		if !(v > a.Lo) {
+			return 0
+		}
+		return (math.Log10(v) - math.Log10(a.Lo)) / (math.Log10(a.Hi) - math.Log10(a.Lo))
+	}
+	return (v - a.Lo) / (a.Hi - a.Lo)
+}
+
+// LogAbove is the spread of a panel's values (highest over lowest) above
+// which its value axis is logarithmic: a TTFT ×1000 over its baseline
+// leaves the baseline a flat line on zero on a linear axis.
+const LogAbove = 20
 
 // Tick counts: the value axis has 4 to 6 ticks, the time axis at most 7.
 const minYTicks, maxYTicks, maxXTicks = 4, 6, 7
@@ -100,21 +118,93 @@ func scale(p Panel) (float64, string) {
 }
 
 // ValueAxis is the value axis of a panel over both its curves, in the
-// panel's display unit (see valueAxis).
+// panel's display unit: logarithmic (logAxis) when every value is above
+// zero and the highest is more than LogAbove times the lowest, else linear
+// from zero (valueAxis).
 func ValueAxis(p Panel) Axis {
 	mult, unit := scale(p)
 	lo, hi := 0.0, 0.0
+	minPos, allPos := math.Inf(1), true
 	for _, s := range [][]Point{p.Incident, p.Baseline} {
 		for _, pt := range Finite(s) {
-			lo, hi = math.Min(lo, pt.V*mult), math.Max(hi, pt.V*mult)
+			v := pt.V * mult
+			lo, hi = math.Min(lo, v), math.Max(hi, v)
+			if v > 0 {
+				minPos = math.Min(minPos, v)
+			} else {
+				allPos = false
+			}
 		}
 	}
 	if hi == 0 && lo == 0 {
 		hi = 1
 	}
-	a := valueAxis(lo, hi, unit)
+	var a Axis
+	if allPos && hi > LogAbove*minPos && !(unit == "%" && hi*1.1 > 100) {
+		a = logAxis(minPos, hi, unit)
+	} else {
+		a = valueAxis(lo, hi, unit)
+	}
 	a.Mult = mult
 	return a
+}
+
+// logAxis spans the 1, 2 or 5 × 10^k at or below lo to the one at or above
+// 10% over hi, ticked at 1, 2 and 5 × 10^k, or at powers of ten (every
+// other one over many decades) when those are more than maxYTicks.
+func logAxis(lo, hi float64, unit string) Axis {
+	a := Axis{Lo: roundDown125(lo), Hi: roundUp125(hi * 1.1), Unit: unit, Mult: 1, Log: true}
+	var all, decades []float64
+	for k := math.Floor(math.Log10(a.Lo)); k <= math.Ceil(math.Log10(a.Hi)); k++ {
+		p := math.Pow(10, k)
+		for _, m := range []float64{1, 2, 5} {
+			v := m * p
+			if v >= a.Lo*(1-1e-9) && v <= a.Hi*(1+1e-9) {
+				all = append(all, v)
+				if m == 1 {
+					decades = append(decades, v)
+				}
+			}
+		}
+	}
+	ts := all
+	if len(ts) > maxYTicks {
+		ts = decades
+	}
+	for len(ts) > maxYTicks {
+		var half []float64
+		for i := 0; i < len(ts); i += 2 {
+			half = append(half, ts[i])
+		}
+		ts = half
+	}
+	for _, v := range ts {
+		dec := max(0, -int(math.Floor(math.Log10(v)+1e-9)))
+		a.Ticks = append(a.Ticks, Tick{V: v, Label: tickLabel(v, dec, unit)})
+	}
+	return a
+}
+
+// roundDown125 is the largest 1, 2 or 5 × 10^k at or below v (> 0).
+func roundDown125(v float64) float64 {
+	p := math.Pow(10, math.Floor(math.Log10(v)+1e-9))
+	for _, m := range []float64{5, 2, 1} {
+		if m*p <= v*(1+1e-9) {
+			return m * p
+		}
+	}
+	return p
+}
+
+// roundUp125 is the smallest 1, 2 or 5 × 10^k at or above v (> 0).
+func roundUp125(v float64) float64 {
+	p := math.Pow(10, math.Floor(math.Log10(v)-1e-9))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if m*p >= v*(1-1e-9) {
+			return m * p
+		}
+	}
+	return 10 * p
 }
 
 // valueAxis spans 0 (or below, for negative values) to 10% above the
@@ -236,4 +326,43 @@ func tickLabel(v float64, decimals int, unit string) string {
 		return s + "%"
 	}
 	return s
+}
+
+// clockSteps are the steps of a clock-time axis: round minutes and hours.
+var clockSteps = []time.Duration{time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute, 15 * time.Minute,
+	30 * time.Minute, time.Hour, 2 * time.Hour, 3 * time.Hour, 6 * time.Hour, 12 * time.Hour, 24 * time.Hour}
+
+// TimeTick is one tick of a clock-time axis.
+type TimeTick struct {
+	T     time.Time
+	Label string
+}
+
+// ClockTicks are the ticks of a time axis from start to end: at whole
+// multiples (in UTC) of the smallest of clockSteps that leaves at most 7,
+// labelled "15:04" (with the date, "Jan 2 15:04", where a day starts).
+func ClockTicks(start, end time.Time) []TimeTick {
+	if !end.After(start) {
+		return nil
+	}
+	span := end.Sub(start)
+	step := clockSteps[len(clockSteps)-1]
+	for _, s := range clockSteps {
+		if span/s < maxXTicks {
+			step = s
+			break
+		}
+	}
+	var out []TimeTick
+	for t := start.UTC().Truncate(step); !t.After(end); t = t.Add(step) {
+		if t.Before(start) {
+			continue
+		}
+		label := t.Format("15:04")
+		if t.Hour() == 0 && t.Minute() == 0 && step >= time.Hour {
+			label = t.Format("Jan 2 15:04")
+		}
+		out = append(out, TimeTick{T: t, Label: label})
+	}
+	return out
 }

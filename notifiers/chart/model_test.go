@@ -4,6 +4,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 )
 
 // labels are an axis' tick labels, space-separated.
@@ -120,5 +121,78 @@ func TestSegments(t *testing.T) {
 	}
 	if got := Finite(pts); len(got) != 3 || got[2].V != 3 {
 		t.Errorf("finite = %v", got)
+	}
+}
+
+// TestLogAxis: a panel whose values spread more than LogAbove times gets a
+// log axis from a 1/2/5 × 10^k below the lowest to one above the highest,
+// its ticks at 1, 2, 5 × 10^k (powers of ten over many decades), every
+// value inside; a spread under LogAbove, or a zero, stays linear.
+func TestLogAxis(t *testing.T) {
+	pts := func(vs ...float64) []Point {
+		out := make([]Point, len(vs))
+		for i, v := range vs {
+			out[i] = Point{T: time.Unix(1700000000+int64(i), 0), V: v}
+		}
+		return out
+	}
+	// issue 25: TTFT p95 136 ms at baseline, 154 s in the incident.
+	a := ValueAxis(Panel{Unit: UnitSeconds, Baseline: pts(0.136, 0.14), Incident: pts(0.2, 154)})
+	if !a.Log || a.Lo != 0.1 || a.Hi != 200 {
+		t.Fatalf("axis %+v, want log 0.1..200 s", a)
+	}
+	var labels []string
+	for _, tk := range a.Ticks {
+		labels = append(labels, tk.Label)
+		m := tk.V / math.Pow(10, math.Floor(math.Log10(tk.V)+1e-9))
+		if math.Abs(m-1) > 1e-9 && math.Abs(m-2) > 1e-9 && math.Abs(m-5) > 1e-9 {
+			t.Errorf("tick %g is not 1, 2 or 5 × 10^k", tk.V)
+		}
+	}
+	if got := strings.Join(labels, " "); got != "0.1 s 1 s 10 s 100 s" {
+		t.Errorf("ticks %q", got)
+	}
+	if f := a.Frac(0.136 * a.Mult); f <= 0.03 || f >= 0.2 { // linear: 0.0008
+		t.Errorf("the baseline lies at %.2f of the axis, want off the floor", f)
+	}
+	if a.Frac(0) != 0 || a.Frac(200) != 1 {
+		t.Errorf("Frac(0) %g, Frac(Hi) %g", a.Frac(0), a.Frac(200))
+	}
+	a = ValueAxis(Panel{Unit: UnitCount, Baseline: pts(2, 3), Incident: pts(9, 60)})
+	if !a.Log || len(a.Ticks) > maxYTicks || a.Ticks[0].Label != "2" {
+		t.Errorf("2..60 requests: %+v", a)
+	}
+	for _, p := range []Panel{
+		{Unit: UnitCount, Baseline: pts(10, 12), Incident: pts(150)},        // ×15
+		{Unit: UnitCount, Baseline: pts(0, 0), Incident: pts(148)},          // a zero
+		{Unit: UnitFraction, Baseline: pts(0.01), Incident: pts(0.99, 1.0)}, // up to 100%
+	} {
+		if a := ValueAxis(p); a.Log {
+			t.Errorf("%v: log axis, want linear", p)
+		}
+	}
+}
+
+// TestClockTicks: a clock axis ticks at round minutes or hours (1m, 2m,
+// 5m, 10m, 15m, 30m, 1h…), at most 7, never at 8m20s.
+func TestClockTicks(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 13, 0, 0, time.UTC)
+	for _, c := range []struct {
+		span time.Duration
+		want string
+	}{
+		{10 * time.Minute, "00:14 00:16 00:18 00:20 00:22"},
+		{20 * time.Minute, "00:15 00:20 00:25 00:30"},
+		{70 * time.Minute, "00:15 00:30 00:45 01:00 01:15"},
+		{5 * time.Hour, "01:00 02:00 03:00 04:00 05:00"},
+		{50 * time.Hour, "12:00 Jan 2 00:00 12:00 Jan 3 00:00"},
+	} {
+		var got []string
+		for _, tk := range ClockTicks(t0, t0.Add(c.span)) {
+			got = append(got, tk.Label)
+		}
+		if s := strings.Join(got, " "); s != c.want {
+			t.Errorf("%s: ticks %q, want %q", c.span, s, c.want)
+		}
 	}
 }

@@ -1,7 +1,7 @@
 package chart
 
-// The renderer: a white Width×Height RGBA image, one panel per cell of a
-// 2×2 grid, each a plot area with light gridlines at "nice" values, axes
+// The renderer: a white Width×ImageHeight RGBA image, one panel per cell
+// of a grid two wide, each a plot area with light gridlines at "nice" values, axes
 // with tick labels in the panel's unit, and the baseline (grey, dashed) and
 // incident (red) curves. Curves are polylines stroked as thin quads with
 // round joins and filled by golang.org/x/image/vector's antialiasing
@@ -28,11 +28,20 @@ import (
 	"golang.org/x/image/vector"
 )
 
-// Size of the rendered PNG.
+// Size of the rendered PNG with up to four panels; each further row of
+// two panels adds a row as tall as those of four (ImageHeight).
 const (
 	Width  = 1200
 	Height = 800
 )
+
+// ImageHeight is the height of the PNG of n panels.
+func ImageHeight(n int) int {
+	if rows := (n + 1) / 2; rows > 2 {
+		return gridTop + rows*((Height-gridTop)/2)
+	}
+	return Height
+}
 
 var (
 	incidentColor = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
@@ -70,7 +79,7 @@ type panelBox struct {
 	cell, plot image.Rectangle
 }
 
-// layout places n panels: a 2×2 grid row by row (one column for a single
+// layout places n panels two to a row (one column for a single
 // panel) below the title.
 func layout(n int) []panelBox {
 	cols := 2
@@ -78,7 +87,7 @@ func layout(n int) []panelBox {
 		cols = 1
 	}
 	rows := (n + cols - 1) / cols
-	cw, ch := Width/cols, (Height-gridTop)/rows
+	cw, ch := Width/cols, (ImageHeight(n)-gridTop)/rows
 	out := make([]panelBox, n)
 	for i := range out {
 		x0, y0 := (i%cols)*cw, gridTop+(i/cols)*ch
@@ -88,7 +97,7 @@ func layout(n int) []panelBox {
 	return out
 }
 
-// Render draws d as a PNG of Width×Height pixels into w.
+// Render draws d as a PNG of Width×ImageHeight pixels into w.
 func Render(w io.Writer, d Data) error {
 	img, err := rasterize(d)
 	if err != nil {
@@ -114,7 +123,7 @@ func rasterize(d Data) (*image.RGBA, error) {
 	if len(d.Panels) == 0 {
 		return nil, errors.New("render chart: no panels")
 	}
-	img := image.NewRGBA(image.Rect(0, 0, Width, Height))
+	img := image.NewRGBA(image.Rect(0, 0, Width, ImageHeight(len(d.Panels))))
 	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
 	title := d.Title
 	if title == "" {
@@ -217,6 +226,9 @@ func drawPanel(img *image.RGBA, z *vector.Rasterizer, d Data, p Panel, box panel
 
 	// The panel's title above the plot area, the legend on its right.
 	title := p.Title
+	if f.y.Log {
+		title += " (log scale)"
+	}
 	if !have {
 		title += " (no data)"
 		msg := "no data"

@@ -65,8 +65,8 @@ func TestKVPressureChart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := img.Bounds().Size(); got != image.Pt(chart.Width, chart.Height) {
-		t.Fatalf("size = %v, want %dx%d", got, chart.Width, chart.Height)
+	if got := img.Bounds().Size(); got != image.Pt(chart.Width, chart.ImageHeight(len(d.Panels))) {
+		t.Fatalf("size = %v, want %dx%d", got, chart.Width, chart.ImageHeight(len(d.Panels)))
 	}
 	// The KV panel (bottom left) has the incident curve near 100%, in
 	// its upper part, and the baseline's below it.

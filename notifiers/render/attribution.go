@@ -57,18 +57,48 @@ func signedSeconds(f float64) string {
 	return "+" + FormatSeconds(f)
 }
 
+// partShares are the shares the renderings show for a split's parts, and
+// whether the parts over-explain the change. The verdict's shares are of
+// the change; when the parts add up to more than it (the unexplained
+// remainder is negative) they would sum past 100% beside an "unexplained
+// −25%": then each part's share is of the parts' sum, so they add up to
+// 100%, and the excess is said in seconds instead.
+func partShares(s *verdict.LatencySplit) (shares []float64, over bool) {
+	sum := 0.0
+	for _, p := range s.Parts {
+		sum += p.Seconds
+	}
+	over = s.Unexplained < 0 && sum > 0 && math.Abs(s.UnexplainedShare) >= 0.03
+	for _, p := range s.Parts {
+		if over {
+			shares = append(shares, p.Seconds/sum)
+		} else {
+			shares = append(shares, p.Share)
+		}
+	}
+	return shares, over
+}
+
+// overText says by how much the parts over-explain a change: "the parts add
+// up to 24.4 ms, 4.93 ms more than the rise (shares are of their sum)".
+func overText(s *verdict.LatencySplit) string {
+	return fmt.Sprintf("the parts add up to %s, %s more than the rise (shares are of their sum)",
+		FormatSeconds(s.Delta-s.Unexplained), FormatSeconds(-s.Unexplained))
+}
+
 func splitLine(name string, s *verdict.LatencySplit) string {
 	head := fmt.Sprintf("%s %s (%s → %s)", name, signedSeconds(s.Delta), FormatSeconds(s.Baseline), FormatSeconds(s.Now))
+	shares, over := partShares(s)
 	var parts []string
-	for _, p := range s.Parts {
-		if math.Abs(p.Share) < 0.03 {
+	for i, p := range s.Parts {
+		if math.Abs(shares[i]) < 0.03 {
 			continue
 		}
 		label := componentNames[p.Component]
 		if label == "" {
 			label = p.Component
 		}
-		part := fmt.Sprintf("%s %s (%.0f%%)", label, signedSeconds(p.Seconds), 100*p.Share)
+		part := fmt.Sprintf("%s %s (%.0f%%)", label, signedSeconds(p.Seconds), 100*shares[i])
 		if p.Driver != "" && p.Component != verdict.CompQueue && p.Component != verdict.CompPrefill && p.Component != verdict.CompOutside {
 			part += " [" + p.Driver + "]"
 		}
@@ -77,8 +107,8 @@ func splitLine(name string, s *verdict.LatencySplit) string {
 	switch {
 	case math.Abs(s.UnexplainedShare) >= 0.03 && s.Unexplained > 0:
 		parts = append(parts, fmt.Sprintf("unexplained %s (%.0f%%)", signedSeconds(s.Unexplained), 100*s.UnexplainedShare))
-	case math.Abs(s.UnexplainedShare) >= 0.03:
-		parts = append(parts, fmt.Sprintf("the parts over-explain it by %s", FormatSeconds(-s.Unexplained)))
+	case over:
+		parts = append(parts, overText(s))
 	}
 	line := head + ": " + strings.Join(parts, ", ")
 	if len(parts) == 0 {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/whyslow/whyslow/internal/format"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -73,27 +74,10 @@ func percent(p float64) string {
 	return num(p) + "%"
 }
 
-// FormatSeconds renders a duration in seconds: µs or ms below 1 s, seconds
-// below a minute, then minutes and seconds.
-func FormatSeconds(s float64) string {
-	a := math.Abs(s)
-	switch {
-	case math.IsNaN(s):
-		return "n/a"
-	case math.IsInf(s, 0):
-		return FormatValue(s, "")
-	case a == 0:
-		return "0 s"
-	case a < 1e-3:
-		return num(s*1e6) + " µs"
-	case a < 1:
-		return num(s*1e3) + " ms"
-	case a < 60:
-		return num(s) + " s"
-	}
-	d := time.Duration(math.Round(s)) * time.Second
-	return d.String()
-}
+// FormatSeconds renders a duration in seconds, the one way every
+// rendering does (internal/format.Seconds): "43.1 ms", "9.28 s", "1m17s",
+// "4h47m".
+func FormatSeconds(s float64) string { return format.Seconds(s) }
 
 // FormatRatio renders a multiple as ×N (×7.8, ×1.05, ×12).
 func FormatRatio(r float64) string {
@@ -106,32 +90,8 @@ func FormatRatio(r float64) string {
 	return "×" + num(r)
 }
 
-// num prints a number with three significant digits, without exponent for
-// the magnitudes monitoring deals with and without trailing zeros.
-func num(v float64) string {
-	if v == math.Trunc(v) && math.Abs(v) < 1e15 {
-		return strconv.FormatFloat(v, 'f', -1, 64)
-	}
-	a := math.Abs(v)
-	var prec int
-	switch {
-	case a >= 100:
-		prec = 0
-	case a >= 10:
-		prec = 1
-	case a >= 1:
-		prec = 2
-	case a >= 0.001:
-		prec = 2 - int(math.Floor(math.Log10(a)))
-	default:
-		return strconv.FormatFloat(v, 'g', 3, 64)
-	}
-	s := strconv.FormatFloat(v, 'f', prec, 64)
-	if strings.Contains(s, ".") {
-		s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
-	}
-	return s
-}
+// num prints a number with three significant digits (format.Number).
+func num(v float64) string { return format.Number(v) }
 
 func bytesHuman(v float64, suffix string) string {
 	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
@@ -237,17 +197,9 @@ func windowFmt(w verdict.Window) string {
 	return s.Format("2006-01-02 15:04:05") + " → " + end + " UTC (" + shortDur(e.Sub(s)) + ")"
 }
 
-// shortDur renders 5m0s as 5m and 1h0m0s as 1h.
-func shortDur(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = s[:len(s)-2]
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = s[:len(s)-2]
-	}
-	return s
-}
+// shortDur renders a window's length as every duration is rendered
+// (format.Duration): 5m, 1h, 1h30m.
+func shortDur(d time.Duration) string { return format.Duration(d) }
 
 // ScopeText renders the scope selector in braces, or "{} (all series)"
 // when empty.

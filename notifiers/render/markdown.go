@@ -29,12 +29,33 @@ func Markdown(w io.Writer, v *verdict.Verdict, opts Options) (err error) {
 	u := unitsOf(v)
 	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
 
-	p("### %s\n\n", mdEscape(statusSentence(v)))
+	// The answer first (AnswerOf), then the evidence.
+	a := AnswerOf(v)
+	p("### %s\n\n", mdEscape(a.Status))
+	if a.Reason != "" {
+		p("**Reason:** %s\n\n", mdEscape(a.Reason))
+	}
+	if a.Lead != "" {
+		p("**%s: %s** (`%s`, confidence %s)\n", a.Lead, mdEscape(a.Title), mdCode(a.ID), a.Confidence)
+		if a.Chain != "" {
+			p("- *Chain:* %s\n", mdEscape(a.Chain))
+		}
+		switch {
+		case a.Fix != "":
+			p("- **Fix:** %s", mdEscape(a.Fix))
+			if m := a.MoreText(); m != "" {
+				p(" *(%s)*", m)
+			}
+			p("\n")
+		case a.NoFixWhy != "":
+			p("- *%s*\n", mdEscape(a.NoFixWhy))
+		}
+		p("\n")
+	} else if a.NoCause {
+		p("No cause could be ranked: see the data gaps for the series that would have told.\n\n")
+	}
 	if split := splitSummary(v, " · "); split != "" {
 		p("**%s**\n\n", mdEscape(split))
-	}
-	if r := insufficientText(v); r != "" {
-		p("**Reason:** %s\n\n", mdEscape(r))
 	}
 	p("- **Scope:** `%s`\n", mdCode(ScopeText(v.Scope)))
 	if len(v.Scope.Labels) > 0 {
@@ -93,6 +114,10 @@ func Markdown(w io.Writer, v *verdict.Verdict, opts Options) (err error) {
 			for _, e := range c.Against {
 				p("   - *Against:* %s\n", mdEscape(e.Text))
 			}
+			if !ShowFixes(c) && len(c.Remediation) > 0 {
+				p("   - *%s*\n", mdEscape(FixesHiddenText(c)))
+				continue
+			}
 			for j, r := range c.Remediation {
 				if j == 0 {
 					p("   - **Fix:** %s\n", mdEscape(r))
@@ -101,8 +126,6 @@ func Markdown(w io.Writer, v *verdict.Verdict, opts Options) (err error) {
 				}
 			}
 		}
-	} else if v.Status == verdict.StatusAnomaly {
-		p("\nNo cause could be ranked: see the data gaps for the series that would have told.\n")
 	}
 
 	if len(v.Considered) > 0 {

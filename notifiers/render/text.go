@@ -185,12 +185,33 @@ func Text(w io.Writer, v *verdict.Verdict, opts Options) error {
 	case v.Status == verdict.StatusInsufficientData:
 		statusCode = ansiYellow
 	}
-	t.line(0, 2, ansiBold+statusCode, statusSentence(v))
-	if s := splitSummary(v, " · "); s != "" {
-		t.line(0, 2, ansiBold, s)
+	// The answer first: status (and why it could not decide), the top
+	// cause, its chain and first fix; the evidence follows.
+	a := AnswerOf(v)
+	t.line(0, 2, ansiBold+statusCode, a.Status)
+	if a.Reason != "" {
+		t.field(ansiYellow, "reason:", a.Reason)
 	}
-	if s := insufficientText(v); s != "" {
-		t.field(ansiYellow, "reason:", s)
+	if s := a.CauseLine(); s != "" {
+		t.line(0, 4, ansiBold+ansiCyan, s)
+		if a.Chain != "" {
+			t.line(2, 2, "", "chain: "+a.Chain)
+		}
+		switch {
+		case a.Fix != "":
+			t.line(2, 5, ansiGreen, "fix: "+a.Fix)
+			if m := a.MoreText(); m != "" {
+				t.line(7, 0, ansiDim, "("+m+")")
+			}
+		case a.NoFixWhy != "":
+			t.line(2, 2, ansiDim, a.NoFixWhy)
+		}
+	} else if a.NoCause {
+		t.line(0, 2, ansiYellow, "No cause could be ranked: see the data gaps for the series that would have told.")
+	}
+	if s := splitSummary(v, " · "); s != "" {
+		t.blank()
+		t.line(0, 2, ansiBold, s)
 	}
 	t.field("", "scope:", ScopeText(v.Scope))
 	if s := engineLine(v); s != "" {
@@ -256,20 +277,23 @@ func Text(w io.Writer, v *verdict.Verdict, opts Options) error {
 			for _, e := range c.Against {
 				t.line(4, 2, ansiDim, "- against: "+e.Text)
 			}
-			for j, r := range c.Remediation {
-				if j == 0 {
-					t.line(4, 5, ansiGreen, "fix: "+r)
-				} else {
-					t.line(9, 0, ansiGreen, r)
+			if !ShowFixes(c) && len(c.Remediation) > 0 {
+				t.line(4, 2, ansiDim, FixesHiddenText(c))
+			} else {
+				for j, r := range c.Remediation {
+					if j == 0 {
+						t.line(4, 5, ansiGreen, "fix: "+r)
+					} else {
+						t.line(9, 0, ansiGreen, r)
+					}
 				}
 			}
 			for _, r := range c.Omitted {
-				t.line(4, 2, ansiDim, "- not advised here: "+r)
+				if ShowFixes(c) {
+					t.line(4, 2, ansiDim, "- not advised here: "+r)
+				}
 			}
 		}
-	} else if v.Status == verdict.StatusAnomaly {
-		t.blank()
-		t.line(0, 2, ansiYellow, "No cause could be ranked: see the data gaps for the series that would have told.")
 	}
 
 	if len(v.Considered) > 0 {

@@ -12,6 +12,8 @@ import (
 // Markdown format it, in the order they present it, so that an HTML
 // template only places strings. Shares are kept as numbers too, for bars.
 type View struct {
+	// Answer is the block the page opens with (AnswerOf).
+	Answer Answer
 	// Status is the status sentence ("ANOMALY (critical): prefill is
 	// slower (TTFT)"); StatusClass is the verdict's status, Severity and
 	// Phase its fields.
@@ -73,6 +75,10 @@ type SplitView struct {
 	UnexplainedShareText string
 	// Missing names the parts that could not be measured, and why.
 	Missing []string
+	// Over says the parts add up to more than the change, and by how
+	// much; the parts' shares are then of their sum and there is no
+	// unexplained row.
+	Over string
 }
 
 // PartView is one part of a latency's change.
@@ -95,7 +101,10 @@ type CauseView struct {
 	Evidence        []EvidenceView
 	Against         []string
 	Fixes           []string
-	Omitted         []string
+	// FixesHidden says why Fixes is empty though the cause has fixes
+	// (ShowFixes).
+	FixesHidden string
+	Omitted     []string
 }
 
 // EvidenceView is one piece of evidence: its text and its numbers.
@@ -149,6 +158,7 @@ type SignalRow struct {
 func ViewOf(v *verdict.Verdict) View {
 	u := unitsOf(v)
 	out := View{
+		Answer:        AnswerOf(v),
 		Status:        statusSentence(v),
 		StatusClass:   string(v.Status),
 		Severity:      string(v.Severity),
@@ -180,6 +190,9 @@ func ViewOf(v *verdict.Verdict) View {
 			ConfidenceValue: c.Confidence, Score: num(c.Score), Fixes: c.Remediation, Omitted: c.Omitted}
 		if cv.Rank == 0 {
 			cv.Rank = i + 1
+		}
+		if !ShowFixes(c) && len(c.Remediation) > 0 {
+			cv.Fixes, cv.Omitted, cv.FixesHidden = nil, nil, FixesHiddenText(c)
 		}
 		for _, l := range c.Chain {
 			if l.Text != "" {
@@ -240,13 +253,17 @@ func attributionView(v *verdict.Verdict) []SplitView {
 			Before: FormatSeconds(sp.Baseline), After: FormatSeconds(sp.Now), Missing: sp.Missing,
 			Unexplained: signedSeconds(sp.Unexplained), UnexplainedShare: sp.UnexplainedShare,
 			UnexplainedShareText: shareText(sp.UnexplainedShare)}
-		for _, p := range sp.Parts {
+		shares, over := partShares(sp)
+		if over {
+			sv.Over, sv.Unexplained, sv.UnexplainedShare, sv.UnexplainedShareText = overText(sp), "", 0, ""
+		}
+		for i, p := range sp.Parts {
 			name := componentNames[p.Component]
 			if name == "" {
 				name = p.Component
 			}
 			sv.Parts = append(sv.Parts, PartView{Name: name, Seconds: signedSeconds(p.Seconds), Driver: p.Driver,
-				Share: p.Share, ShareText: shareText(p.Share)})
+				Share: shares[i], ShareText: shareText(shares[i])})
 		}
 		out = append(out, sv)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/slack-go/slack"
 
+	"github.com/whyslow/whyslow/internal/format"
 	"github.com/whyslow/whyslow/notifiers/render"
 	"github.com/whyslow/whyslow/verdict"
 )
@@ -100,7 +101,7 @@ func Blocks(v *verdict.Verdict, o RenderOptions) Message {
 		bs = append(bs, section("_no verdict_"))
 		return Message{Text: fallbackText(nil, o), Blocks: bs}
 	}
-	bs = append(bs, section(summaryText(v)))
+	bs = append(bs, section(answerText(v)), section(summaryText(v)))
 	if f := headlineFields(v); len(f) > 0 {
 		bs = append(bs, slack.NewSectionBlock(nil, f, nil))
 	}
@@ -231,10 +232,37 @@ func headerText(v *verdict.Verdict, resolved bool) string {
 	return s + " · " + ScopeShort(v.Scope)
 }
 
-// summaryText is the one-line verdict plus scope, engine and windows.
+// answerText is the answer the message opens with (render.AnswerOf): the
+// one-line verdict, why it could not decide, the top cause with its
+// confidence, its chain and its first fix.
+func answerText(v *verdict.Verdict) string {
+	a := render.AnswerOf(v)
+	var b strings.Builder
+	b.WriteString("*" + esc(render.Summary(v)) + "*")
+	if a.Reason != "" {
+		b.WriteString("\n*Reason:* " + esc(a.Reason))
+	}
+	if a.Lead != "" {
+		b.WriteString("\n*" + a.Lead + ":* " + esc(a.Title) + "  " + code(a.ID) + " · confidence " + a.Confidence)
+		if a.Chain != "" {
+			b.WriteString("\n_" + esc(a.Chain) + "_")
+		}
+		switch {
+		case a.Fix != "":
+			b.WriteString("\n:wrench: *Fix:* " + esc(a.Fix))
+			if m := a.MoreText(); m != "" {
+				b.WriteString(" _(" + m + ")_")
+			}
+		case a.NoFixWhy != "":
+			b.WriteString("\n_" + esc(a.NoFixWhy) + "_")
+		}
+	}
+	return b.String()
+}
+
+// summaryText is scope, engine and windows.
 func summaryText(v *verdict.Verdict) string {
 	var b strings.Builder
-	b.WriteString("*" + esc(render.Summary(v)) + "*\n")
 	sel := v.Scope.Selector
 	if sel == "" {
 		sel = "all targets"
@@ -265,27 +293,9 @@ func windowText(w verdict.Window) string {
 	return s.Format("2006-01-02 15:04") + " – " + e.Format("2006-01-02 15:04") + " UTC"
 }
 
-// durationText prints a duration compactly: 42m, 1h, 1h30m, 2d3h.
-func durationText(d time.Duration) string {
-	d = d.Round(time.Second)
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm", int(d.Minutes()))
-	case d < 48*time.Hour:
-		h, m := int(d.Hours()), int(d.Minutes())%60
-		if m == 0 {
-			return fmt.Sprintf("%dh", h)
-		}
-		return fmt.Sprintf("%dh%dm", h, m)
-	}
-	days, h := int(d.Hours())/24, int(d.Hours())%24
-	if h == 0 {
-		return fmt.Sprintf("%dd", days)
-	}
-	return fmt.Sprintf("%dd%dh", days, h)
-}
+// durationText prints a duration as every rendering does
+// (internal/format.Duration): 42m, 1h, 1h30m, 2d3h.
+func durationText(d time.Duration) string { return format.Duration(d.Round(time.Second)) }
 
 // isSplit reports whether a headline signal belongs to the TTFT/TPOT split.
 func isSplit(name string) bool {
@@ -401,6 +411,11 @@ func causeBlocks(v *verdict.Verdict, maxCauses int) []slack.Block {
 		}
 		for _, e := range c.Evidence {
 			b.WriteString("\n• " + evidenceText(v, e))
+		}
+		if !render.ShowFixes(c) && len(c.Remediation) > 0 {
+			b.WriteString("\n_" + esc(render.FixesHiddenText(c)) + "_")
+			bs = append(bs, section(b.String()))
+			continue
 		}
 		for j, r := range c.Remediation {
 			if j == 0 {

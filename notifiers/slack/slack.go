@@ -318,7 +318,7 @@ func (d *delivery) chart(ctx context.Context) (bool, error) {
 		FileSize:        len(png),
 		Filename:        name,
 		Title:           "Latency, KV cache and queue: baseline vs incident",
-		AltTxt:          "TTFT p95, ITL p95, KV-cache usage and queue depth over the baseline and incident windows",
+		AltTxt:          "TTFT p95, ITL p95, KV-cache usage, queue depth, request rate and preemptions over the baseline and incident windows",
 		Channel:         d.st.Get(StateChannel),
 		ThreadTimestamp: d.st.Get(StateTS),
 	})
