@@ -182,7 +182,7 @@ func TestCheckConfigExitCodes(t *testing.T) {
 // TestKubernetesExampleConfig checks the whyslow.yml embedded in each
 // deploy/ ConfigMap: the sidecar's and the fleet daemon's.
 func TestKubernetesExampleConfig(t *testing.T) {
-	env := envMap(map[string]string{"WHYSLOW_API_TOKEN": "t", "WHYSLOW_WEBHOOK_URL": "https://hooks.example.com/x", "POD_NAME": "llama-0"})
+	env := envMap(map[string]string{"WHYSLOW_API_TOKEN": "t", "WHYSLOW_WEBHOOK_URL": "https://hooks.example.com/x", "POD_NAME": "llama-0", "POD_IP": "10.0.0.7"})
 	for _, file := range []string{"vllm-whyslow.yaml", "whyslow-fleet.yaml"} {
 		t.Run(file, func(t *testing.T) {
 			b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "kubernetes", file))

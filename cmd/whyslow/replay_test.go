@@ -127,7 +127,7 @@ func TestReplayNoEngineData(t *testing.T) {
 	}
 	var whyOut, whyErr bytes.Buffer
 	dispatch(context.Background(), []string{"why", "--bundle", dir, "--at", "2023-11-14T22:40:00Z"}, &whyOut, &whyErr)
-	for _, want := range []string{"no series of a known engine (vllm, sglang, trtllm) in the source", "point whyslow at the engine's /metrics"} {
+	for _, want := range []string{"no series of a known engine (vllm, sglang, trtllm, tgi) in the source", "point whyslow at the engine's /metrics"} {
 		if !strings.Contains(errb.String(), want) || !strings.Contains(whyErr.String(), want) {
 			t.Errorf("replay stderr %q and why stderr %q, want both to say %q", errb.String(), whyErr.String(), want)
 		}
