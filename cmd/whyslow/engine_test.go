@@ -126,6 +126,13 @@ func TestRenamedShapes(t *testing.T) {
 // from the names alone.
 func renamedBundle(t *testing.T, incident, from, to string) string {
 	t.Helper()
+	return rewrittenBundle(t, incident, true, func(om string) string { return strings.ReplaceAll(om, from, to) })
+}
+
+// rewrittenBundle copies a recorded incident with its exposition passed
+// through rewrite, and its engine line dropped when dropEngine.
+func rewrittenBundle(t *testing.T, incident string, dropEngine bool, rewrite func(string) string) string {
+	t.Helper()
 	src := filepath.Join(incidentsDir, incident)
 	dir := t.TempDir()
 	gz, err := os.ReadFile(filepath.Join(src, "metrics.om.gz"))
@@ -141,8 +148,10 @@ func renamedBundle(t *testing.T, incident, from, to string) string {
 	if _, err := io.Copy(&om, zr); err != nil {
 		t.Fatal(err)
 	}
-	inc = regexp.MustCompile(`(?m)^engine: .*\n`).ReplaceAll(inc, nil)
-	err = errors.Join(os.WriteFile(filepath.Join(dir, "metrics.om"), []byte(strings.ReplaceAll(om.String(), from, to)), 0o644),
+	if dropEngine {
+		inc = regexp.MustCompile(`(?m)^engine: .*\n`).ReplaceAll(inc, nil)
+	}
+	err = errors.Join(os.WriteFile(filepath.Join(dir, "metrics.om"), []byte(rewrite(om.String())), 0o644),
 		os.WriteFile(filepath.Join(dir, "incident.yaml"), inc, 0o644))
 	if err != nil {
 		t.Fatal(err)
@@ -244,24 +253,7 @@ func tgiFromVLLM(om string) string {
 func TestTGIFromVLLMBundle(t *testing.T) {
 	for _, incident := range []string{"arrival_surge", "healthy"} {
 		t.Run(incident, func(t *testing.T) {
-			src := filepath.Join(incidentsDir, incident)
-			dir := t.TempDir()
-			gz, err := os.ReadFile(filepath.Join(src, "metrics.om.gz"))
-			inc, err2 := os.ReadFile(filepath.Join(src, "incident.yaml"))
-			zr, err3 := gzip.NewReader(bytes.NewReader(gz))
-			if err := errors.Join(err, err2, err3); err != nil {
-				t.Fatal(err)
-			}
-			var om strings.Builder
-			if _, err := io.Copy(&om, zr); err != nil {
-				t.Fatal(err)
-			}
-			inc = regexp.MustCompile(`(?m)^engine: .*\n`).ReplaceAll(inc, nil)
-			err = errors.Join(os.WriteFile(filepath.Join(dir, "metrics.om"), []byte(tgiFromVLLM(om.String())), 0o644),
-				os.WriteFile(filepath.Join(dir, "incident.yaml"), inc, 0o644))
-			if err != nil {
-				t.Fatal(err)
-			}
+			dir := rewrittenBundle(t, incident, true, tgiFromVLLM)
 			r := runCLI(t, "why", "--bundle", dir, "--output", "json")
 			v := decodeVerdict(t, r.stdout)
 			if v.Engine != "tgi" {
@@ -331,22 +323,7 @@ func TestDataParallelBundle(t *testing.T) {
 	for _, incident := range []string{"arrival_surge", "healthy"} {
 		t.Run(incident, func(t *testing.T) {
 			src := filepath.Join(incidentsDir, incident)
-			dir := t.TempDir()
-			gz, err := os.ReadFile(filepath.Join(src, "metrics.om.gz"))
-			inc, err2 := os.ReadFile(filepath.Join(src, "incident.yaml"))
-			zr, err3 := gzip.NewReader(bytes.NewReader(gz))
-			if err := errors.Join(err, err2, err3); err != nil {
-				t.Fatal(err)
-			}
-			var om strings.Builder
-			if _, err := io.Copy(&om, zr); err != nil {
-				t.Fatal(err)
-			}
-			err = errors.Join(os.WriteFile(filepath.Join(dir, "metrics.om"), []byte(dataParallel2(om.String())), 0o644),
-				os.WriteFile(filepath.Join(dir, "incident.yaml"), inc, 0o644))
-			if err != nil {
-				t.Fatal(err)
-			}
+			dir := rewrittenBundle(t, incident, false, dataParallel2)
 			wv := decodeVerdict(t, runCLI(t, "why", "--bundle", src, "--output", "json", "--explain").stdout)
 			gv := decodeVerdict(t, runCLI(t, "why", "--bundle", dir, "--output", "json", "--explain").stdout)
 			if gv.Engine != "vllm" || gv.EngineShape == nil || gv.EngineShape.Name != "v1" {

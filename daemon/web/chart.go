@@ -158,15 +158,7 @@ func continuousView(d chart.Data, p chart.Panel, i int, incident, baseline verdi
 	drawn := chart.Finite(p.Incident)
 	cv.Empty = len(drawn) == 0
 	a := axis{d.Incident.Start, d.Incident.End, plotLeft, chartWidth - plotRight}
-	ya := chart.ValueAxis(chart.Panel{Unit: p.Unit, Incident: p.Incident})
-	yAt := func(frac float64) float64 { return bottom - (bottom-plotTop)*frac }
-	y := func(v float64) float64 { return yAt(ya.Frac(v * ya.Mult)) }
-	for _, t := range ya.Ticks {
-		cv.YTicks = append(cv.YTicks, Tick{Y: coord(yAt(ya.Frac(t.V))), Label: t.Label})
-	}
-	if ya.Log {
-		cv.Title += " (log scale)"
-	}
+	y := cv.valueAxis(chart.ValueAxis(chart.Panel{Unit: p.Unit, Incident: p.Incident}), plotTop, bottom)
 	for _, t := range chart.ClockTicks(d.Incident.Start, d.Incident.End) {
 		cv.XTicks = append(cv.XTicks, XTick{X: coord(a.x(t.T)), Label: t.Label})
 	}
@@ -210,6 +202,19 @@ func tickUnit(unit string) string {
 }
 
 // axis maps a span of time onto x0..x1.
+// valueAxis sets the view's value ticks and log-scale title from the
+// chart model's axis and returns where a value lies on the plot.
+func (cv *ChartView) valueAxis(ya chart.Axis, plotTop, bottom float64) func(float64) float64 {
+	yAt := func(frac float64) float64 { return bottom - (bottom-plotTop)*frac }
+	for _, t := range ya.Ticks {
+		cv.YTicks = append(cv.YTicks, Tick{Y: coord(yAt(ya.Frac(t.V))), Label: t.Label})
+	}
+	if ya.Log {
+		cv.Title += " (log scale)"
+	}
+	return func(v float64) float64 { return yAt(ya.Frac(v * ya.Mult)) }
+}
+
 type axis struct {
 	start, end time.Time
 	x0, x1     float64
@@ -246,15 +251,7 @@ func panelView(d chart.Data, p chart.Panel, i int, incident, baseline verdict.Wi
 
 	// The value axis is the chart model's, as on the PNG: the curves
 	// are drawn in its unit (ms, s, %), its ticks are gridlines.
-	ya := chart.ValueAxis(p)
-	yAt := func(frac float64) float64 { return bottom - (bottom-plotTop)*frac }
-	y := func(v float64) float64 { return yAt(ya.Frac(v * ya.Mult)) }
-	for _, t := range ya.Ticks {
-		cv.YTicks = append(cv.YTicks, Tick{Y: coord(yAt(ya.Frac(t.V))), Label: t.Label})
-	}
-	if ya.Log {
-		cv.Title += " (log scale)"
-	}
+	y := cv.valueAxis(chart.ValueAxis(p), plotTop, bottom)
 	cv.Baseline = segment("baseline", bAxis, baseline, p.Baseline, y)
 	cv.Incident = segment("incident", iAxis, incident, p.Incident, y)
 	base, inc := within(drawnB, baseline), within(drawnI, incident)

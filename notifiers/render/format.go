@@ -31,14 +31,8 @@ const (
 // "4.65 req/s", other numbers with three significant digits followed by the
 // unit. A NaN (no value) is "n/a".
 func FormatValue(v float64, u string) string {
-	if math.IsNaN(v) {
-		return "n/a"
-	}
-	if math.IsInf(v, 0) {
-		if v > 0 {
-			return "+Inf"
-		}
-		return "-Inf"
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return format.Number(v)
 	}
 	switch strings.ToLower(u) {
 	case "seconds", "second", "s":
