@@ -114,7 +114,7 @@ func readClientView(ctx context.Context, opts *Options, scope map[string]string,
 // applyClientView makes the frontend's values the headline's TTFT and
 // inter-token rows (what clients feel; the worker's stay in the evidence
 // and the walk), adds the frontend-minus-worker TTFT mean as time outside
-// the engine, and drops the client_view gap. engineNow and engineBase are
+// the engine after them, and drops the client_view gap. engineNow and engineBase are
 // the worker's signals.
 func applyClientView(v *verdict.Verdict, cv *clientView, engineNow, engineBase map[string]float64) {
 	replaced := map[string]bool{}
@@ -135,9 +135,7 @@ func applyClientView(v *verdict.Verdict, cv *clientView, engineNow, engineBase m
 		c.Noise, c.NowBucket, c.BaselineBucket = nil, nil, nil
 		c.Title += ", as the Dynamo frontend sees it"
 		c.Source = SourceDynamoFrontend
-		if c.Signal == "ttft_mean" || (c.Signal == "ttft_p95" && at < 0) {
-			at = i
-		}
+		at = i
 	}
 	gaps := v.DataGaps[:0]
 	for _, g := range v.DataGaps {
@@ -150,7 +148,7 @@ func applyClientView(v *verdict.Verdict, cv *clientView, engineNow, engineBase m
 		return
 	}
 	out := verdict.Comparison{Signal: outsideSignal, Unit: "seconds", Source: SourceDynamoFrontend,
-		Title: "TTFT mean outside the engine (Dynamo frontend minus worker: routing, router queue)"}
+		Title: "TTFT outside the engine (Dynamo frontend minus worker mean: routing, router queue)"}
 	if fn, wn := valuePtr(cv.now, "ttft_mean"), valuePtr(engineNow, "ttft_mean"); fn != nil && wn != nil {
 		d := *fn - *wn
 		out.Now = &d

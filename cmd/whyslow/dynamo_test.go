@@ -182,3 +182,47 @@ func TestDynamoFrontendClientView(t *testing.T) {
 		})
 	}
 }
+
+// TestDynamoFrontendScope: a scope that names no model (a pod) reads the
+// frontend when it serves one model; when it serves two, the frontend is
+// not read for that scope (the headline stays the worker's) and the
+// client_view gap says why.
+func TestDynamoFrontendScope(t *testing.T) {
+	one := withDynamoFrontend("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds")
+	two := func(om string) string {
+		var out strings.Builder
+		for _, l := range strings.Split(one(om), "\n") {
+			out.WriteString(l + "\n")
+			if strings.HasPrefix(l, "dynamo_frontend_") {
+				out.WriteString(regexp.MustCompile(`model="[^"]*"`).ReplaceAllString(l, `model="other-model"`) + "\n")
+			}
+		}
+		return strings.TrimSuffix(out.String(), "\n")
+	}
+	for _, c := range []struct {
+		name    string
+		rewrite func(string) string
+		read    bool
+	}{{"one model", one, true}, {"two models", two, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			r := runCLI(t, "why", "--bundle", rewrittenBundle(t, "healthy", false, c.rewrite), "--selector", `pod="vllm-llama-70b-0"`, "--output", "json")
+			v := decodeVerdict(t, r.stdout)
+			if v.Status != verdict.StatusHealthy {
+				t.Fatalf("status %s: %s", v.Status, r.stderr)
+			}
+			row := headlineRow(v, "ttft_mean")
+			var gap *verdict.DataGap
+			for i := range v.DataGaps {
+				if v.DataGaps[i].Signal == "client_view" {
+					gap = &v.DataGaps[i]
+				}
+			}
+			switch {
+			case c.read && (row == nil || row.Source != "dynamo_frontend" || gap != nil):
+				t.Errorf("one model: headline %+v, gap %+v; want the frontend read", row, gap)
+			case !c.read && (row == nil || row.Source != "" || gap == nil || !strings.Contains(gap.Reason, "serves 2 models")):
+				t.Errorf("two models: headline %+v, gap %+v; want the worker's headline and the reason", row, gap)
+			}
+		})
+	}
+}
