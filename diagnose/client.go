@@ -8,6 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/common/model"
+
+	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -29,10 +32,11 @@ const (
 
 // clientSignals are the headline rows the frontend replaces: the same
 // statistics the engine's maps compute, over the frontend's families
-// ($s: the frontend's selector, $w: the window).
+// ($s: the frontend's selector, $w: the window, $r: its last minutes).
 var clientSignals = []struct{ signal, expr string }{
 	{"ttft_p95", `histogram_quantile(0.95, sum by (le) (rate(` + frontendTTFT + `_bucket{$s}[$w])))`},
 	{"ttft_mean", `sum(rate(` + frontendTTFT + `_sum{$s}[$w])) / (sum(rate(` + frontendTTFT + `_count{$s}[$w])) > 0)`},
+	{"ttft_mean_recent", `sum(rate(` + frontendTTFT + `_sum{$s}[$r])) / (sum(rate(` + frontendTTFT + `_count{$s}[$r])) > 0)`},
 	{"tpot_p95", `histogram_quantile(0.95, sum by (le) (rate(` + frontendITL + `_bucket{$s}[$w])))`},
 	{"tpot_mean", `sum(rate(` + frontendITL + `_sum{$s}[$w])) / (sum(rate(` + frontendITL + `_count{$s}[$w])) > 0)`},
 }
@@ -66,10 +70,15 @@ func frontendSelector(scope map[string]string) (sel string, hasModel bool) {
 // models behind it and a scope that names none.
 func readClientView(ctx context.Context, opts *Options, scope map[string]string, win string, baseAt time.Time) (*clientView, string) {
 	sel, hasModel := frontendSelector(scope)
+	// The persistence range the maps' {{.Recent}} reads (rules.RecentWindow).
+	recent := win
+	if d, err := model.ParseDuration(win); err == nil && time.Duration(d) > rules.RecentWindow {
+		recent = model.Duration(rules.RecentWindow).String()
+	}
 	build := func(models bool) string {
 		var parts []string
 		for _, c := range clientSignals {
-			e := strings.NewReplacer("$s", sel, "$w", win).Replace(c.expr)
+			e := strings.NewReplacer("$s", sel, "$w", win, "$r", recent).Replace(c.expr)
 			parts = append(parts, `label_replace(`+e+`, "signal", "`+c.signal+`", "", "")`)
 		}
 		if models {

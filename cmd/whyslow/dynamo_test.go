@@ -147,7 +147,7 @@ func TestDynamoFrontendClientView(t *testing.T) {
 			if !slices.Equal(gaps(fv), gaps(wv)) {
 				t.Errorf("gaps with the frontend %v, without %v: want the worker's (no client_view)", gaps(fv), gaps(wv))
 			}
-			for _, s := range []string{"ttft_p95", "ttft_mean", "tpot_p95", "tpot_mean", "ttft_outside_engine"} {
+			for _, s := range []string{"ttft_p95", "ttft_mean", "ttft_mean_recent", "tpot_p95", "tpot_mean", "ttft_outside_engine"} {
 				if row := headlineRow(wv, s); row != nil && row.Source != "" {
 					t.Errorf("without the frontend %s reads %q", s, row.Source)
 				}
