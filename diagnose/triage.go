@@ -268,6 +268,17 @@ func Run(ctx context.Context, opts Options) (*verdict.Verdict, error) {
 		v.EngineShape = &verdict.EngineShape{Name: sh.Name, Title: sh.Title}
 	}
 	v.DataGaps = append(v.DataGaps, besideEngineGaps(ctx, &opts, win)...)
+	// Dynamo's frontend beside the worker: the clients' view of the
+	// headline (diagnose/client.go); not read, its gap says why.
+	var client *clientView
+	for i, g := range v.DataGaps {
+		if g.Signal == "client_view" {
+			var why string
+			if client, why = readClientView(ctx, &opts, scopeLbls, win, opts.At.Add(-opts.Baseline)); client == nil {
+				v.DataGaps[i].Reason += " (" + why + ")"
+			}
+		}
+	}
 
 	// One query per signal and window, plus the per-target views: rendered once.
 	var qs []*signalQuery
@@ -398,6 +409,9 @@ func Run(ctx context.Context, opts Options) (*verdict.Verdict, error) {
 		if z, ok := facts.Z[v.Headline[i].Signal]; ok {
 			v.Headline[i].Noise = &z
 		}
+	}
+	if client != nil {
+		applyClientView(v, client, now, base)
 	}
 	if v.Status != verdict.StatusInsufficientData {
 		v.DegradedBaseline = degradedBaseline(base, &opts)
@@ -664,7 +678,7 @@ func valuePtr(m map[string]float64, k string) *float64 {
 var besideEngine = []struct{ signal, families, reason string }{
 	{"client_view", "dynamo_frontend_time_to_first_token_seconds_count|dynamo_frontend_inter_token_latency_seconds_count",
 		"NVIDIA Dynamo's frontend is scraped beside the engine (dynamo_frontend_time_to_first_token_seconds, " +
-			"dynamo_frontend_inter_token_latency_seconds): the clients' TTFT and inter-token latency are not read, the headline " +
+			"dynamo_frontend_inter_token_latency_seconds) but its series could not be read for this scope: the headline " +
 			"is the engine's, and time between the frontend and the engine is judged from the engine's series only"},
 	{"pool_context", "inference_pool_average_queue_size|inference_pool_average_kv_cache_utilization",
 		"the endpoint picker's pool averages are scraped beside the engine (inference_pool_average_queue_size, " +

@@ -169,6 +169,10 @@ type Comparison struct {
 	// half its lower bound): the value is an estimate inside it.
 	NowBucket      *Bucket `json:"now_bucket,omitempty"`
 	BaselineBucket *Bucket `json:"baseline_bucket,omitempty"`
+	// Source names where the values were read when not the engine's own
+	// series: "dynamo_frontend" for NVIDIA Dynamo's frontend, the client's
+	// view (docs/engines.md §9.3); empty for the engine.
+	Source string `json:"source,omitempty"`
 }
 
 // Bucket is one histogram bucket, (Lower, Upper], in the signal's unit.
