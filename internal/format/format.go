@@ -73,6 +73,9 @@ func Seconds(s float64) string {
 		return Number(s*1e3) + " ms"
 	case a < 59.95:
 		return Number(s) + " s"
+	case a >= math.MaxInt64/float64(time.Second):
+		// Past what a time.Duration holds (~292 years): days, unrounded.
+		return strconv.FormatFloat(s/86400, 'g', 3, 64) + " d"
 	}
 	return sign(s) + Duration(time.Duration(math.Round(a))*time.Second)
 }
@@ -88,7 +91,7 @@ func sign(s float64) string {
 // "4h47m", "3d4h"); below a minute it is Seconds of it.
 func Duration(d time.Duration) string {
 	if d < 0 {
-		return "-" + Duration(-d)
+		return "-" + Duration(-max(d, -math.MaxInt64)) // -MinInt64 is MinInt64
 	}
 	if d < time.Minute {
 		return Seconds(d.Seconds())

@@ -27,6 +27,23 @@ func TestSeconds(t *testing.T) {
 	}
 }
 
+// TestDurationExtremes: the ends of time.Duration and seconds beyond it
+// render without overflow (FuzzText found Duration(MinInt64) recursing).
+func TestDurationExtremes(t *testing.T) {
+	for _, c := range []struct {
+		got, want string
+	}{
+		{Duration(math.MinInt64), "-106751d23h"}, // Round saturates
+		{Duration(math.MaxInt64), "106751d23h"},
+		{Seconds(1e300), "1.16e+295 d"},
+		{Seconds(-1e12), "-1.16e+07 d"},
+	} {
+		if c.got != c.want {
+			t.Errorf("got %q, want %q", c.got, c.want)
+		}
+	}
+}
+
 func TestRatioNumber(t *testing.T) {
 	for _, tt := range []struct{ got, want string }{
 		{Ratio(7.7712), "×7.77"}, {Ratio(2015.6), "×2016"}, {Ratio(0.625), "×0.625"}, {Ratio(math.NaN()), "n/a"},
