@@ -198,6 +198,9 @@ func (s *Signal) mapped() (bool, error) {
 	if s.shape == nil {
 		return true, nil
 	}
+	if s.tmpl == nil {
+		return false, nil // its template failed to compile: reported already
+	}
 	q, err := renderSignal(s.tmpl, sampleSelectors[len(sampleSelectors)-1], sampleWindow, nil)
 	if err != nil {
 		return false, err
