@@ -62,18 +62,18 @@ func TestAnswerOnPage(t *testing.T) {
 }
 
 // TestChartsContinuous: data fetched over one span (Section's
-// ContinuousSpan) is drawn on one time axis: both windows shaded where
+// chart.ContinuousSpan) is drawn on one time axis: both windows shaded where
 // they lie, the onset marked, ticks at round clock times, the curve broken
 // where the source had no samples, the windows' numbers summed from
 // their own samples.
 func TestChartsContinuous(t *testing.T) {
 	v := notifytest.Anomaly() // baseline 21:08:20–21:13:20, incident 22:08:20–22:13:20
-	inc, base := ChartWindows(v)
-	span, ok := ContinuousSpan(inc, base)
+	inc, base := chart.LeadIn(v)
+	span, ok := chart.ContinuousSpan(inc, base)
 	if !ok || !span.Start.Equal(base.Start) || !span.End.Equal(v.Incident.End) {
 		t.Fatalf("span %v %v, want %s..%s", span, ok, base.Start, v.Incident.End)
 	}
-	if _, ok := ContinuousSpan(inc, verdict.Window{Start: inc.Start.Add(-24 * time.Hour), End: inc.End.Add(-24 * time.Hour)}); ok {
+	if _, ok := chart.ContinuousSpan(inc, verdict.Window{Start: inc.Start.Add(-24 * time.Hour), End: inc.End.Add(-24 * time.Hour)}); ok {
 		t.Error("a baseline a day back is drawn on one axis")
 	}
 	// Samples every 15 s in both chart windows, none in between.

@@ -1,6 +1,9 @@
 // Package chart draws the picture on-call engineers look at before reading:
-// TTFT p95, ITL/TPOT p95, KV-cache usage, queue depth, request rate and preemptions, the incident window
-// drawn over the baseline window, as one PNG. Build fetches the curves with
+// TTFT p95, ITL/TPOT p95, KV-cache usage, queue depth, request rate,
+// preemptions and failed requests, on one clock-time axis from before the
+// baseline to the incident's end with both windows shaded (span.go), or,
+// for a baseline over MaxContinuous back, the incident window drawn over
+// the baseline window, as one PNG. Build fetches the curves with
 // range queries from any query.Metrics; the chart model (model.go) holds
 // every rule about the curves' gaps, the axes, their ticks and labels, for
 // this PNG and daemon/web's SVG alike; Render draws it (render.go) with
@@ -62,10 +65,18 @@ type Panel struct {
 type Data struct {
 	// Title is drawn above the panels.
 	Title string
-	// Incident and Baseline are the two windows; x is time since each
-	// window's start, so the curves lie on top of each other.
+	// Incident and Baseline are the two windows; without Span, x is time
+	// since each window's start, so the curves lie on top of each other.
 	Incident verdict.Window
 	Baseline verdict.Window
+	// Span, when set, is the one span the curves were fetched over (in
+	// Panel.Incident, with gaps where the source had none; Panel.Baseline
+	// is empty): they are drawn on one clock-time axis over it, the
+	// Incident and Baseline windows shaded on it.
+	Span verdict.Window
+	// Onset is when the incident opened, marked on a Span chart (zero:
+	// not marked).
+	Onset time.Time
 	// Panels are drawn two to a row.
 	Panels []Panel
 }
@@ -81,6 +92,9 @@ type Options struct {
 	// Engine puts that engine's metric names first (vllm, sglang, trtllm);
 	// empty or auto: the verdict's.
 	Engine string
+	// Onset is when the incident opened (the daemon's incident), marked
+	// on ForVerdict's chart when it lies on its time axis; zero: none.
+	Onset time.Time
 }
 
 // signal is one panel's definition: alternative expressions, first with
@@ -89,6 +103,9 @@ type signal struct {
 	title string
 	unit  string
 	exprs []engineExpr
+	// optional: a panel without data is left out, not drawn empty (a
+	// signal some engines' maps lack).
+	optional bool
 }
 
 // engineExpr is one alternative and the engine whose map gave it.
@@ -100,14 +117,23 @@ func quantile95(family string) string {
 }
 
 // signals are the panels over the series of every engine's map
-// (`chart:`), in the engine list's order, and the preemption rate as each
-// engine's map defines it (its signal preemption_rate).
-var signals = append(panels(rulesets.Chart()), fromSignal("Preemptions /s", UnitPreempt, "preemption_rate"))
+// (`chart:`), in the engine list's order, the preemption rate as each
+// engine's map defines it (its signal preemption_rate), and the failed
+// requests (1 − its success_rate; left out for an engine whose map has no
+// success_rate, as SGLang's: no data there is not 0% failed).
+var signals = append(panels(rulesets.Chart()), fromSignal("Preemptions /s", UnitPreempt, "preemption_rate", nil),
+	optional(fromSignal("Failed requests (1 - success rate)", UnitFraction, "success_rate", func(q string) string { return "1 - (" + q + ")" })))
+
+func optional(s signal) signal {
+	s.optional = true
+	return s
+}
 
 // fromSignal is a panel over a signal of every shipped engine map that
 // defines it, rendered with the chart's placeholders for the selector and
-// the rate range (an engine without it adds no alternative).
-func fromSignal(title, unit, name string) signal {
+// the rate range and passed through wrap when not nil (an engine without
+// the signal adds no alternative).
+func fromSignal(title, unit, name string, wrap func(string) string) signal {
 	s := signal{title: title, unit: unit}
 	rss, err := rulesets.All()
 	if err != nil {
@@ -119,6 +145,9 @@ func fromSignal(title, unit, name string) signal {
 			continue
 		}
 		if q, err := sig.Render("%s", "%r", nil); err == nil {
+			if wrap != nil {
+				q = wrap(q)
+			}
 			s.exprs = append(s.exprs, engineExpr{rs.Engine, q})
 		}
 	}
@@ -126,9 +155,9 @@ func fromSignal(title, unit, name string) signal {
 }
 
 func panels(maps []rulesets.Panels) []signal {
-	out := []signal{{"TTFT p95", UnitSeconds, nil}, {"ITL / TPOT p95", UnitSeconds, nil},
-		{"KV-cache usage (max over targets)", UnitFraction, nil}, {"Queue depth (waiting requests)", UnitCount, nil},
-		{"Request rate (first tokens/s)", UnitRate, nil}}
+	out := []signal{{title: "TTFT p95", unit: UnitSeconds}, {title: "ITL / TPOT p95", unit: UnitSeconds},
+		{title: "KV-cache usage (max over targets)", unit: UnitFraction}, {title: "Queue depth (waiting requests)", unit: UnitCount},
+		{title: "Request rate (first tokens/s)", unit: UnitRate}}
 	add := func(i int, engine string, names []string, expr func(string) string) {
 		for _, n := range names {
 			out[i].exprs = append(out[i].exprs, engineExpr{engine, expr(n)})
@@ -227,6 +256,9 @@ func Build(ctx context.Context, m query.Metrics, selector string, incident, base
 			haveData = true
 			break
 		}
+		if s.optional && p.Query == "" {
+			continue
+		}
 		d.Panels = append(d.Panels, p)
 	}
 	if !haveData && firstErr != nil {
@@ -235,8 +267,10 @@ func Build(ctx context.Context, m query.Metrics, selector string, incident, base
 	return d, nil
 }
 
-// ForVerdict builds the chart of a verdict: its scope over its incident and
-// baseline windows, titled with its scope and status.
+// ForVerdict builds the chart of a verdict, titled with its scope and
+// status: its scope from before the baseline to the incident's end on one
+// time axis (LeadIn, ContinuousSpan, as on the daemon's pages) when that
+// span fits, else over its incident and baseline windows side by side.
 func ForVerdict(ctx context.Context, m query.Metrics, v *verdict.Verdict, o Options) (Data, error) {
 	if v == nil {
 		return Data{}, errors.New("build chart: nil verdict")
@@ -244,8 +278,26 @@ func ForVerdict(ctx context.Context, m query.Metrics, v *verdict.Verdict, o Opti
 	if o.Engine == "" || o.Engine == "auto" {
 		o.Engine = v.Engine
 	}
-	d, err := Build(ctx, m, v.Scope.Selector, v.Incident, v.Baseline, o)
-	if err != nil {
+	inc, base := LeadIn(v)
+	span, continuous := ContinuousSpan(inc, base)
+	var d Data
+	var err error
+	if continuous {
+		if o.Step <= 0 {
+			o.Step = ContinuousStep(span)
+		}
+		d, err = Build(ctx, m, v.Scope.Selector, span, verdict.Window{}, o)
+		if err != nil {
+			return Data{}, err
+		}
+		d.Span, d.Incident, d.Baseline = span, v.Incident, v.Baseline
+		for i := range d.Panels {
+			d.Panels[i].Incident = BreakGaps(d.Panels[i].Incident)
+		}
+		if !o.Onset.Before(span.Start) && !o.Onset.After(span.End) {
+			d.Onset = o.Onset
+		}
+	} else if d, err = Build(ctx, m, v.Scope.Selector, v.Incident, v.Baseline, o); err != nil {
 		return Data{}, err
 	}
 	d.Title = title(v)

@@ -1,0 +1,180 @@
+package chart
+
+import (
+	"context"
+	"image"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/model"
+
+	"github.com/whyslow/whyslow/verdict"
+)
+
+// holeMetrics is m with no samples in hole: a source (a bundle) that kept
+// only the chart windows.
+type holeMetrics struct {
+	*fakeMetrics
+	hole verdict.Window
+}
+
+func (h holeMetrics) QueryRange(ctx context.Context, expr string, start, end time.Time, step time.Duration) (model.Matrix, []string, error) {
+	mat, w, err := h.fakeMetrics.QueryRange(ctx, expr, start, end, step)
+	for _, ss := range mat {
+		kept := ss.Values[:0]
+		for _, sp := range ss.Values {
+			if t := sp.Timestamp.Time(); t.Before(h.hole.Start) || t.After(h.hole.End) {
+				kept = append(kept, sp)
+			}
+		}
+		ss.Values = kept
+	}
+	return mat, w, err
+}
+
+func isCurve(img image.Image, x, y int) bool {
+	r, g, b := rgb(img, x, y)
+	return b > 120 && r < 90 && g < 130
+}
+
+func isColor(c [3]uint32) func(image.Image, int, int) bool {
+	return func(img image.Image, x, y int) bool {
+		r, g, b := rgb(img, x, y)
+		return r == c[0] && g == c[1] && b == c[2]
+	}
+}
+
+// TestRenderContinuous: a baseline an hour back is drawn with the incident
+// on one clock-time axis from the baseline's lead-in to the incident's
+// end: both windows shaded where they lie, the onset a dark line, ticks
+// at round clock times, the curve broken over the hour without samples.
+func TestRenderContinuous(t *testing.T) {
+	inc, base := windows() // incident 10 min to t0, baseline an hour before
+	v := &verdict.Verdict{Status: verdict.StatusAnomaly, Engine: "vllm", Scope: verdict.Scope{Selector: `model_name="llama"`},
+		Incident: inc, Baseline: base}
+	onset := inc.Start.Add(2 * time.Minute)
+	// Samples only in the chart windows (LeadIn: 10 min before each).
+	m := holeMetrics{kvFake(), verdict.Window{Start: base.End.Add(time.Minute), End: inc.Start.Add(-11 * time.Minute)}}
+	d, err := ForVerdict(context.Background(), m, v, Options{Onset: onset})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantSpan := verdict.Window{Start: base.Start.Add(-10 * time.Minute), End: inc.End}
+	if d.Span != wantSpan || d.Incident != inc || d.Baseline != base || !d.Onset.Equal(onset) {
+		t.Fatalf("span %v, windows %v %v, onset %v; want span %v", d.Span, d.Incident, d.Baseline, d.Onset, wantSpan)
+	}
+	if len(d.Panels) != 6 {
+		t.Fatalf("%d panels, want 6", len(d.Panels))
+	}
+	for _, p := range d.Panels {
+		if len(p.Baseline) != 0 || len(Segments(p.Incident)) != 2 {
+			t.Errorf("panel %q: %d baseline points, %d runs; want 0 and 2 (one per window)", p.Title, len(p.Baseline), len(Segments(p.Incident)))
+		}
+	}
+	x := continuousAxis(d.Span)
+	var labels []string
+	for _, tk := range x.Ticks {
+		labels = append(labels, tk.Label)
+	}
+	// t0 is 22:13:20 UTC; the span 20:53:20..22:13:20.
+	if got := strings.Join(labels, " "); got != "21:00 21:15 21:30 21:45 22:00" || x.Title != "time (UTC)" {
+		t.Errorf("time ticks %q, title %q", got, x.Title)
+	}
+
+	img := renderImage(t, d)
+	boxes := layout(len(d.Panels))
+	for i, box := range boxes {
+		f := frame{plot: box.plot, x: x, y: ValueAxis(Panel{Unit: d.Panels[i].Unit, Incident: d.Panels[i].Incident})}
+		px := func(t time.Time) int { return int(math.Round(float64(f.px(t.Sub(d.Span.Start).Minutes())))) }
+		// A column through each window, a row below the plot's top
+		// (under the legend on the first panel: rows further down).
+		col := func(x int) image.Rectangle { return image.Rect(x, box.plot.Min.Y+40, x+1, box.plot.Max.Y-2) }
+		if n := count(img, col(px(inc.Start.Add(5*time.Minute))), isColor([3]uint32{0xfb, 0xdc, 0xdc})); n < 20 {
+			t.Errorf("panel %d: %d incident-shaded pixels in the incident window's middle", i, n)
+		}
+		if n := count(img, col(px(base.Start.Add(3*time.Minute))), isColor([3]uint32{0xea, 0xea, 0xea})); n < 20 {
+			t.Errorf("panel %d: %d baseline-shaded pixels in the baseline window's middle", i, n)
+		}
+		gap := px(base.End.Add(20 * time.Minute))
+		for _, c := range []int{gap, px(inc.Start.Add(-20 * time.Minute))} {
+			if n := count(img, col(c), isColor([3]uint32{0xfb, 0xdc, 0xdc})) + count(img, col(c), isColor([3]uint32{0xea, 0xea, 0xea})); n != 0 {
+				t.Errorf("panel %d: %d shaded pixels between the windows", i, n)
+			}
+		}
+		// The gap between the windows has no curve: no line across it.
+		hole := image.Rect(px(base.End.Add(5*time.Minute)), box.plot.Min.Y, px(inc.Start.Add(-15*time.Minute)), box.plot.Max.Y)
+		if n := count(img, hole, isCurve); n != 0 {
+			t.Errorf("panel %d: %d curve pixels over the hour without samples", i, n)
+		}
+		if n := count(img, box.plot, isCurve); n < 150 {
+			t.Errorf("panel %d: only %d curve pixels", i, n)
+		}
+		// The onset: a dark column over the shading.
+		if n := count(img, col(px(onset)), isColor([3]uint32{0x11, 0x11, 0x11})); n < 100 {
+			t.Errorf("panel %d: onset line has %d dark pixels", i, n)
+		}
+	}
+	// The curve stays in the plot areas.
+	stray := 0
+	for y := range img.Bounds().Dy() {
+	pixel:
+		for x := range Width {
+			if !isCurve(img, x, y) {
+				continue
+			}
+			for _, box := range boxes {
+				if image.Pt(x, y).In(box.plot.Inset(-rasterPad)) {
+					continue pixel
+				}
+			}
+			stray++
+		}
+	}
+	if stray != 0 {
+		t.Errorf("%d curve pixels outside the plot areas", stray)
+	}
+}
+
+// TestFailedRequestsPanel: the failed-requests panel is 1 − the engine
+// map's success_rate; an engine whose map has no success_rate (SGLang)
+// gets no panel, not a 0% one.
+func TestFailedRequestsPanel(t *testing.T) {
+	inc, base := windows()
+	const title = "Failed requests (1 - success rate)"
+	m := kvFake()
+	m.curves["vllm:request_success_total"] = func(time.Time) float64 { return 0.97 }
+	d, err := Build(context.Background(), m, `model_name="llama"`, inc, base, Options{Engine: "vllm"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := d.Panels[len(d.Panels)-1]
+	if len(d.Panels) != 7 || last.Title != title || last.Unit != UnitFraction ||
+		!strings.HasPrefix(last.Query, `1 - (sum(rate(vllm:request_success_total{finished_reason!="error", model_name="llama" }[1m]))`) {
+		t.Fatalf("%d panels, last %q %s", len(d.Panels), last.Title, last.Query)
+	}
+	if math.Abs(last.Incident[0].V-0.97) > 1e-9 || len(last.Baseline) == 0 {
+		t.Errorf("failed requests %v (the fake answers every query 0.97), %d baseline points", last.Incident[0].V, len(last.Baseline))
+	}
+	// SGLang's map has no success_rate: no alternative of its own, and
+	// with no data from the other engines' names, no panel.
+	sg := &fakeMetrics{curves: map[string]func(time.Time) float64{"sglang:token_usage": incidentOnly(0.5, 0.9)}}
+	d, err = Build(context.Background(), sg, `job="x"`, inc, base, Options{Engine: "sglang"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range d.Panels {
+		if p.Title == title {
+			t.Errorf("sglang: a failed-requests panel from %s", p.Query)
+		}
+	}
+	if len(d.Panels) != 6 {
+		t.Errorf("sglang: %d panels, want 6 (the preemption panel stays, saying no data)", len(d.Panels))
+	}
+	for _, q := range Queries(`job="x"`, Options{Engine: "sglang"})[title] {
+		if strings.Contains(q, "sglang:") {
+			t.Errorf("a failed-requests query over SGLang's names: %s", q)
+		}
+	}
+}
