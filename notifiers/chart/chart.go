@@ -1,7 +1,9 @@
 // Package chart draws the picture on-call engineers look at before reading:
 // TTFT p95, ITL/TPOT p95, KV-cache usage, queue depth, request rate,
-// preemptions and failed requests, on one clock-time axis from before the
-// baseline to the incident's end with both windows shaded (span.go), or,
+// preemptions and failed requests (with a line per target on the KV-cache
+// panel when the verdict names several), on one clock-time axis from
+// before the baseline to the incident's end with both windows shaded
+// (span.go), or,
 // for a baseline over MaxContinuous back, the incident window drawn over
 // the baseline window, as one PNG. Build fetches the curves with
 // range queries from any query.Metrics; the chart model (model.go) holds
@@ -20,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -59,6 +62,17 @@ type Panel struct {
 	// Incident and Baseline are the samples in time order.
 	Incident []Point
 	Baseline []Point
+	// Replicas are the curve per target over Data.Span, for the verdict's
+	// targets (ForVerdict; the KV-cache panel, when the verdict names
+	// several targets); empty otherwise.
+	Replicas []Replica
+}
+
+// Replica is one target's curve of a panel.
+type Replica struct {
+	// Name is the target's label values, joined by "/".
+	Name   string
+	Points []Point
 }
 
 // Data is everything the chart shows.
@@ -294,6 +308,9 @@ func ForVerdict(ctx context.Context, m query.Metrics, v *verdict.Verdict, o Opti
 		for i := range d.Panels {
 			d.Panels[i].Incident = BreakGaps(d.Panels[i].Incident)
 		}
+		if err := addReplicas(ctx, m, &d, v.Targets, o.Step); err != nil {
+			return Data{}, err
+		}
 		if !o.Onset.Before(span.Start) && !o.Onset.After(span.End) {
 			d.Onset = o.Onset
 		}
@@ -334,6 +351,94 @@ func title(v *verdict.Verdict) string {
 			model.Duration(v.Incident.End.Sub(v.Baseline.End)))
 	}
 	return s
+}
+
+// maxReplicas is the most per-target lines a panel draws: the verdict's
+// worst targets, in its order.
+const maxReplicas = 4
+
+// addReplicas adds per-target curves to the KV-cache panel (a max over
+// targets: "max(" its query) of a Span chart, for the targets the verdict
+// names when it names two or more: the same query grouped by the labels
+// the targets share, each series kept when it is one of them. A query
+// error other than the context's leaves the panel without them.
+func addReplicas(ctx context.Context, m query.Metrics, d *Data, targets []verdict.Target, step time.Duration) error {
+	var keys []string
+	var want []map[string]string
+	seen := map[string]bool{}
+	for _, t := range targets {
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(t.Labels)) {
+			parts = append(parts, k+"="+t.Labels[k])
+		}
+		if id := strings.Join(parts, ","); len(t.Labels) > 0 && !seen[id] {
+			seen[id] = true
+			want = append(want, t.Labels)
+		}
+	}
+	if len(want) < 2 {
+		return nil
+	}
+	for k := range want[0] {
+		if !model.LabelName(k).IsValid() {
+			continue
+		}
+		shared := true
+		for _, l := range want[1:] {
+			if _, ok := l[k]; !ok {
+				shared = false
+			}
+		}
+		if shared {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	sort.Strings(keys)
+	want = want[:min(len(want), maxReplicas)]
+	for i, p := range d.Panels {
+		if p.Unit != UnitFraction || !strings.HasPrefix(p.Query, "max(") {
+			continue
+		}
+		expr := "max by (" + strings.Join(keys, ", ") + ") " + strings.TrimPrefix(p.Query, "max")
+		mat, _, err := m.QueryRange(ctx, expr, d.Span.Start, d.Span.End, step)
+		if err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("build chart: %w", ctx.Err())
+			}
+			continue
+		}
+		for _, t := range want {
+			for _, ss := range mat {
+				if !matches(ss.Metric, t, keys) || len(ss.Values) == 0 {
+					continue
+				}
+				r := Replica{}
+				for _, k := range keys {
+					r.Name = strings.TrimPrefix(r.Name+"/"+t[k], "/")
+				}
+				for _, sp := range ss.Values {
+					r.Points = append(r.Points, Point{T: sp.Timestamp.Time(), V: float64(sp.Value)})
+				}
+				r.Points = BreakGaps(r.Points)
+				d.Panels[i].Replicas = append(d.Panels[i].Replicas, r)
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// matches says a series has the target's value of every key.
+func matches(m model.Metric, target map[string]string, keys []string) bool {
+	for _, k := range keys {
+		if string(m[model.LabelName(k)]) != target[k] {
+			return false
+		}
+	}
+	return true
 }
 
 // queryRange runs one range query and returns its first series' points.

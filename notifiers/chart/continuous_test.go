@@ -178,3 +178,71 @@ func TestFailedRequestsPanel(t *testing.T) {
 		}
 	}
 }
+
+// podMetrics answers the per-target KV query with one series per pod
+// (pod a full in the incident, pod b not) and the rest as m does.
+type podMetrics struct {
+	*fakeMetrics
+}
+
+func (p podMetrics) QueryRange(ctx context.Context, expr string, start, end time.Time, step time.Duration) (model.Matrix, []string, error) {
+	if !strings.HasPrefix(expr, "max by (namespace, pod) (") {
+		return p.fakeMetrics.QueryRange(ctx, expr, start, end, step)
+	}
+	p.queries = append(p.queries, expr)
+	var mat model.Matrix
+	for pod, fn := range map[string]func(time.Time) float64{"a": incidentOnly(0.5, 0.99), "b": incidentOnly(0.3, 0.3), "c": incidentOnly(0.1, 0.1)} {
+		ss := &model.SampleStream{Metric: model.Metric{"namespace": "chat", "pod": model.LabelValue(pod)}}
+		for t := start; !t.After(end); t = t.Add(step) {
+			ss.Values = append(ss.Values, model.SamplePair{Timestamp: model.TimeFromUnixNano(t.UnixNano()), Value: model.SampleValue(fn(t))})
+		}
+		mat = append(mat, ss)
+	}
+	return mat, nil, nil
+}
+
+// TestReplicaLines: with two or more targets in the verdict, the KV-cache
+// panel of a continuous chart gets a line per named target (not the pods
+// the verdict does not name), drawn in its own colour; with one target,
+// none.
+func TestReplicaLines(t *testing.T) {
+	inc, base := windows()
+	pod := func(name string) verdict.Target {
+		return verdict.Target{Labels: map[string]string{"namespace": "chat", "pod": name}, Signal: "kv_usage", Value: 0.9}
+	}
+	v := &verdict.Verdict{Status: verdict.StatusAnomaly, Engine: "vllm", Scope: verdict.Scope{Selector: `namespace="chat"`},
+		Incident: inc, Baseline: base, Targets: []verdict.Target{pod("a"), pod("b"), pod("a")}}
+	m := podMetrics{kvFake()}
+	d, err := ForVerdict(context.Background(), m, v, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for i, p := range d.Panels {
+		if i != 2 && len(p.Replicas) != 0 {
+			t.Errorf("panel %q has replica lines", p.Title)
+		}
+	}
+	kv := d.Panels[2]
+	for _, r := range kv.Replicas {
+		names = append(names, r.Name)
+	}
+	if got := strings.Join(names, " "); got != "chat/a chat/b" {
+		t.Fatalf("replicas %q, want chat/a chat/b (query %v)", got, m.queries[len(m.queries)-1])
+	}
+	img := renderImage(t, d)
+	pl := layout(len(d.Panels))[2].plot
+	for i, c := range replicaColors[:2] {
+		if n := count(img, pl, isColor([3]uint32{uint32(c.R), uint32(c.G), uint32(c.B)})); n < 100 {
+			t.Errorf("replica %d: %d pixels of its colour in the KV panel", i, n)
+		}
+	}
+	if n := count(img, layout(len(d.Panels))[0].plot, isColor([3]uint32{0xe0, 0x8a, 0x00})); n != 0 {
+		t.Errorf("%d replica-coloured pixels in the TTFT panel", n)
+	}
+
+	v.Targets = v.Targets[:1]
+	if d, err = ForVerdict(context.Background(), m, v, Options{}); err != nil || len(d.Panels[2].Replicas) != 0 {
+		t.Errorf("one target: %d replica lines (%v)", len(d.Panels[2].Replicas), err)
+	}
+}

@@ -62,7 +62,14 @@ var (
 	baselineShadeColor = color.RGBA{R: 0xea, G: 0xea, B: 0xea, A: 0xff}
 	incidentShadeColor = color.RGBA{R: 0xfb, G: 0xdc, B: 0xdc, A: 0xff}
 	onsetColor         = color.RGBA{R: 0x11, G: 0x11, B: 0x11, A: 0xff}
+	// replicaColors are the per-target lines', in the verdict's order of
+	// its targets (none blue, red or grey).
+	replicaColors = []color.RGBA{{R: 0xe0, G: 0x8a, B: 0x00, A: 0xff}, {R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
+		{R: 0x94, G: 0x67, B: 0xbd, A: 0xff}, {R: 0x8c, G: 0x56, B: 0x4b, A: 0xff}}
 )
+
+// replicaHalfWidth: the per-target lines are thinner than the curve.
+const replicaHalfWidth = 0.7
 
 // Geometry, in pixels.
 const (
@@ -335,8 +342,17 @@ func drawContinuous(img *image.RGBA, z *vector.Rasterizer, d Data, p Panel, box 
 		}
 		curves = append([]curve{mean}, curves...)
 	}
+	for i, r := range p.Replicas {
+		lines = append(lines, curve{name: r.Name, pts: r.Points, start: d.Span.Start, col: replicaColors[i%len(replicaColors)], halfWidth: replicaHalfWidth})
+	}
 	lines = append(lines, curve{name: "", pts: p.Incident, start: d.Span.Start, col: curveColor, halfWidth: incidentHalfWidth})
 	drawCurves(img, z, f, lines)
+	// Each target's name in its colour, stacked in the plot's upper left
+	// below the window labels (the incident window, on the right, is
+	// where the curves are busy).
+	for i, r := range p.Replicas {
+		drawText(img, pl.Min.X+6, pl.Min.Y+27+i*(face.Height+2), fit(r.Name, pl.Dx()/2), replicaColors[i%len(replicaColors)])
+	}
 	if !d.Onset.IsZero() && !d.Onset.Before(d.Span.Start) && !d.Onset.After(d.Span.End) {
 		x := at(d.Onset)
 		fill(img, image.Rect(x, pl.Min.Y, x+1, pl.Max.Y), onsetColor)
