@@ -180,7 +180,7 @@ func tickUnit(unit string) string {
 		return render.UnitSeconds
 	case chart.UnitFraction:
 		return render.UnitFraction
-	case chart.UnitRate, chart.UnitPreempt:
+	case chart.UnitRate, chart.UnitPreempt, chart.UnitMHz:
 		return unit
 	}
 	return render.UnitCount

@@ -42,6 +42,7 @@ const (
 	UnitCount    = "requests"
 	UnitRate     = "req/s"
 	UnitPreempt  = "preemptions/s"
+	UnitMHz      = "MHz"
 )
 
 // Point is one sample of a curve.
@@ -136,7 +137,11 @@ func quantile95(family string) string {
 // requests (1 − its success_rate; left out for an engine whose map has no
 // success_rate, as SGLang's: no data there is not 0% failed).
 var signals = append(panels(rulesets.Chart()), fromSignal("Preemptions /s", UnitPreempt, "preemption_rate", nil),
-	optional(fromSignal("Failed requests (1 - success rate)", UnitFraction, "success_rate", func(q string) string { return "1 - (" + q + ")" })))
+	optional(fromSignal("Failed requests (1 - success rate)", UnitFraction, "success_rate", func(q string) string { return "1 - (" + q + ")" })),
+	// The GPU counters where the targets' GPUs export them (whyslow's
+	// NVML collector or dcgm-exporter), joined to the targets by the map.
+	optional(fromSignal("GPU SM clock (MHz, slowest busy GPU)", UnitMHz, "sm_clock", nil)),
+	optional(fromSignal("GPU DRAM bandwidth (busiest GPU)", UnitFraction, "dram_bw", nil)))
 
 func optional(s signal) signal {
 	s.optional = true

@@ -246,3 +246,33 @@ func TestReplicaLines(t *testing.T) {
 		t.Errorf("one target: %d replica lines (%v)", len(d.Panels[2].Replicas), err)
 	}
 }
+
+// TestGPUPanels: the GPU panels come from the maps' sm_clock and dram_bw
+// where the GPUs export them (joined to the engine's targets), and are
+// left out where they do not (kvFake: six panels, none GPU).
+func TestGPUPanels(t *testing.T) {
+	inc, base := windows()
+	m := kvFake()
+	m.curves["whyslow_gpu_sm_clock_mhz"] = func(time.Time) float64 { return 1410 }
+	d, err := Build(context.Background(), m, `model_name="llama"`, inc, base, Options{Engine: "vllm"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := d.Panels[len(d.Panels)-1]
+	if len(d.Panels) != 7 || last.Title != "GPU SM clock (MHz, slowest busy GPU)" || last.Unit != UnitMHz ||
+		!strings.Contains(last.Query, `and on(pod) vllm:num_requests_running{model_name="llama"}`) {
+		t.Fatalf("%d panels, last %q %s %s", len(d.Panels), last.Title, last.Unit, last.Query)
+	}
+	if a := ValueAxis(last); a.Unit != "MHz" || a.Ticks[len(a.Ticks)-1].Label != "1500" {
+		t.Errorf("SM clock axis %s: %q", a.Unit, labels(a))
+	}
+	d, err = Build(context.Background(), kvFake(), `model_name="llama"`, inc, base, Options{Engine: "vllm"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range d.Panels {
+		if strings.HasPrefix(p.Title, "GPU") {
+			t.Errorf("a GPU panel without GPU series: %s", p.Query)
+		}
+	}
+}
