@@ -276,3 +276,40 @@ func TestGPUPanels(t *testing.T) {
 		}
 	}
 }
+
+// TestContinuousEdges: without a baseline window the span is the
+// incident's lead-in and window, nothing else shaded and no baseline
+// mean; an onset off the span is not marked.
+func TestContinuousEdges(t *testing.T) {
+	inc, _ := windows()
+	v := &verdict.Verdict{Status: verdict.StatusAnomaly, Engine: "vllm", Incident: inc}
+	d, err := ForVerdict(context.Background(), kvFake(), v, Options{Onset: inc.End.Add(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (verdict.Window{Start: inc.Start.Add(-10 * time.Minute), End: inc.End}); d.Span != want || !d.Onset.IsZero() {
+		t.Fatalf("span %v (want %v), onset %v", d.Span, want, d.Onset)
+	}
+	if _, ok := windowMean(d.Panels[0].Incident, d.Baseline); ok {
+		t.Error("a baseline mean without a baseline window")
+	}
+	img := renderImage(t, d)
+	if n := count(img, img.Bounds(), isColor([3]uint32{0xea, 0xea, 0xea})); n != 0 {
+		t.Errorf("%d baseline-shaded pixels without a baseline window", n)
+	}
+}
+
+func BenchmarkRenderContinuous(b *testing.B) {
+	inc, base := windows()
+	v := &verdict.Verdict{Engine: "vllm", Incident: inc, Baseline: base, Targets: []verdict.Target{
+		{Labels: map[string]string{"namespace": "chat", "pod": "a"}}, {Labels: map[string]string{"namespace": "chat", "pod": "b"}}}}
+	d, err := ForVerdict(context.Background(), podMetrics{kvFake()}, v, Options{Onset: inc.Start})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := PNG(d); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

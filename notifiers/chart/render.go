@@ -330,8 +330,10 @@ func drawContinuous(img *image.RGBA, z *vector.Rasterizer, d Data, p Panel, box 
 	// The curve is whatever was fetched; the windows' samples are only
 	// told apart by the shading under them.
 	have := len(Finite(p.Incident)) > 0
-	curves := []curve{{name: "baseline window", col: baselineShadeColor, box: true},
-		{name: "incident window", col: incidentShadeColor, box: true}}
+	curves := []curve{{name: "incident window", col: incidentShadeColor, box: true}}
+	if d.Baseline.End.After(d.Baseline.Start) {
+		curves = append([]curve{{name: "baseline window", col: baselineShadeColor, box: true}}, curves...)
+	}
 	var lines []curve
 	if m, ok := windowMean(p.Incident, d.Baseline); ok {
 		y := f.py(m * f.y.Mult)
