@@ -326,10 +326,13 @@ func ForVerdict(ctx context.Context, m query.Metrics, v *verdict.Verdict, o Opti
 	return d, nil
 }
 
-// PNGFunc returns a function that renders a verdict's chart as PNG from m:
-// the Slack receiver's chart source.
-func PNGFunc(m query.Metrics, o Options) func(ctx context.Context, v *verdict.Verdict) ([]byte, error) {
-	return func(ctx context.Context, v *verdict.Verdict) ([]byte, error) {
+// PNGFunc returns a function that renders a verdict's chart as PNG from m,
+// the onset marked when the incident opened: the Slack receiver's chart
+// source.
+func PNGFunc(m query.Metrics, o Options) func(ctx context.Context, v *verdict.Verdict, opened time.Time) ([]byte, error) {
+	return func(ctx context.Context, v *verdict.Verdict, opened time.Time) ([]byte, error) {
+		o := o
+		o.Onset = opened
 		d, err := ForVerdict(ctx, m, v, o)
 		if err != nil {
 			return nil, err
