@@ -119,3 +119,27 @@ func TestChartsContinuous(t *testing.T) {
 		t.Errorf("baseline level %q", c.BaselineLevel)
 	}
 }
+
+// TestChartsReplicas: a continuous panel's per-target curves are drawn as
+// lines of their own, each with its name, on the page.
+func TestChartsReplicas(t *testing.T) {
+	v := notifytest.Anomaly()
+	inc, base := chart.LeadIn(v)
+	span, _ := chart.ContinuousSpan(inc, base)
+	var top, a, b []chart.Point
+	for at := span.Start; !at.After(span.End); at = at.Add(time.Minute) {
+		top, a, b = append(top, chart.Point{T: at, V: 0.9}), append(a, chart.Point{T: at, V: 0.9}), append(b, chart.Point{T: at, V: 0.4})
+	}
+	d := chart.Data{Incident: span, Span: span, Panels: []chart.Panel{{Title: "KV-cache usage (max over targets)", Unit: chart.UnitFraction,
+		Incident: top, Replicas: []chart.Replica{{Name: "chat/pod-a", Points: a}, {Name: "chat/pod-b", Points: b}}}}}
+	cs := Charts(d, v.Incident, v.Baseline, time.Time{})
+	if len(cs[0].Replicas) != 2 || len(cs[0].Replicas[1].Paths) != 1 || cs[0].Replicas[1].Class != "line-replica-1" {
+		t.Fatalf("replicas %+v", cs[0].Replicas)
+	}
+	html := renderPage(t, VerdictPage{Site: Site{Now: t0}, Verdict: Verdict(v, cs, "")})
+	for _, want := range []string{`class="line line-replica line-replica-0"`, `class="line line-replica line-replica-1"`, `>chat/pod-b</text>`} {
+		if !strings.Contains(html, want) {
+			t.Errorf("page lacks %s", want)
+		}
+	}
+}

@@ -65,6 +65,15 @@ type ChartView struct {
 	// clock times), not the baseline beside the incident.
 	Continuous bool
 	XTicks     []XTick
+	// Replicas are a line per target the verdict names (continuous
+	// panels; chart.AddReplicas), each with its name at LabelY.
+	Replicas []ReplicaLine
+}
+
+// ReplicaLine is one target's curve of a continuous panel.
+type ReplicaLine struct {
+	Name, Class, LabelY string
+	Paths               []string
 }
 
 // XTick is a time-axis tick of a continuous panel.
@@ -151,6 +160,11 @@ func continuousView(d chart.Data, p chart.Panel, i int, incident, baseline verdi
 	// incident side's, over the whole axis.
 	cv.Baseline = segment("baseline", a, baseline, nil, y)
 	cv.Incident = segment("incident", a, incident, chart.BreakGaps(p.Incident), y)
+	for i, r := range p.Replicas {
+		s := segment(r.Name, a, d.Incident, r.Points, y)
+		cv.Replicas = append(cv.Replicas, ReplicaLine{Name: r.Name, Class: "line-replica-" + strconv.Itoa(i%4), Paths: s.Paths,
+			LabelY: coord(plotTop + 26 + 13*float64(i))})
+	}
 	cv.Baseline.Start, cv.Baseline.End, cv.Incident.Start, cv.Incident.End = "", "", "", ""
 	// The baseline is on the left: its label runs right from its window.
 	cv.Baseline.LabelX, cv.Baseline.LabelAnchor = coord(a.x(baseline.Start)+4), "start"

@@ -29,5 +29,12 @@ func Section(ctx context.Context, m query.Metrics, v *verdict.Verdict, onset tim
 	if err != nil {
 		return Verdict(v, nil, "No curves: "+err.Error())
 	}
+	if base.Start.IsZero() {
+		// One span: a line per target the verdict names, as on the PNG.
+		data.Span = inc
+		if err := chart.AddReplicas(ctx, m, &data, v.Targets, o.Step); err != nil {
+			return Verdict(v, nil, "No curves: "+err.Error())
+		}
+	}
 	return Verdict(v, Charts(data, v.Incident, v.Baseline, onset), "")
 }

@@ -313,7 +313,7 @@ func ForVerdict(ctx context.Context, m query.Metrics, v *verdict.Verdict, o Opti
 		for i := range d.Panels {
 			d.Panels[i].Incident = BreakGaps(d.Panels[i].Incident)
 		}
-		if err := addReplicas(ctx, m, &d, v.Targets, o.Step); err != nil {
+		if err := AddReplicas(ctx, m, &d, v.Targets, o.Step); err != nil {
 			return Data{}, err
 		}
 		if !o.Onset.Before(span.Start) && !o.Onset.After(span.End) {
@@ -365,12 +365,12 @@ func title(v *verdict.Verdict) string {
 // worst targets, in its order.
 const maxReplicas = 4
 
-// addReplicas adds per-target curves to the KV-cache panel (a max over
-// targets: "max(" its query) of a Span chart, for the targets the verdict
+// AddReplicas adds per-target curves to the KV-cache panel (a max over
+// targets: "max(" its query) of a Span chart (d.Span set), for the targets the verdict
 // names when it names two or more: the same query grouped by the labels
 // the targets share, each series kept when it is one of them. A query
 // error other than the context's leaves the panel without them.
-func addReplicas(ctx context.Context, m query.Metrics, d *Data, targets []verdict.Target, step time.Duration) error {
+func AddReplicas(ctx context.Context, m query.Metrics, d *Data, targets []verdict.Target, step time.Duration) error {
 	var keys []string
 	var want []map[string]string
 	seen := map[string]bool{}
