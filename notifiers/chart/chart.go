@@ -175,7 +175,7 @@ func fromSignal(title, unit, name string, wrap func(string) string) signal {
 
 func panels(maps []rulesets.Panels) []signal {
 	out := []signal{{title: "TTFT p95", unit: UnitSeconds}, {title: "ITL / TPOT p95", unit: UnitSeconds},
-		{title: "KV-cache usage (max over targets)", unit: UnitFraction}, {title: "Queue depth (waiting requests)", unit: UnitCount},
+		{title: kvTitle, unit: UnitFraction}, {title: "Queue depth (waiting requests)", unit: UnitCount},
 		{title: "Request rate (first tokens/s)", unit: UnitRate}}
 	add := func(i int, engine string, names []string, expr func(string) string) {
 		for _, n := range names {
@@ -361,6 +361,9 @@ func title(v *verdict.Verdict) string {
 	return s
 }
 
+// kvTitle is the KV-cache panel's title: AddReplicas finds it by it.
+const kvTitle = "KV-cache usage (max over targets)"
+
 // maxReplicas is the most per-target lines a panel draws: the verdict's
 // worst targets, in its order.
 const maxReplicas = 4
@@ -407,7 +410,7 @@ func AddReplicas(ctx context.Context, m query.Metrics, d *Data, targets []verdic
 	sort.Strings(keys)
 	want = want[:min(len(want), maxReplicas)]
 	for i, p := range d.Panels {
-		if p.Unit != UnitFraction || !strings.HasPrefix(p.Query, "max(") {
+		if p.Title != kvTitle || !strings.HasPrefix(p.Query, "max(") {
 			continue
 		}
 		expr := "max by (" + strings.Join(keys, ", ") + ") " + strings.TrimPrefix(p.Query, "max")

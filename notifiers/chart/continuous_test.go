@@ -213,9 +213,14 @@ func TestReplicaLines(t *testing.T) {
 	v := &verdict.Verdict{Status: verdict.StatusAnomaly, Engine: "vllm", Scope: verdict.Scope{Selector: `namespace="chat"`},
 		Incident: inc, Baseline: base, Targets: []verdict.Target{pod("a"), pod("b"), pod("a")}}
 	m := podMetrics{kvFake()}
+	// A GPU panel's query is a max over GPUs too: it gets no lines.
+	m.curves["whyslow_gpu_dram_bandwidth_utilization"] = func(time.Time) float64 { return 0.5 }
 	d, err := ForVerdict(context.Background(), m, v, Options{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(d.Panels) != 7 {
+		t.Fatalf("%d panels, want 7 (with the DRAM bandwidth)", len(d.Panels))
 	}
 	var names []string
 	for i, p := range d.Panels {
