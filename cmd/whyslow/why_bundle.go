@@ -31,10 +31,13 @@ const (
 // bundleKeep returns the windows a `why --bundle` triage with opts reads
 // (opts as the incident.yaml fills them), or nil, to keep everything, when
 // the incident time is not known before loading. Each window is widened by
-// keepLookback, by the lead-in the --html page shows before it
-// (web.ChartWindows: as long as the window, 5 min to 1 h), and by the rate
-// window of the --chart (chart.Options: 4 steps of window/120); these are
-// kept whether or not --html and --chart are given, which costs little.
+// keepLookback, by the lead-in the --html page and the --chart show before
+// it (chart.LeadIn: as long as the window, 5 min to 1 h), and by the rate
+// window of the --chart (chart.Options: 4 steps of window/120; over one
+// continuous span, of span/240, within keepLookback); these are kept
+// whether or not --html and --chart are given, which costs little. What
+// lies between the windows is not kept: a continuous chart breaks its
+// curves there.
 func bundleKeep(opts diagnose.Options) []bundle.Window {
 	if opts.At.IsZero() {
 		return nil

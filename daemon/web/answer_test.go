@@ -62,18 +62,18 @@ func TestAnswerOnPage(t *testing.T) {
 }
 
 // TestChartsContinuous: data fetched over one span (Section's
-// ContinuousSpan) is drawn on one time axis: both windows shaded where
+// chart.ContinuousSpan) is drawn on one time axis: both windows shaded where
 // they lie, the onset marked, ticks at round clock times, the curve broken
 // where the source had no samples, the windows' numbers summed from
 // their own samples.
 func TestChartsContinuous(t *testing.T) {
 	v := notifytest.Anomaly() // baseline 21:08:20–21:13:20, incident 22:08:20–22:13:20
-	inc, base := ChartWindows(v)
-	span, ok := ContinuousSpan(inc, base)
+	inc, base := chart.LeadIn(v)
+	span, ok := chart.ContinuousSpan(inc, base)
 	if !ok || !span.Start.Equal(base.Start) || !span.End.Equal(v.Incident.End) {
 		t.Fatalf("span %v %v, want %s..%s", span, ok, base.Start, v.Incident.End)
 	}
-	if _, ok := ContinuousSpan(inc, verdict.Window{Start: inc.Start.Add(-24 * time.Hour), End: inc.End.Add(-24 * time.Hour)}); ok {
+	if _, ok := chart.ContinuousSpan(inc, verdict.Window{Start: inc.Start.Add(-24 * time.Hour), End: inc.End.Add(-24 * time.Hour)}); ok {
 		t.Error("a baseline a day back is drawn on one axis")
 	}
 	// Samples every 15 s in both chart windows, none in between.
@@ -117,5 +117,29 @@ func TestChartsContinuous(t *testing.T) {
 	}
 	if c.BaselineLevel == "" || math.Abs(x(c.BaselineLevel)-coordOf(t, c.YTicks[0].Y)) > float64(chartHeight) {
 		t.Errorf("baseline level %q", c.BaselineLevel)
+	}
+}
+
+// TestChartsReplicas: a continuous panel's per-target curves are drawn as
+// lines of their own, each with its name, on the page.
+func TestChartsReplicas(t *testing.T) {
+	v := notifytest.Anomaly()
+	inc, base := chart.LeadIn(v)
+	span, _ := chart.ContinuousSpan(inc, base)
+	var top, a, b []chart.Point
+	for at := span.Start; !at.After(span.End); at = at.Add(time.Minute) {
+		top, a, b = append(top, chart.Point{T: at, V: 0.9}), append(a, chart.Point{T: at, V: 0.9}), append(b, chart.Point{T: at, V: 0.4})
+	}
+	d := chart.Data{Incident: span, Span: span, Panels: []chart.Panel{{Title: "KV-cache usage (max over targets)", Unit: chart.UnitFraction,
+		Incident: top, Replicas: []chart.Replica{{Name: "chat/pod-a", Points: a}, {Name: "chat/pod-b", Points: b}}}}}
+	cs := Charts(d, v.Incident, v.Baseline, time.Time{})
+	if len(cs[0].Replicas) != 2 || len(cs[0].Replicas[1].Paths) != 1 || cs[0].Replicas[1].Class != "line-replica-1" {
+		t.Fatalf("replicas %+v", cs[0].Replicas)
+	}
+	html := renderPage(t, VerdictPage{Site: Site{Now: t0}, Verdict: Verdict(v, cs, "")})
+	for _, want := range []string{`class="line line-replica line-replica-0"`, `class="line line-replica line-replica-1"`, `>chat/pod-b</text>`} {
+		if !strings.Contains(html, want) {
+			t.Errorf("page lacks %s", want)
+		}
 	}
 }

@@ -258,7 +258,10 @@ func TestPagesInChromium(t *testing.T) {
 	// Every chart is drawn, and the incident curves have extent.
 	widths, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](
 		`[...document.querySelectorAll("svg.chart-svg")].map(s => Math.max(0, ...[...s.querySelectorAll("path.line-incident")].map(p => p.getBBox().width)))`))
-	if err != nil || len(widths) != 6 {
+	// Nine panels: the sim's vLLM counts finish reasons and its GPUs
+	// export the NVML counters, so the failed-requests and GPU panels are
+	// there.
+	if err != nil || len(widths) != 9 {
 		t.Fatalf("chart widths %v, %v", widths, err)
 	}
 	for i, w := range widths {

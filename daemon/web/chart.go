@@ -65,6 +65,15 @@ type ChartView struct {
 	// clock times), not the baseline beside the incident.
 	Continuous bool
 	XTicks     []XTick
+	// Replicas are a line per target the verdict names (continuous
+	// panels; chart.AddReplicas), each with its name at LabelY.
+	Replicas []ReplicaLine
+}
+
+// ReplicaLine is one target's curve of a continuous panel.
+type ReplicaLine struct {
+	Name, Class, LabelY string
+	Paths               []string
 }
 
 // XTick is a time-axis tick of a continuous panel.
@@ -110,27 +119,12 @@ type DataRow struct {
 	Offset, Baseline, Incident string
 }
 
-// ChartWindows are the spans the curves are fetched for: each of v's
-// windows with a lead-in as long as the window (at least 5 minutes, at
-// most an hour), so that the page shows how the incident came on, not only
-// the window the triage compared.
-func ChartWindows(v *verdict.Verdict) (incident, baseline verdict.Window) {
-	lead := func(w verdict.Window) verdict.Window {
-		if w.Start.IsZero() || !w.End.After(w.Start) {
-			return w
-		}
-		l := min(max(w.End.Sub(w.Start), 5*time.Minute), time.Hour)
-		return verdict.Window{Start: w.Start.Add(-l), End: w.End}
-	}
-	return lead(v.Incident), lead(v.Baseline)
-}
-
 // Charts lays out the chart data as one ChartView per panel. The data
-// spans ChartWindows; incident and baseline are the verdict's windows,
+// spans chart.LeadIn; incident and baseline are the verdict's windows,
 // shaded and summed up; onset is when the incident opened (zero: not
 // marked).
 //
-// Data fetched over one span (Section with ContinuousSpan: no baseline
+// Data fetched over one span (Section with chart.ContinuousSpan: no baseline
 // window in d) is drawn on one continuous time axis.
 func Charts(d chart.Data, incident, baseline verdict.Window, onset time.Time) []ChartView {
 	out := make([]ChartView, 0, len(d.Panels))
@@ -165,7 +159,12 @@ func continuousView(d chart.Data, p chart.Panel, i int, incident, baseline verdi
 	// The baseline side only shades its window; the one curve is the
 	// incident side's, over the whole axis.
 	cv.Baseline = segment("baseline", a, baseline, nil, y)
-	cv.Incident = segment("incident", a, incident, breakGaps(p.Incident), y)
+	cv.Incident = segment("incident", a, incident, chart.BreakGaps(p.Incident), y)
+	for i, r := range p.Replicas {
+		s := segment(r.Name, a, d.Incident, r.Points, y)
+		cv.Replicas = append(cv.Replicas, ReplicaLine{Name: r.Name, Class: "line-replica-" + strconv.Itoa(i%4), Paths: s.Paths,
+			LabelY: coord(plotTop + 26 + 13*float64(i))})
+	}
 	cv.Baseline.Start, cv.Baseline.End, cv.Incident.Start, cv.Incident.End = "", "", "", ""
 	// The baseline is on the left: its label runs right from its window.
 	cv.Baseline.LabelX, cv.Baseline.LabelAnchor = coord(a.x(baseline.Start)+4), "start"
@@ -195,7 +194,7 @@ func tickUnit(unit string) string {
 		return render.UnitSeconds
 	case chart.UnitFraction:
 		return render.UnitFraction
-	case chart.UnitRate, chart.UnitPreempt:
+	case chart.UnitRate, chart.UnitPreempt, chart.UnitMHz:
 		return unit
 	}
 	return render.UnitCount
@@ -265,30 +264,6 @@ func panelView(d chart.Data, p chart.Panel, i int, incident, baseline verdict.Wi
 	cv.Rows = dataRows(drawnB, drawnI, baseline.Start, incident.Start, unit)
 	cv.Alt = altText(p.Title, cv.Summary, cv.Empty)
 	return cv
-}
-
-// breakGaps puts a gap (NaN) between samples further apart than three
-// times the usual interval: over the hour between a baseline and an
-// incident a source may have no samples, and a line across that hour would
-// draw data that is not there.
-func breakGaps(pts []chart.Point) []chart.Point {
-	if len(pts) < 3 {
-		return pts
-	}
-	gaps := make([]time.Duration, 0, len(pts)-1)
-	for i := 1; i < len(pts); i++ {
-		gaps = append(gaps, pts[i].T.Sub(pts[i-1].T))
-	}
-	slices.Sort(gaps)
-	usual := gaps[len(gaps)/2]
-	out := make([]chart.Point, 0, len(pts)+4)
-	for i, p := range pts {
-		if i > 0 && p.T.Sub(pts[i-1].T) > 3*usual {
-			out = append(out, chart.Point{T: pts[i-1].T.Add(usual), V: math.NaN()})
-		}
-		out = append(out, p)
-	}
-	return out
 }
 
 // segment draws one side's curve on its axis, with window shaded.

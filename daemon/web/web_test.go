@@ -20,12 +20,12 @@ import (
 
 var t0 = notifytest.T0
 
-// sampleChart is chart data over ChartWindows(v) (a 5-minute lead-in
+// sampleChart is chart data over chart.LeadIn(v) (a 5-minute lead-in
 // before each 5-minute window), a sample every 5 s: TTFT flat at 300 ms but
 // for a ramp to 2.5 s through the incident window, with a gap in it; KV
 // usage over 100%; an empty queue panel.
 func sampleChart(v *verdict.Verdict) chart.Data {
-	incSpan, baseSpan := ChartWindows(v)
+	incSpan, baseSpan := chart.LeadIn(v)
 	d := chart.Data{Incident: incSpan, Baseline: baseSpan}
 	var inc, base []chart.Point
 	for i := 0; i <= 120; i++ {
@@ -194,23 +194,6 @@ func TestCharts(t *testing.T) {
 	}
 	if q := cs[2]; !q.Empty || q.Alt != "Queue depth (waiting requests): no data in either window." {
 		t.Errorf("empty panel: empty %v, alt %q", q.Empty, q.Alt)
-	}
-}
-
-// TestChartWindows: the lead-in is as long as the window, 5 minutes to an
-// hour; a window without times stays as it is.
-func TestChartWindows(t *testing.T) {
-	for _, tc := range []struct{ window, lead time.Duration }{
-		{time.Minute, 5 * time.Minute}, {10 * time.Minute, 10 * time.Minute}, {3 * time.Hour, time.Hour},
-	} {
-		v := &verdict.Verdict{Incident: verdict.Window{Start: t0.Add(-tc.window), End: t0}}
-		inc, base := ChartWindows(v)
-		if got := inc.End.Sub(inc.Start) - tc.window; got != tc.lead || !inc.End.Equal(t0) {
-			t.Errorf("window %s: lead %s, want %s", tc.window, got, tc.lead)
-		}
-		if !base.Start.IsZero() || !base.End.IsZero() {
-			t.Errorf("an unknown baseline window became %+v", base)
-		}
 	}
 }
 

@@ -193,13 +193,19 @@ func notWhite(img image.Image, x, y int) bool {
 	return r < 250 || g < 250 || b < 250
 }
 
+// TestRenderPNG: a baseline a day back (over MaxContinuous) is drawn
+// under the incident, side by side in time.
 func TestRenderPNG(t *testing.T) {
 	inc, base := windows()
+	base = verdict.Window{Start: base.Start.Add(-24 * time.Hour), End: base.End.Add(-24 * time.Hour)}
 	v := &verdict.Verdict{Status: verdict.StatusAnomaly, Severity: verdict.SeverityCritical, Engine: "vllm",
 		Scope: verdict.Scope{Selector: `model_name="llama"`}, Incident: inc, Baseline: base}
 	d, err := ForVerdict(context.Background(), kvFake(), v, Options{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !d.Span.Start.IsZero() {
+		t.Fatalf("a baseline a day back drawn on one axis over %v", d.Span)
 	}
 	img := renderImage(t, d)
 	boxes := layout(len(d.Panels))

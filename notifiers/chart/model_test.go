@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // labels are an axis' tick labels, space-separated.
@@ -193,6 +195,23 @@ func TestClockTicks(t *testing.T) {
 		}
 		if s := strings.Join(got, " "); s != c.want {
 			t.Errorf("%s: ticks %q, want %q", c.span, s, c.want)
+		}
+	}
+}
+
+// TestLeadIn: the lead-in is as long as the window, 5 minutes to an
+// hour; a window without times stays as it is.
+func TestLeadIn(t *testing.T) {
+	for _, tc := range []struct{ window, lead time.Duration }{
+		{time.Minute, 5 * time.Minute}, {10 * time.Minute, 10 * time.Minute}, {3 * time.Hour, time.Hour},
+	} {
+		v := &verdict.Verdict{Incident: verdict.Window{Start: t0.Add(-tc.window), End: t0}}
+		inc, base := LeadIn(v)
+		if got := inc.End.Sub(inc.Start) - tc.window; got != tc.lead || !inc.End.Equal(t0) {
+			t.Errorf("window %s: lead %s, want %s", tc.window, got, tc.lead)
+		}
+		if !base.Start.IsZero() || !base.End.IsZero() {
+			t.Errorf("an unknown baseline window became %+v", base)
 		}
 	}
 }

@@ -2,8 +2,11 @@ package chart
 
 // The renderer: a white Width×ImageHeight RGBA image, one panel per cell
 // of a grid two wide, each a plot area with light gridlines at "nice" values, axes
-// with tick labels in the panel's unit, and the baseline (grey, dashed) and
-// incident (red) curves. Curves are polylines stroked as thin quads with
+// with tick labels in the panel's unit, and either one curve (blue) on a
+// clock-time axis with the baseline and incident windows shaded, the
+// baseline window's mean dashed across and the onset marked (Data.Span),
+// or the baseline (grey, dashed) and incident (red) curves over each
+// other. Curves are polylines stroked as thin quads with
 // round joins and filled by golang.org/x/image/vector's antialiasing
 // rasterizer; text is the 7×13 bitmap font of golang.org/x/image's
 // basicfont (no TrueType fonts in the binary), the title at 2× when it
@@ -26,6 +29,8 @@ import (
 	"golang.org/x/image/font/basicfont"
 	"golang.org/x/image/math/fixed"
 	"golang.org/x/image/vector"
+
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // Size of the rendered PNG with up to four panels; each further row of
@@ -51,7 +56,20 @@ var (
 	labelColor    = color.RGBA{R: 0x44, G: 0x44, B: 0x44, A: 0xff}
 	titleColor    = color.RGBA{R: 0x11, G: 0x11, B: 0x11, A: 0xff}
 	noDataColor   = color.RGBA{R: 0xa0, G: 0xa0, B: 0xa0, A: 0xff}
+	// On a continuous chart: the one curve, the windows' shading, the
+	// onset line.
+	curveColor         = color.RGBA{R: 0x1f, G: 0x5f, B: 0xa8, A: 0xff}
+	baselineShadeColor = color.RGBA{R: 0xea, G: 0xea, B: 0xea, A: 0xff}
+	incidentShadeColor = color.RGBA{R: 0xfb, G: 0xdc, B: 0xdc, A: 0xff}
+	onsetColor         = color.RGBA{R: 0x11, G: 0x11, B: 0x11, A: 0xff}
+	// replicaColors are the per-target lines', in the verdict's order of
+	// its targets (none blue, red or grey).
+	replicaColors = []color.RGBA{{R: 0xe0, G: 0x8a, B: 0x00, A: 0xff}, {R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
+		{R: 0x94, G: 0x67, B: 0xbd, A: 0xff}, {R: 0x8c, G: 0x56, B: 0x4b, A: 0xff}}
 )
+
+// replicaHalfWidth: the per-target lines are thinner than the curve.
+const replicaHalfWidth = 0.7
 
 // Geometry, in pixels.
 const (
@@ -159,12 +177,18 @@ type curve struct {
 	col       color.RGBA
 	halfWidth float32
 	dashed    bool
+	// box: a shaded window, not a line (only in the legend).
+	box bool
 }
 
 func drawPanel(img *image.RGBA, z *vector.Rasterizer, d Data, p Panel, box panelBox, legend bool) {
+	if !d.Span.Start.IsZero() && d.Span.End.After(d.Span.Start) {
+		drawContinuous(img, z, d, p, box, legend)
+		return
+	}
 	curves := []curve{
-		{"baseline", p.Baseline, d.Baseline.Start, baselineColor, baselineHalfWidth, true},
-		{"incident", p.Incident, d.Incident.Start, incidentColor, incidentHalfWidth, false},
+		{name: "baseline", pts: p.Baseline, start: d.Baseline.Start, col: baselineColor, halfWidth: baselineHalfWidth, dashed: true},
+		{name: "incident", pts: p.Incident, start: d.Incident.Start, col: incidentColor, halfWidth: incidentHalfWidth},
 	}
 	// x is minutes since the window's start (the first sample's without
 	// a window), up to the longer window (the last sample without).
@@ -183,9 +207,15 @@ func drawPanel(img *image.RGBA, z *vector.Rasterizer, d Data, p Panel, box panel
 		span = dataSpan
 	}
 	f := frame{plot: box.plot, x: TimeAxis(span), y: ValueAxis(p)}
-	pl := box.plot
+	drawAxes(img, f)
+	drawCurves(img, z, f, curves)
+	drawTitleAndLegend(img, f, p.Title, have, legend, curves)
+}
 
-	// Gridlines, then the axes and their tick marks over them.
+// drawAxes draws the gridlines, then the axes and their tick marks over
+// them.
+func drawAxes(img *image.RGBA, f frame) {
+	pl := f.plot
 	for _, t := range f.y.Ticks {
 		y := int(math.Round(float64(f.py(t.V))))
 		fill(img, image.Rect(pl.Min.X, y, pl.Max.X, y+1), gridColor)
@@ -202,9 +232,12 @@ func drawPanel(img *image.RGBA, z *vector.Rasterizer, d Data, p Panel, box panel
 	fill(img, image.Rect(pl.Min.X-1, pl.Max.Y, pl.Max.X, pl.Max.Y+1), axisColor)
 	xl := f.x.Title
 	drawText(img, pl.Min.X+(pl.Dx()-textWidth(xl))/2, pl.Max.Y+35, xl, labelColor)
+}
 
-	// The curves: baseline under incident.
-	r := pl.Inset(-rasterPad).Intersect(img.Bounds())
+// drawCurves strokes the curves in order (the last on top), each over its
+// start.
+func drawCurves(img *image.RGBA, z *vector.Rasterizer, f frame, curves []curve) {
+	r := f.plot.Inset(-rasterPad).Intersect(img.Bounds())
 	for _, c := range curves {
 		z.Reset(r.Dx(), r.Dy())
 		s := stroker{z: z, dx: -float32(r.Min.X), dy: -float32(r.Min.Y)}
@@ -223,9 +256,12 @@ func drawPanel(img *image.RGBA, z *vector.Rasterizer, d Data, p Panel, box panel
 		}
 		z.Draw(img, r, image.NewUniform(c.col), image.Point{})
 	}
+}
 
-	// The panel's title above the plot area, the legend on its right.
-	title := p.Title
+// drawTitleAndLegend draws the panel's title above the plot area ("no
+// data" in it without data) and, when legend, the legend on its right.
+func drawTitleAndLegend(img *image.RGBA, f frame, title string, have, legend bool, curves []curve) {
+	pl := f.plot
 	if f.y.Log {
 		title += " (log scale)"
 	}
@@ -252,6 +288,98 @@ func drawPanel(img *image.RGBA, z *vector.Rasterizer, d Data, p Panel, box panel
 	}
 }
 
+// continuousAxis is the time axis of a continuous chart: minutes from the
+// span's start, ticked at round clock times (ClockTicks).
+func continuousAxis(span verdict.Window) Axis {
+	a := Axis{Lo: 0, Hi: span.End.Sub(span.Start).Minutes(), Unit: "minutes", Mult: 1, Title: "time (UTC)"}
+	for _, t := range ClockTicks(span.Start, span.End) {
+		a.Ticks = append(a.Ticks, Tick{V: t.T.Sub(span.Start).Minutes(), Label: t.Label})
+	}
+	return a
+}
+
+// drawContinuous draws a panel of a Span chart: the two windows shaded
+// and labelled, the curve over the whole span, the baseline window's mean
+// dashed across the plot, the onset as a vertical line.
+func drawContinuous(img *image.RGBA, z *vector.Rasterizer, d Data, p Panel, box panelBox, legend bool) {
+	f := frame{plot: box.plot, x: continuousAxis(d.Span), y: ValueAxis(Panel{Unit: p.Unit, Incident: p.Incident})}
+	pl := f.plot
+	at := func(t time.Time) int { return int(math.Round(float64(f.px(t.Sub(d.Span.Start).Minutes())))) }
+	shades := []struct {
+		name string
+		w    verdict.Window
+		col  color.RGBA
+	}{{"baseline", d.Baseline, baselineShadeColor}, {"incident", d.Incident, incidentShadeColor}}
+	for _, sh := range shades {
+		if !sh.w.End.After(sh.w.Start) {
+			continue
+		}
+		x0, x1 := max(at(sh.w.Start), pl.Min.X), min(at(sh.w.End), pl.Max.X)
+		if x1 <= x0 {
+			continue
+		}
+		fill(img, image.Rect(x0, pl.Min.Y, x1, pl.Max.Y), sh.col)
+	}
+	drawAxes(img, f)
+	for _, sh := range shades {
+		x0, x1 := max(at(sh.w.Start), pl.Min.X), min(at(sh.w.End), pl.Max.X)
+		if sh.w.End.After(sh.w.Start) && x1-x0 >= textWidth(sh.name)+4 {
+			drawText(img, x0+3, pl.Min.Y+13, sh.name, labelColor)
+		}
+	}
+	// The curve is whatever was fetched; the windows' samples are only
+	// told apart by the shading under them.
+	have := len(Finite(p.Incident)) > 0
+	curves := []curve{{name: "incident window", col: incidentShadeColor, box: true}}
+	if d.Baseline.End.After(d.Baseline.Start) {
+		curves = append([]curve{{name: "baseline window", col: baselineShadeColor, box: true}}, curves...)
+	}
+	var lines []curve
+	if m, ok := windowMean(p.Incident, d.Baseline); ok {
+		y := f.py(m * f.y.Mult)
+		mean := curve{name: "baseline mean", col: baselineColor, halfWidth: baselineHalfWidth, dashed: true,
+			pts: []Point{{T: d.Span.Start, V: m}, {T: d.Span.End, V: m}}, start: d.Span.Start}
+		if y >= float32(pl.Min.Y) && y <= float32(pl.Max.Y) {
+			lines = append(lines, mean)
+		}
+		curves = append([]curve{mean}, curves...)
+	}
+	for i, r := range p.Replicas {
+		lines = append(lines, curve{name: r.Name, pts: r.Points, start: d.Span.Start, col: replicaColors[i%len(replicaColors)], halfWidth: replicaHalfWidth})
+	}
+	lines = append(lines, curve{name: "", pts: p.Incident, start: d.Span.Start, col: curveColor, halfWidth: incidentHalfWidth})
+	drawCurves(img, z, f, lines)
+	// Each target's name in its colour, stacked in the plot's upper left
+	// below the window labels (the incident window, on the right, is
+	// where the curves are busy).
+	for i, r := range p.Replicas {
+		drawText(img, pl.Min.X+6, pl.Min.Y+27+i*(face.Height+2), fit(r.Name, pl.Dx()/2), replicaColors[i%len(replicaColors)])
+	}
+	if !d.Onset.IsZero() && !d.Onset.Before(d.Span.Start) && !d.Onset.After(d.Span.End) {
+		x := at(d.Onset)
+		fill(img, image.Rect(x, pl.Min.Y, x+1, pl.Max.Y), onsetColor)
+		label := "opened " + d.Onset.UTC().Format("15:04:05")
+		lx := min(x+4, pl.Max.X-textWidth(label)-2)
+		drawText(img, lx, pl.Min.Y+27, label, onsetColor)
+	}
+	drawTitleAndLegend(img, f, p.Title, have, legend, curves)
+}
+
+// windowMean is the mean of the finite samples inside w.
+func windowMean(pts []Point, w verdict.Window) (float64, bool) {
+	sum, n := 0.0, 0
+	for _, p := range Finite(pts) {
+		if !p.T.Before(w.Start) && !p.T.After(w.End) {
+			sum += p.V
+			n++
+		}
+	}
+	if n == 0 {
+		return 0, false
+	}
+	return sum / float64(n), true
+}
+
 // Legend geometry: a line sample, a gap, the name; entries apart.
 const legendSample, legendGap, legendSpacing = 24, 6, 18
 
@@ -272,11 +400,14 @@ func drawLegend(img *image.RGBA, x, y int, cs []curve) {
 	for i := len(cs) - 1; i >= 0; i-- {
 		c := cs[i]
 		ly := y - 5
-		if c.dashed {
+		switch {
+		case c.box:
+			fill(img, image.Rect(x, y-9, x+legendSample, y+1), c.col)
+		case c.dashed:
 			for dx := 0; dx < legendSample; dx += dashOn + dashOff {
 				fill(img, image.Rect(x+dx, ly, x+min(dx+dashOn, legendSample), ly+2), c.col)
 			}
-		} else {
+		default:
 			fill(img, image.Rect(x, ly, x+legendSample, ly+2), c.col)
 		}
 		x += legendSample + legendGap

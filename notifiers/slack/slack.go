@@ -50,9 +50,10 @@ const (
 	StateProgress = "slack.progress"
 )
 
-// ChartFunc renders the latency chart of a verdict as PNG. The daemon builds
-// one from its metrics source (see notifiers/chart).
-type ChartFunc func(ctx context.Context, v *verdict.Verdict) ([]byte, error)
+// ChartFunc renders the latency chart of a verdict as PNG, marking when
+// the incident opened (opened). The daemon builds one from its metrics
+// source (see notifiers/chart).
+type ChartFunc func(ctx context.Context, v *verdict.Verdict, opened time.Time) ([]byte, error)
 
 // Options are the receiver's dependencies. Zero values get defaults.
 type Options struct {
@@ -302,7 +303,13 @@ func (d *delivery) wantChart() bool {
 // be rendered is skipped (false, err).
 func (d *delivery) chart(ctx context.Context) (bool, error) {
 	cctx, cancel := context.WithTimeout(ctx, d.n.cfg.Timeout)
-	png, err := d.n.o.Chart(cctx, d.notif.Verdict)
+	// The incident opened with its first message: its time is in the
+	// state from then on (finish), the open notification's own before.
+	opened := d.notif.CreatedAt
+	if t, err := time.Parse(time.RFC3339, d.st.Get(StateOpenedAt)); err == nil {
+		opened = t
+	}
+	png, err := d.n.o.Chart(cctx, d.notif.Verdict, opened)
 	cancel()
 	if err != nil {
 		return false, notifiers.NewError(notifiers.ReasonOther, fmt.Errorf("render chart: %w", err))

@@ -58,7 +58,7 @@ func newBot(t *testing.T, f *fakeSlack, log *slog.Logger) *Notifier {
 		log = slog.New(slog.DiscardHandler)
 	}
 	n, err := New(botConfig(f), Options{Name: "oncall", Logger: log,
-		Chart: func(context.Context, *verdict.Verdict) ([]byte, error) { return tinyPNG(), nil }})
+		Chart: func(context.Context, *verdict.Verdict, time.Time) ([]byte, error) { return tinyPNG(), nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +299,7 @@ func TestWebhookMode(t *testing.T) {
 		WebhookURL: notifiers.Secret(f.HookURL(hookSecret)),
 		Routes:     []Route{{Match: map[string]string{"namespace": "prod"}, WebhookURL: notifiers.Secret(f.HookURL(hookSecret2))}},
 	}
-	n, err := New(cfg, Options{Chart: func(context.Context, *verdict.Verdict) ([]byte, error) { return tinyPNG(), nil }})
+	n, err := New(cfg, Options{Chart: func(context.Context, *verdict.Verdict, time.Time) ([]byte, error) { return tinyPNG(), nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -481,7 +481,7 @@ func TestPartialFailureNoDuplicate(t *testing.T) {
 func TestChartFailures(t *testing.T) {
 	f := newFakeSlack(t)
 	log, buf := notifytest.NewLogger()
-	n, err := New(botConfig(f), Options{Logger: log, Chart: func(context.Context, *verdict.Verdict) ([]byte, error) {
+	n, err := New(botConfig(f), Options{Logger: log, Chart: func(context.Context, *verdict.Verdict, time.Time) ([]byte, error) {
 		return nil, errors.New("no data")
 	}})
 	if err != nil {
@@ -548,4 +548,24 @@ func blocksJSON(t *testing.T, v any) []byte {
 // themselves with it); the JSON stays valid.
 func unescapeHTML(b []byte) []byte {
 	return []byte(strings.NewReplacer(`\u003c`, "<", `\u003e`, ">", `\u0026`, "&").Replace(string(b)))
+}
+
+// TestChartOpenedAt: the chart source is told when the incident opened,
+// on the open (its own time) and on an update (the time kept in the
+// state), so the chart marks one onset throughout.
+func TestChartOpenedAt(t *testing.T) {
+	f := newFakeSlack(t)
+	var opened []time.Time
+	n, err := New(botConfig(f), Options{Chart: func(_ context.Context, _ *verdict.Verdict, at time.Time) ([]byte, error) {
+		opened = append(opened, at)
+		return tinyPNG(), nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := sequence()
+	deliver(t, n, ns[:2])
+	if len(opened) != 2 || !opened[0].Equal(ns[0].CreatedAt) || !opened[1].Equal(ns[0].CreatedAt.Truncate(time.Second)) {
+		t.Errorf("charts told opened %v, want %s twice", opened, ns[0].CreatedAt)
+	}
 }
