@@ -73,3 +73,51 @@ func TestPow2Up(t *testing.T) {
 		t.Errorf("Pow2Up(missing) renders %q", got)
 	}
 }
+
+// TestFixRenderLower: prefill_contention's "lower the budget" fix says
+// the budget it lowers, and does not advise lowering one already at or
+// under 4096 by number (the issue-25 complaint, the other way round).
+func TestFixRenderLower(t *testing.T) {
+	for _, engine := range []string{"vllm", "sglang"} {
+		rs, err := rulesets.Default(engine)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fix *Fix
+		for _, c := range rs.Causes {
+			if c.ID != "prefill_contention" {
+				continue
+			}
+			for i, f := range c.FixesFor(engine) {
+				if f.Computed != "" {
+					fix = &c.FixesFor(engine)[i]
+				}
+			}
+		}
+		if fix == nil {
+			t.Fatalf("%s: prefill_contention has no computed fix", engine)
+		}
+		data := func(budget any) *EvidenceData {
+			sched := map[string]any{}
+			if budget != nil {
+				sched["max_num_batched_tokens"] = budget
+			}
+			return &EvidenceData{Now: map[string]any{}, Base: map[string]any{}, Scheduler: sched}
+		}
+		for _, tc := range []struct {
+			budget   any
+			want     string
+			dontWant string
+		}{
+			{16384.0, "from 16384 to 4096", ""},
+			{2048.0, "is already 2048", "to 4096"},
+			{4096.0, "is already 4096", "to 4096"},
+			{nil, fix.Text, ""},
+		} {
+			got := fix.Render(data(tc.budget))
+			if !strings.Contains(got, tc.want) || (tc.dontWant != "" && strings.Contains(got, tc.dontWant)) {
+				t.Errorf("%s budget %v: Render = %q, want %q without %q", engine, tc.budget, got, tc.want, tc.dontWant)
+			}
+		}
+	}
+}
