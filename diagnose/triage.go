@@ -278,6 +278,17 @@ func Run(ctx context.Context, opts Options) (*verdict.Verdict, error) {
 				v.DataGaps[i].Reason += " (" + why + ")"
 			}
 		}
+		// The endpoint picker's pool averages: context rows of the
+		// verdict, never facts of the walk (diagnose/pool.go).
+		if g.Signal == "pool_context" {
+			var why string
+			if v.PoolContext, why = readPoolContext(ctx, &opts, scopeLbls, win, opts.At.Add(-opts.Baseline)); v.PoolContext == nil {
+				v.DataGaps[i].Reason += " (" + why + ")"
+			}
+		}
+	}
+	if v.PoolContext != nil {
+		v.DataGaps = dropGap(v.DataGaps, "pool_context")
 	}
 
 	// One query per signal and window, plus the per-target views: rendered once.
@@ -672,17 +683,18 @@ func valuePtr(m map[string]float64, k string) *float64 {
 	return nil
 }
 
-// besideEngine are series of what runs in front of an engine that the
-// triage does not read, found beside the engine's: each is a stated gap,
-// never silently ignored (docs/engines.md §9).
+// besideEngine are series of what runs in front of an engine, found
+// beside the engine's: each is a stated gap until it is read (Run drops
+// the gap then), never silently ignored (docs/engines.md §9).
 var besideEngine = []struct{ signal, families, reason string }{
 	{"client_view", "dynamo_frontend_time_to_first_token_seconds_count|dynamo_frontend_inter_token_latency_seconds_count",
 		"NVIDIA Dynamo's frontend is scraped beside the engine (dynamo_frontend_time_to_first_token_seconds, " +
 			"dynamo_frontend_inter_token_latency_seconds) but its series could not be read for this scope: the headline " +
 			"is the engine's, and time between the frontend and the engine is judged from the engine's series only"},
-	{"pool_context", "inference_pool_average_queue_size|inference_pool_average_kv_cache_utilization",
+	{"pool_context", "inference_pool_average_queue_size|inference_pool_average_kv_cache_utilization|inference_pool_ready_pods",
 		"the endpoint picker's pool averages are scraped beside the engine (inference_pool_average_queue_size, " +
-			"inference_pool_average_kv_cache_utilization): they are not read; the engine's own queue and KV series are"},
+			"inference_pool_average_kv_cache_utilization, inference_pool_ready_pods) but could not be read for this scope: " +
+			"the verdict has no pool context, only the engine's own queue and KV series"},
 }
 
 // besideEngineGaps runs one query of every scope's series (Options.Shared:

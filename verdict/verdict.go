@@ -108,6 +108,11 @@ type Verdict struct {
 	// Cohort says the scope slowed together with others that share a
 	// label (a fleet daemon's cross-scope view); nil otherwise.
 	Cohort *Cohort `json:"cohort,omitempty"`
+	// PoolContext is the endpoint picker's averages over the InferencePool
+	// the scope serves in: context for the reader (is the whole pool
+	// saturated or only this replica?), not evidence the walk reads; nil
+	// when no pool series were read.
+	PoolContext *PoolContext `json:"pool_context,omitempty"`
 	// Requests are the slowest individual requests with their breakdown (from traces).
 	Requests []Request `json:"requests,omitempty"`
 	// Signals holds every evaluated signal value; filled only when explaining.
@@ -171,8 +176,22 @@ type Comparison struct {
 	BaselineBucket *Bucket `json:"baseline_bucket,omitempty"`
 	// Source names where the values were read when not the engine's own
 	// series: "dynamo_frontend" for NVIDIA Dynamo's frontend, the client's
-	// view (docs/engines.md §9.3); empty for the engine.
+	// view (docs/engines.md §9.4); "endpoint_picker" for the pool context's
+	// rows; empty for the engine.
 	Source string `json:"source,omitempty"`
+}
+
+// PoolContext is one InferencePool's averages as the endpoint picker
+// reports them (docs/engines.md §9.5).
+type PoolContext struct {
+	// Pool is the InferencePool's name (the series' `name` label).
+	Pool string `json:"pool"`
+	// Namespace is the pool series' namespace label, when they carry one.
+	Namespace string `json:"namespace,omitempty"`
+	// Rows are the pool's average queue size, average KV cache usage and
+	// ready pods, now and in the baseline, each with Source
+	// "endpoint_picker"; a row without a value in either window is left out.
+	Rows []Comparison `json:"rows"`
 }
 
 // Bucket is one histogram bucket, (Lower, Upper], in the signal's unit.

@@ -54,6 +54,9 @@ func Markdown(w io.Writer, v *verdict.Verdict, opts Options) (err error) {
 	} else if a.NoCause {
 		p("No cause could be ranked: see the data gaps for the series that would have told.\n\n")
 	}
+	if s := PoolContextLine(v); s != "" {
+		p("%s\n\n", mdEscape(s))
+	}
 	if split := splitSummary(v, " · "); split != "" {
 		p("**%s**\n\n", mdEscape(split))
 	}

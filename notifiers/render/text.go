@@ -209,6 +209,9 @@ func Text(w io.Writer, v *verdict.Verdict, opts Options) error {
 	} else if a.NoCause {
 		t.line(0, 2, ansiYellow, "No cause could be ranked: see the data gaps for the series that would have told.")
 	}
+	if s := PoolContextLine(v); s != "" {
+		t.line(0, 2, "", s)
+	}
 	if s := splitSummary(v, " · "); s != "" {
 		t.blank()
 		t.line(0, 2, ansiBold, s)
