@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/common/model"
 
+	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/verdict"
 )
@@ -87,17 +88,7 @@ func readClientView(ctx context.Context, opts *Options, scope map[string]string,
 		return strings.Join(parts, " or ")
 	}
 	read := func(expr string, at time.Time) (map[string]float64, error) {
-		v, _, err := opts.Metrics.Query(ctx, expr, at)
-		if err != nil {
-			return nil, err
-		}
-		out := map[string]float64{}
-		for _, s := range v {
-			if f := float64(s.Value); !math.IsNaN(f) && !math.IsInf(f, 0) {
-				out[string(s.Metric["signal"])] = f
-			}
-		}
-		return out, nil
+		return signalValues(ctx, opts.Metrics, expr, at)
 	}
 	now, err := read(build(!hasModel), opts.At)
 	if err != nil {
@@ -171,4 +162,20 @@ func applyClientView(v *verdict.Verdict, cv *clientView, engineNow, engineBase m
 		out.Ratio = &r
 	}
 	v.Headline = append(v.Headline[:at+1], append([]verdict.Comparison{out}, v.Headline[at+1:]...)...)
+}
+
+// signalValues runs expr, a union of label_replace'd parts, and returns
+// each part's finite value by its "signal" label.
+func signalValues(ctx context.Context, m query.Metrics, expr string, at time.Time) (map[string]float64, error) {
+	v, _, err := m.Query(ctx, expr, at)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, s := range v {
+		if f := float64(s.Value); !math.IsNaN(f) && !math.IsInf(f, 0) {
+			out[string(s.Metric["signal"])] = f
+		}
+	}
+	return out, nil
 }

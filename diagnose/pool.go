@@ -3,7 +3,6 @@ package diagnose
 import (
 	"context"
 	"fmt"
-	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -110,17 +109,7 @@ func readPoolContext(ctx context.Context, opts *Options, scope map[string]string
 		parts[i] = `label_replace(` + e + `, "signal", "` + c.signal + `", "", "")`
 	}
 	read := func(at time.Time) (map[string]float64, error) {
-		v, _, err := opts.Metrics.Query(ctx, strings.Join(parts, " or "), at)
-		if err != nil {
-			return nil, err
-		}
-		out := map[string]float64{}
-		for _, s := range v {
-			if f := float64(s.Value); !math.IsNaN(f) && !math.IsInf(f, 0) {
-				out[string(s.Metric["signal"])] = f
-			}
-		}
-		return out, nil
+		return signalValues(ctx, opts.Metrics, strings.Join(parts, " or "), at)
 	}
 	now, err := read(opts.At)
 	if err != nil {

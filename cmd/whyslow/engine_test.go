@@ -59,15 +59,8 @@ func TestUnknownEngineFromMap(t *testing.T) {
 	if gv.Engine != "myengine" || gv.Status != verdict.StatusAnomaly || len(gv.Causes) == 0 {
 		t.Fatalf("engine %q, status %s, %d causes; want myengine, anomaly, a cause", gv.Engine, gv.Status, len(gv.Causes))
 	}
-	ids := func(v *verdict.Verdict) []string {
-		var out []string
-		for _, c := range v.Causes {
-			out = append(out, c.ID)
-		}
-		return out
-	}
-	if !slices.Equal(ids(gv), ids(wv)) {
-		t.Errorf("causes %v with the myengine map, %v with the vllm map", ids(gv), ids(wv))
+	if !slices.Equal(causeIDList(gv), causeIDList(wv)) {
+		t.Errorf("causes %v with the myengine map, %v with the vllm map", causeIDList(gv), causeIDList(wv))
 	}
 }
 
@@ -98,18 +91,11 @@ func TestRenamedShapes(t *testing.T) {
 			if gv.Engine != c.engine || shape != c.shape {
 				t.Fatalf("read as %s/%s, want %s/%s\n%s", gv.Engine, shape, c.engine, c.shape, got.stderr)
 			}
-			ids := func(v *verdict.Verdict) []string {
-				var out []string
-				for _, c := range v.Causes {
-					out = append(out, c.ID)
-				}
-				return out
-			}
-			if gv.Status != wv.Status || !slices.Equal(ids(gv), ids(wv)) {
-				t.Errorf("renamed: %s %v; original: %s %v", gv.Status, ids(gv), wv.Status, ids(wv))
+			if gv.Status != wv.Status || !slices.Equal(causeIDList(gv), causeIDList(wv)) {
+				t.Errorf("renamed: %s %v; original: %s %v", gv.Status, causeIDList(gv), wv.Status, causeIDList(wv))
 			}
 			if c.incident == "arrival_surge" && (len(gv.Causes) == 0 || gv.Causes[0].ID != "queue_saturation") {
-				t.Errorf("surge: causes %v, want queue_saturation first", ids(gv))
+				t.Errorf("surge: causes %v, want queue_saturation first", causeIDList(gv))
 			}
 			if c.incident == "healthy" && gv.Status != verdict.StatusHealthy {
 				t.Errorf("healthy: status %s", gv.Status)
@@ -329,18 +315,11 @@ func TestDataParallelBundle(t *testing.T) {
 			if gv.Engine != "vllm" || gv.EngineShape == nil || gv.EngineShape.Name != "v1" {
 				t.Fatalf("read as %s/%+v, want vllm/v1", gv.Engine, gv.EngineShape)
 			}
-			ids := func(v *verdict.Verdict) []string {
-				var out []string
-				for _, c := range v.Causes {
-					out = append(out, c.ID)
-				}
-				return out
-			}
-			if gv.Status != wv.Status || !slices.Equal(ids(gv), ids(wv)) {
-				t.Errorf("DP=2: %s %v; single engine: %s %v", gv.Status, ids(gv), wv.Status, ids(wv))
+			if gv.Status != wv.Status || !slices.Equal(causeIDList(gv), causeIDList(wv)) {
+				t.Errorf("DP=2: %s %v; single engine: %s %v", gv.Status, causeIDList(gv), wv.Status, causeIDList(wv))
 			}
 			if incident == "arrival_surge" && (len(gv.Causes) == 0 || gv.Causes[0].ID != "queue_saturation") {
-				t.Errorf("surge: causes %v, want queue_saturation first", ids(gv))
+				t.Errorf("surge: causes %v, want queue_saturation first", causeIDList(gv))
 			}
 			now := func(v *verdict.Verdict, name string) float64 {
 				for _, s := range v.Signals {
@@ -358,4 +337,13 @@ func TestDataParallelBundle(t *testing.T) {
 			}
 		})
 	}
+}
+
+// causeIDList are a verdict's cause IDs, most likely first.
+func causeIDList(v *verdict.Verdict) []string {
+	var out []string
+	for _, c := range v.Causes {
+		out = append(out, c.ID)
+	}
+	return out
 }
