@@ -347,3 +347,50 @@ func causeIDList(v *verdict.Verdict) []string {
 	}
 	return out
 }
+
+// TestSanitizedSGLangSimulated: no recorded SGLang surge exists, so the
+// simulator records one (and a healthy hour) with SGLang's names; with
+// ':' rewritten to '_' the surge is an anomaly with queue_saturation
+// first, the healthy hour healthy, each read as SGLang's sanitized shape
+// with the verdict the original names give.
+func TestSanitizedSGLangSimulated(t *testing.T) {
+	for _, scenario := range []string{"arrival_surge", "healthy"} {
+		t.Run(scenario, func(t *testing.T) {
+			src := t.TempDir()
+			if r := runCLI(t, "sim", "record", "--scenario", scenario, "--seed", "3", "--policy", "sglang", "--trim", "--out", src); r.code != exitOK {
+				t.Fatalf("sim record: exit %d: %s", r.code, r.stderr)
+			}
+			om, err := os.ReadFile(filepath.Join(src, "metrics.om"))
+			inc, err2 := os.ReadFile(filepath.Join(src, "incident.yaml"))
+			if err := errors.Join(err, err2); err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			inc = regexp.MustCompile(`(?m)^engine: .*\n`).ReplaceAll(inc, nil)
+			err = errors.Join(os.WriteFile(filepath.Join(dir, "metrics.om"), []byte(strings.ReplaceAll(string(om), "sglang:", "sglang_")), 0o644),
+				os.WriteFile(filepath.Join(dir, "incident.yaml"), inc, 0o644))
+			if err != nil {
+				t.Fatal(err)
+			}
+			wv := decodeVerdict(t, runCLI(t, "why", "--bundle", src, "--output", "json").stdout)
+			got := runCLI(t, "why", "--bundle", dir, "--output", "json")
+			gv := decodeVerdict(t, got.stdout)
+			if gv.Engine != "sglang" || gv.EngineShape == nil || gv.EngineShape.Name != "sanitized" {
+				t.Fatalf("read as %s/%+v, want sglang/sanitized\n%s", gv.Engine, gv.EngineShape, got.stderr)
+			}
+			if gv.Status != wv.Status || !slices.Equal(causeIDList(gv), causeIDList(wv)) {
+				t.Errorf("sanitized: %s %v; original: %s %v", gv.Status, causeIDList(gv), wv.Status, causeIDList(wv))
+			}
+			switch scenario {
+			case "arrival_surge":
+				if gv.Status != verdict.StatusAnomaly || len(gv.Causes) == 0 || gv.Causes[0].ID != "queue_saturation" {
+					t.Errorf("surge: %s %v, want anomaly with queue_saturation first", gv.Status, causeIDList(gv))
+				}
+			case "healthy":
+				if gv.Status != verdict.StatusHealthy || got.code != exitOK {
+					t.Errorf("healthy: %s, exit %d", gv.Status, got.code)
+				}
+			}
+		})
+	}
+}
