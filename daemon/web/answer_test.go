@@ -54,6 +54,7 @@ func TestAnswerOnPage(t *testing.T) {
 	for name, p := range map[string]Page{
 		"saved":   VerdictPage{Site: Site{Standalone: true, Now: t0, Refresh: RefreshSeconds}, Verdict: section},
 		"sign-in": LoginPage{Site: Site{Now: t0}},
+		"index":   Index(Site{Now: t0, Refresh: RefreshSeconds}, nil, TriageForm{}),
 	} {
 		if html := renderPage(t, p); strings.Contains(html, `http-equiv="refresh"`) {
 			t.Errorf("%s page refreshes itself", name)

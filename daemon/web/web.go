@@ -134,6 +134,7 @@ const MaxResolved = 20
 // Index lays out the index from the daemon's incidents.
 func Index(site Site, incidents []incident.Incident, form TriageForm) IndexPage {
 	p := IndexPage{Site: site, Form: form}
+	p.Site.Refresh = 0 // it holds the triage form: a reload would lose what is typed
 	var open, resolved []incident.Incident
 	for _, in := range incidents {
 		if in.Status == incident.IncidentOpen {
