@@ -150,3 +150,7 @@ func yamlError(file string, err error, errs *Errors) {
 }
 
 var identRe = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+
+// metricNameRe is Prometheus's metric name syntax (model.MetricNameRE in
+// prometheus/common, legacy validation).
+var metricNameRe = regexp.MustCompile(`^[a-zA-Z_:][a-zA-Z0-9_:]*$`)

@@ -99,6 +99,11 @@ type builder struct {
 	chainPos []chainRef
 	// shapeList holds the engine file's shapes, in file order.
 	shapeList []*Shape
+	// shared holds the `shared:` expressions (every engine map's unless it
+	// maps the signal itself), sharedOrder their names in file order.
+	shared      map[string]mapped
+	sharedOrder []string
+	gpuJoinPos  Pos
 	// rawVerdict fields keep the last definition and its position.
 	verdict map[string]Expr
 }
@@ -153,6 +158,8 @@ func (b *builder) file(f File) {
 			b.rs.Detect = &Signal{Name: "detect", Expr: d.str(v, "", "detect"), Pos: d.pos(v)}
 		},
 		"order":              func(k, v *yaml.Node) { b.rs.Order = d.int(v, "", "order") },
+		"gpu_join":           func(k, v *yaml.Node) { b.gpuJoin(d, v) },
+		"shared":             func(k, v *yaml.Node) { b.sharedSection(d, v) },
 		"signals":            func(k, v *yaml.Node) { b.signals(d, v, engineFile) },
 		"steps":              func(k, v *yaml.Node) { b.stepList(d, v) },
 		"causes":             func(k, v *yaml.Node) { b.causes(d, v) },
@@ -163,6 +170,67 @@ func (b *builder) file(f File) {
 		"shapes":             func(k, v *yaml.Node) { b.shapes(d, v) },
 		"verdict":            func(k, v *yaml.Node) { b.verdictBlock(d, v) },
 	})
+}
+
+// gpuJoin reads a map's `gpu_join:`: the series, one per target, that
+// restricts GPU counters to the scope's targets ({{.GPUJoin}}).
+func (b *builder) gpuJoin(d *decoder, v *yaml.Node) {
+	name := d.str(v, "", "gpu_join")
+	switch {
+	case name == "":
+		return
+	case !metricNameRe.MatchString(name):
+		d.errorf(v, "", "gpu_join: %q is not a metric name (want e.g. vllm:num_requests_running)", name)
+	case b.rs.GPUJoin != "" && b.rs.GPUJoin != name:
+		d.errorf(v, "", "gpu_join: %q conflicts with %q set at %s", name, b.rs.GPUJoin, b.gpuJoinPos)
+	default:
+		b.rs.GPUJoin, b.gpuJoinPos = name, d.pos(v)
+	}
+}
+
+// sharedSection reads a `shared:` mapping of signal name to a PromQL
+// template that every engine map gets unless it maps the signal itself
+// (rulesets/gpu.yaml: the GPU counters, joined with {{.GPUJoin}}).
+func (b *builder) sharedSection(d *decoder, n *yaml.Node) {
+	if n.Kind != yaml.MappingNode {
+		d.errorf(n, "", "shared: expected a mapping of signal name to PromQL, got %s", kindName(n))
+		return
+	}
+	if b.shared == nil {
+		b.shared = map[string]mapped{}
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		ctx := fmt.Sprintf("shared signal %q", k.Value)
+		if !identRe.MatchString(k.Value) {
+			d.errorf(k, ctx, "name must match %s", identRe)
+			continue
+		}
+		if v.Kind != yaml.ScalarNode || v.Tag == "!!null" {
+			d.errorf(v, ctx, "expected a PromQL expression, got %s", kindName(v))
+			continue
+		}
+		if prev, ok := b.shared[k.Value]; ok {
+			d.errorf(k, ctx, "duplicate shared signal (first at %s)", prev.keyPos)
+			continue
+		}
+		b.shared[k.Value] = mapped{expr: v.Value, pos: d.pos(v), keyPos: d.pos(k), engineFile: true}
+		b.sharedOrder = append(b.sharedOrder, k.Value)
+	}
+}
+
+// addShared gives the map the shared expressions it does not write itself.
+// One that joins on {{.GPUJoin}} needs the map's gpu_join: without it the
+// signal stays the engine's gap, as if the map left it out.
+func (b *builder) addShared() {
+	for _, name := range b.sharedOrder {
+		m := b.shared[name]
+		if _, own := b.exprs[name]; own || (b.rs.GPUJoin == "" && strings.Contains(m.expr, ".GPUJoin")) {
+			continue
+		}
+		b.exprs[name] = m
+		b.mapOrder = append(b.mapOrder, name)
+	}
 }
 
 // detectorSection checks the shape of a map's `detector:` section; the
@@ -292,6 +360,7 @@ type mapped struct {
 // be declared; declared signals without an expression are the engine's gaps.
 func (b *builder) resolveSignals() {
 	rs := b.rs
+	b.addShared()
 	for _, name := range b.mapOrder {
 		m := b.exprs[name]
 		if rs.declared[name] == nil {
@@ -306,7 +375,7 @@ func (b *builder) resolveSignals() {
 			rs.Unmapped = append(rs.Unmapped, s)
 			continue
 		}
-		s.Expr, s.Pos = m.expr, m.pos
+		s.Expr, s.Pos, s.gpuJoin = m.expr, m.pos, rs.GPUJoin
 		if m.engineFile {
 			s.Engine = rs.Engine
 		}

@@ -233,6 +233,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("engine: vllm\nsignals:\n  x:\n    expr: '{{'\n"))
 	f.Add([]byte("steps:\n  - name: a\n    rules:\n      - when: 'now.x >'\n"))
 	f.Add([]byte(shapeMap))
+	f.Add([]byte("engine: e\ngpu_join: e:running\nshared:\n  z: max(avg_over_time(g[{{.Window}}]){{.GPUJoin}})\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		rs, err := Parse(File{Name: "causes.yaml", Data: []byte(causesYAML)}, File{Name: "f.yaml", Data: data})
 		if err == nil && rs == nil {

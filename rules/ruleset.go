@@ -58,6 +58,9 @@ type Ruleset struct {
 	// Series are the engine's own series the triage reads beside its
 	// signals (the map's `series:` section).
 	Series EngineSeries
+	// GPUJoin is the map's `gpu_join:`: the series, one per target, that
+	// {{.GPUJoin}} restricts GPU counters to the scope's targets with.
+	GPUJoin string
 	// Known are the Series of every engine loaded beside this one (the
 	// shipped maps and a user's), in the engine list's order: the joins
 	// that find a target whatever engine serves it. The loader
@@ -138,8 +141,9 @@ type Signal struct {
 	// signal declared with its expression in one place.
 	Engine string
 
-	tmpl  *template.Template
-	shape *Shape // the shape whose names the expression is cut to, if any
+	tmpl    *template.Template
+	shape   *Shape // the shape whose names the expression is cut to, if any
+	gpuJoin string // the map's gpu_join, for {{.GPUJoin}}
 }
 
 // Step is one step of the walk.

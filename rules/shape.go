@@ -201,7 +201,7 @@ func (s *Signal) mapped() (bool, error) {
 	if s.tmpl == nil {
 		return false, nil // its template failed to compile: reported already
 	}
-	q, err := renderSignal(s.tmpl, sampleSelectors[len(sampleSelectors)-1], sampleWindow, nil)
+	q, err := s.render(sampleSelectors[len(sampleSelectors)-1], sampleWindow, nil)
 	if err != nil {
 		return false, err
 	}

@@ -30,8 +30,9 @@ type SignalData struct {
 	// that compare targets inside one scope-level number.
 	Target string
 
-	by   []string // non-nil in per-target mode
-	join string   // the label series of other exporters share with the engine's (the first target label)
+	by      []string // non-nil in per-target mode
+	join    string   // the label series of other exporters share with the engine's (the first target label)
+	gpuJoin string   // the map's gpu_join
 }
 
 // Join restricts series that lack the scope's labels (GPU counters, for one)
@@ -46,6 +47,15 @@ func (d SignalData) Join(metric string) string {
 	return fmt.Sprintf(" and on(%s) %s{%s}", d.join, metric, d.Selector)
 }
 
+// GPUJoin is Join over the map's `gpu_join:` series: how a shared GPU
+// signal (rulesets/gpu.yaml) is restricted to the engine's targets.
+func (d SignalData) GPUJoin() (string, error) {
+	if d.gpuJoin == "" {
+		return "", fmt.Errorf("{{.GPUJoin}} needs the map's gpu_join: (a series with one per target)")
+	}
+	return d.Join(d.gpuJoin), nil
+}
+
 // By renders a grouping clause: `{{.By "le"}}` is `by (le)` for the scope and
 // `by (le, pod)` when the signal is evaluated per target.
 func (d SignalData) By(labels ...string) string {
@@ -56,7 +66,7 @@ func (d SignalData) By(labels ...string) string {
 // Render fills the signal's template for the scope (targetLabels nil) or per
 // target (targetLabels the labels that identify a target, e.g. ["pod"]).
 func (s *Signal) Render(selector, window string, targetLabels []string) (string, error) {
-	q, err := renderSignal(s.tmpl, selector, window, targetLabels)
+	q, err := s.render(selector, window, targetLabels)
 	if err != nil || s.shape == nil {
 		return q, err
 	}
@@ -77,12 +87,13 @@ func recentOf(window string) string {
 	return model.Duration(RecentWindow).String()
 }
 
-func renderSignal(t *template.Template, selector, window string, targetLabels []string) (string, error) {
+// render fills the template before a shape cuts it to its names.
+func (s *Signal) render(selector, window string, targetLabels []string) (string, error) {
 	var buf bytes.Buffer
 	targets := defaultTargets(targetLabels)
 	data := SignalData{Selector: selector, Window: window, Recent: recentOf(window),
-		Target: strings.Join(targets, ", "), by: targetLabels, join: joinLabels(selector, targets[0])}
-	if err := t.Execute(&buf, data); err != nil {
+		Target: strings.Join(targets, ", "), by: targetLabels, join: joinLabels(selector, targets[0]), gpuJoin: s.gpuJoin}
+	if err := s.tmpl.Execute(&buf, data); err != nil {
 		return "", err
 	}
 	return strings.TrimSpace(buf.String()), nil

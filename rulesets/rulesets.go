@@ -29,6 +29,9 @@ var FS embed.FS
 const (
 	CausesFile   = "causes.yaml"
 	RulebookFile = "rulebook.yaml"
+	// SharedFile holds the PromQL every engine map shares (`shared:`, the
+	// GPU counters), instantiated per map with its `gpu_join:`.
+	SharedFile = "gpu.yaml"
 )
 
 // Engines lists the engines with a shipped signal map (a file here named
@@ -145,12 +148,13 @@ func file(name string) (rules.File, error) {
 	return rules.File{Name: name, Data: b}, nil
 }
 
-// Base returns the files every ruleset is built on: the cause catalogue and
-// the rulebook.
+// Base returns the files every ruleset is built on: the cause catalogue,
+// the rulebook and the signals shared by every engine map.
 func Base() []rules.File {
 	c, _ := file(CausesFile)
 	r, _ := file(RulebookFile)
-	return []rules.File{c, r}
+	sh, _ := file(SharedFile)
+	return []rules.File{c, r, sh}
 }
 
 var (
@@ -249,9 +253,9 @@ func Load(engine string, paths ...string) (*rules.Ruleset, error) {
 		hasRulebook = hasRulebook || rules.DeclaresKey(b, "verdict")
 		user = append(user, rules.File{Name: p, Data: b})
 	}
-	files := base[:1]
-	if !hasRulebook {
-		files = base
+	files := base
+	if hasRulebook {
+		files = slices.DeleteFunc(slices.Clone(base), func(f rules.File) bool { return f.Name == RulebookFile })
 	}
 	if !hasEngine {
 		if engine == "" || engine == "auto" {
