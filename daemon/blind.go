@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/detect"
-	"github.com/whyslow/whyslow/rulesets"
 )
 
 // problemBlind is the readiness problem of a source that answers but
@@ -28,7 +27,7 @@ const engineRecheck = time.Minute
 // engine is known by: each shipped engine's request counts
 // (detect.HistorySeries), read whatever the scope.
 func engineSeriesQueries() []string {
-	engines, err := detect.ReadEngines(rulesets.FS, rulesets.Engines)
+	engines, err := detect.ReadEngines(engineMaps.Files())
 	if err != nil {
 		return nil // the detector refused them at start already
 	}

@@ -33,7 +33,6 @@ import (
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/rules"
-	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -692,7 +691,7 @@ func (d *Daemon) triagePrepared(ctx context.Context, source string, req TriageRe
 		l := req.Learning
 		v.Learning = &l
 	}
-	diagnose.CheckMixedModels(ctx, d.metrics, rulesets.Series(), v)
+	diagnose.CheckMixedModels(ctx, d.metrics, engineMaps.Series(), v)
 	return v, nil
 }
 

@@ -505,10 +505,14 @@ func mkTemp() (string, error) { return os.MkdirTemp("", "whyslow-outbox-") }
 
 func removeAll(dir string) error { return os.RemoveAll(dir) }
 
-// newDetector is a detector whose built-in signals read the shipped
-// engines' maps.
+// engineMaps are the engine maps the daemon reads: the shipped ones (its
+// config names no map of a user's). One value for the detector, the
+// engine-series check and the mixed-models warning.
+var engineMaps = rulesets.Shipped()
+
+// newDetector is a detector whose built-in signals read the engine maps.
 func newDetector(cfg detect.DetectConfig) (*detect.Detector, error) {
-	engines, err := detect.ReadEngines(rulesets.FS, rulesets.Engines)
+	engines, err := detect.ReadEngines(engineMaps.Files())
 	if err != nil {
 		return nil, err
 	}

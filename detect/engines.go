@@ -2,7 +2,7 @@ package detect
 
 import (
 	"fmt"
-	"io/fs"
+	"iter"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -63,15 +63,11 @@ func ParseEngine(name string, mapYAML []byte) (Engine, error) {
 	return doc.Detector, nil
 }
 
-// ReadEngines reads the `detector:` section of each engine's map,
-// <engine>.yaml in fsys (rulesets.FS), in the order given.
-func ReadEngines(fsys fs.FS, engines []string) ([]Engine, error) {
-	out := make([]Engine, 0, len(engines))
-	for _, name := range engines {
-		b, err := fs.ReadFile(fsys, name+".yaml")
-		if err != nil {
-			return nil, fmt.Errorf("engine %s: %w", name, err)
-		}
+// ReadEngines reads the `detector:` section of each engine's map, in the
+// order given (rulesets.Maps.Files: the shipped maps and a user's).
+func ReadEngines(maps iter.Seq2[string, []byte]) ([]Engine, error) {
+	var out []Engine
+	for name, b := range maps {
 		e, err := ParseEngine(name, b)
 		if err != nil {
 			return nil, err

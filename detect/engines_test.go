@@ -9,9 +9,17 @@ import (
 // order (detect may not import rulesets, which hands them to the daemon).
 func shipped(t testing.TB) []Engine {
 	t.Helper()
-	out, err := ReadEngines(os.DirFS("../rulesets"), []string{"vllm", "sglang", "trtllm"})
-	if err != nil {
-		t.Fatal(err)
+	var out []Engine
+	for _, name := range []string{"vllm", "sglang", "trtllm"} {
+		b, err := os.ReadFile("../rulesets/" + name + ".yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := ParseEngine(name, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, e)
 	}
 	return out
 }

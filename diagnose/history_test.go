@@ -19,7 +19,7 @@ func TestHistoryStart(t *testing.T) {
   unrelated_total 0+1x200
 `)}
 	ctx := context.Background()
-	engines, err := detect.ReadEngines(rulesets.FS, rulesets.Engines)
+	engines, err := detect.ReadEngines(rulesets.Shipped().Files())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -134,6 +134,9 @@ func (b *builder) file(f File) {
 			}
 		}
 	}
+	if engineFile && b.rs.Map.Name == "" {
+		b.rs.Map = f
+	}
 	d.fields(root, "", map[string]func(k, v *yaml.Node){
 		"engine": func(k, v *yaml.Node) {
 			e := d.str(v, "", "engine")

@@ -29,6 +29,9 @@ type Ruleset struct {
 	Order int
 	// Files are the names of the documents the ruleset was built from.
 	Files []string
+	// Map is the engine's signal map (the document with `engine:`): its
+	// other sections (detector, chart) are read from it by their readers.
+	Map File
 	// Detect is a PromQL template whose non-empty result says this engine's
 	// series exist (used when the engine is "auto").
 	Detect *Signal

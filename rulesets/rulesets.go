@@ -65,27 +65,11 @@ func readEngines() []string {
 	return out
 }
 
-// series returns the `series:` section of each shipped map, in Engines
-// order.
-func series() []rules.EngineSeries {
-	out := make([]rules.EngineSeries, 0, len(Engines))
-	for _, e := range Engines {
-		f, _ := file(e + ".yaml")
-		var doc struct {
-			Series rules.EngineSeries `yaml:"series"`
-		}
-		_ = yaml.Unmarshal(f.Data, &doc) // rules.Parse checks the section (TestShippedRulesets)
-		doc.Series.Engine = e
-		out = append(out, doc.Series)
-	}
-	return out
-}
-
 // Series returns the series of every shipped engine, in Engines order:
 // the joins that find a target whatever engine serves it.
 func Series() []rules.EngineSeries { return slices.Clone(shippedSeries) }
 
-var shippedSeries = series()
+var shippedSeries = Shipped().Series()
 
 // withKnown sets the series of every engine known beside rs (the shipped
 // ones, and rs's own when it is not shipped) on rs and its shapes.
@@ -114,22 +98,6 @@ type Panels struct {
 	ITL     []string `yaml:"itl"`
 	KVUsage []string `yaml:"-"`
 	Queue   []string `yaml:"queue"`
-}
-
-// Chart returns the shipped maps' `chart:` sections, in Engines order.
-func Chart() []Panels {
-	out := make([]Panels, 0, len(Engines))
-	for _, e := range Engines {
-		f, _ := file(e + ".yaml")
-		var doc struct {
-			Chart  Panels             `yaml:"chart"`
-			Series rules.EngineSeries `yaml:"series"`
-		}
-		_ = yaml.Unmarshal(f.Data, &doc) // rules.Parse checks the sections (TestShippedRulesets)
-		doc.Chart.Engine, doc.Chart.KVUsage = e, doc.Series.KVUsage
-		out = append(out, doc.Chart)
-	}
-	return out
 }
 
 // OneOf lists names for a message: "a, b or c".
@@ -173,7 +141,7 @@ func Default(engine string) (*rules.Ruleset, error) {
 	}
 	f, err := file(engine + ".yaml")
 	if err != nil || !slices.Contains(Engines, engine) {
-		return nil, fmt.Errorf("no shipped ruleset for engine %q (want %s)", engine, OneOf(Engines...))
+		return nil, Shipped().Unknown(engine)
 	}
 	rs, err := rules.Parse(append(Base(), f)...)
 	if err != nil {
@@ -263,7 +231,7 @@ func Load(engine string, paths ...string) (*rules.Ruleset, error) {
 		}
 		f, err := file(engine + ".yaml")
 		if err != nil {
-			return nil, fmt.Errorf("no shipped signal map for engine %q", engine)
+			return nil, Shipped().Unknown(engine)
 		}
 		files = append(files, f)
 	}

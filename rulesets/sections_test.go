@@ -9,14 +9,15 @@ import (
 // TestEngineSections: every shipped map gives the detector, the chart and
 // the triage's joins their series, and the detector's PromQL parses.
 func TestEngineSections(t *testing.T) {
-	engines, err := detect.ReadEngines(FS, Engines)
+	shipped := Shipped()
+	engines, err := detect.ReadEngines(shipped.Files())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := detect.NewDetector(detect.DetectConfig{}, engines); err != nil {
 		t.Fatal(err)
 	}
-	charts, series := Chart(), Series()
+	charts, series := shipped.Chart(), shipped.Series()
 	for i, e := range Engines {
 		// TGI has no TTFT histogram: its per-request time per token stands.
 		if d := engines[i]; len(d.TTFT)+len(d.ITL) == 0 || len(d.Queue) == 0 || len(d.SuccessVolume) == 0 || len(d.Requests) == 0 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/whyslow/whyslow/notifiers/chart"
 	"github.com/whyslow/whyslow/query"
+	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -16,8 +17,8 @@ import (
 // and queue depth over the incident and baseline windows) from m and writes
 // it as PNG to path, atomically: `whyslow why --chart FILE`. m must still be
 // open (for a bundle, before the embedded store is closed).
-func writeChart(ctx context.Context, m query.Metrics, v *verdict.Verdict, path string) error {
-	d, err := chart.ForVerdict(ctx, m, v, chart.Options{})
+func writeChart(ctx context.Context, m query.Metrics, v *verdict.Verdict, path string, maps *rulesets.Maps) error {
+	d, err := chart.ForVerdict(ctx, m, v, chart.Options{Maps: maps})
 	if err != nil {
 		return err
 	}

@@ -34,7 +34,7 @@ func TestWriteChart(t *testing.T) {
 		Incident: verdict.Window{Start: t0.Add(-5 * time.Minute), End: t0},
 		Baseline: verdict.Window{Start: t0.Add(-65 * time.Minute), End: t0.Add(-time.Hour)}}
 	path := filepath.Join(t.TempDir(), "c.png")
-	if err := writeChart(context.Background(), rampMetrics{}, v, path); err != nil {
+	if err := writeChart(context.Background(), rampMetrics{}, v, path, nil); err != nil {
 		t.Fatal(err)
 	}
 	f, err := os.Open(path)
@@ -45,7 +45,7 @@ func TestWriteChart(t *testing.T) {
 	if _, err := png.Decode(f); err != nil {
 		t.Fatal(err)
 	}
-	if err := writeChart(context.Background(), rampMetrics{}, v, filepath.Join(t.TempDir(), "missing", "c.png")); err == nil {
+	if err := writeChart(context.Background(), rampMetrics{}, v, filepath.Join(t.TempDir(), "missing", "c.png"), nil); err == nil {
 		t.Error("no error for a missing directory")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/whyslow/whyslow/daemon/demo"
 	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/notifiers/render"
+	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/testbed/sim"
 	"github.com/whyslow/whyslow/verdict"
 )
@@ -120,7 +121,7 @@ func demoVerdict(ctx context.Context, scenario string, seed int64, keep string, 
 	if err := loadRulesets(&opts, nil); err != nil {
 		return nil, sim.Truth{}, err
 	}
-	v, err := whyBundle(ctx, dir, bundle.DefaultMaxSeries, opts, nil)
+	v, err := whyBundle(ctx, dir, bundle.DefaultMaxSeries, opts, rulesets.Shipped(), nil)
 	return v, b.Truth, err
 }
 

@@ -17,40 +17,37 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/whyslow/whyslow/collectors/bundle"
+	"github.com/whyslow/whyslow/diagnose"
+	"github.com/whyslow/whyslow/notifiers/chart"
+	"github.com/whyslow/whyslow/query"
+	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/verdict"
 )
 
 // TestUnknownEngineFromMap: adding an engine is adding a map. A map for an
 // engine no Go code names (testdata/engines/myengine.yaml: vLLM's signals over
-// made-up myengine_* names) passes `rules check`, and `why --ruleset` triages a
-// recorded bundle renamed to those names to the verdict the vLLM map gives
-// the original.
+// made-up myengine_* names) passes `rules check`, and every reader of the
+// maps takes it with `why --ruleset`: incident.yaml may name the engine; the
+// triage of a recorded bundle renamed to those names gives the verdict the
+// vLLM map gives the original; the detector's triggers fire on it (why
+// --group-by); the chart draws its panels. Without the map, none of that.
 func TestUnknownEngineFromMap(t *testing.T) {
 	const myMap = "testdata/engines/myengine.yaml"
 	if r := runCLI(t, "rules", "check", myMap); r.code != exitOK {
 		t.Fatalf("rules check: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	src := filepath.Join(incidentsDir, "arrival_surge")
-	dir := t.TempDir()
-	gz, err := os.ReadFile(filepath.Join(src, "metrics.om.gz"))
-	inc, err2 := os.ReadFile(filepath.Join(src, "incident.yaml"))
-	zr, err3 := gzip.NewReader(bytes.NewReader(gz))
-	if err := errors.Join(err, err2, err3); err != nil {
-		t.Fatal(err)
+	dir := renamedBundle(t, "arrival_surge", "vllm:", "myengine_")
+	f, err := os.OpenFile(filepath.Join(dir, "incident.yaml"), os.O_APPEND|os.O_WRONLY, 0)
+	if err == nil {
+		_, err = f.WriteString("engine: myengine\n")
+		err = errors.Join(err, f.Close())
 	}
-	var om strings.Builder
-	if _, err := io.Copy(&om, zr); err != nil {
-		t.Fatal(err)
-	}
-	// incident.yaml names a shipped engine only; the map names this one.
-	inc = regexp.MustCompile(`(?m)^engine: .*\n`).ReplaceAll(inc, nil)
-	err = errors.Join(os.WriteFile(filepath.Join(dir, "metrics.om"), []byte(strings.ReplaceAll(om.String(), "vllm:", "myengine_")), 0o644),
-		os.WriteFile(filepath.Join(dir, "incident.yaml"), inc, 0o644))
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	want := runCLI(t, "why", "--bundle", src, "--output", "json")
+	want := runCLI(t, "why", "--bundle", filepath.Join(incidentsDir, "arrival_surge"), "--output", "json")
 	got := runCLI(t, "why", "--bundle", dir, "--ruleset", myMap, "--output", "json")
 	if got.code != exitCause {
 		t.Fatalf("why with the myengine map: exit %d, want %d\n%s", got.code, exitCause, got.stderr)
@@ -61,6 +58,58 @@ func TestUnknownEngineFromMap(t *testing.T) {
 	}
 	if !slices.Equal(causeIDList(gv), causeIDList(wv)) {
 		t.Errorf("causes %v with the myengine map, %v with the vllm map", causeIDList(gv), causeIDList(wv))
+	}
+	if r := runCLI(t, "why", "--bundle", dir); r.code != exitFailed || !strings.Contains(r.stderr, `unknown engine "myengine"`) || !strings.Contains(r.stderr, "--ruleset FILE") {
+		t.Errorf("without the map: exit %d, %q; want exit %d naming the engine and --ruleset", r.code, r.stderr, exitFailed)
+	}
+
+	// The detector: its triggers fire on the map's series only with the map.
+	fleet := func(args ...string) fleetReport {
+		t.Helper()
+		r := runCLI(t, append([]string{"why", "--bundle", dir, "--group-by", "model_name", "--output", "json"}, args...)...)
+		var rep fleetReport
+		if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+			t.Fatalf("why --group-by %v: exit %d, %v\n%s", args, r.code, err, r.stderr)
+		}
+		return rep
+	}
+	if rep := fleet("--ruleset", myMap); len(rep.Anomalous) != 1 || len(rep.Anomalous[0].Triggers) == 0 || rep.Anomalous[0].Verdict == nil || rep.Anomalous[0].Verdict.Engine != "myengine" {
+		t.Errorf("why --group-by --ruleset: %+v, want one anomalous scope triaged with myengine", rep)
+	}
+	if rep := fleet("--engine", "vllm"); rep.Scopes != 0 {
+		t.Errorf("why --group-by without the map: %d scopes, want none (no shipped map knows myengine_*)", rep.Scopes)
+	}
+
+	// The chart: the map's panels have data only with the map.
+	rs, err := rulesets.Load("", myMap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	maps := rulesets.Shipped().WithUser(rs)
+	drawn := func(ctx context.Context, m query.Metrics, v *verdict.Verdict, o chart.Options) map[string]bool {
+		d, err := chart.ForVerdict(ctx, m, v, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]bool{}
+		for _, p := range d.Panels {
+			out[p.Title] = p.Query != ""
+		}
+		return out
+	}
+	var with, without map[string]bool
+	_, err = whyBundle(t.Context(), dir, bundle.DefaultMaxSeries, diagnose.Options{Engine: "auto", Ruleset: rs}, maps,
+		func(ctx context.Context, m query.Metrics, v *verdict.Verdict) error {
+			with, without = drawn(ctx, m, v, chart.Options{Maps: maps}), drawn(ctx, m, v, chart.Options{})
+			return nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, title := range []string{"TTFT p95", "ITL / TPOT p95", "Queue depth (waiting requests)", "Request rate (first tokens/s)", "Preemptions /s"} {
+		if !with[title] || without[title] {
+			t.Errorf("chart panel %q: data %v with the map, %v without; want only with", title, with[title], without[title])
+		}
 	}
 }
 

@@ -52,6 +52,11 @@ type whyFlags struct {
 	groupBy    string     // why_fleet.go
 	maxScopes  int        // why_fleet.go
 	traces     traceFlags // why_traces.go
+
+	// maps are the engine maps of this run, the shipped ones and those of
+	// --ruleset, built once by whyOptions for every reader: the chart, the
+	// pages, the fleet's detector.
+	maps *rulesets.Maps
 }
 
 func (f *whyFlags) register(fs *flag.FlagSet) {
@@ -153,7 +158,7 @@ func whyVerdict(ctx context.Context, f *whyFlags, stderr io.Writer) (*verdict.Ve
 	}
 	switch {
 	case f.bundle != "":
-		return whyBundle(ctx, f.bundle, f.maxSeries, opts, f.finish)
+		return whyBundle(ctx, f.bundle, f.maxSeries, opts, f.maps, f.finish)
 	case f.server != "":
 		return whyServer(ctx, f, opts)
 	case f.prometheus != "":
@@ -197,6 +202,10 @@ func whyOptions(f *whyFlags) (diagnose.Options, error) {
 	if err := loadRulesets(&opts, f.rulesets); err != nil {
 		return opts, err
 	}
+	f.maps = rulesets.Shipped().WithUser(append(opts.Rulesets, opts.Ruleset)...)
+	if err := knownEngine(f.maps, "--engine", opts.Engine); err != nil {
+		return opts, err
+	}
 	tr, err := openTraces(f)
 	if err != nil {
 		return opts, err
@@ -230,6 +239,15 @@ func loadRulesets(opts *diagnose.Options, files []string) error {
 	// The shipped ones are compiled when the triage runs (shippedRulesets),
 	// once the engine is known: a bundle's incident.yaml may name it.
 	return nil
+}
+
+// knownEngine fails, naming the maps loaded, for an engine (from where:
+// a flag, incident.yaml) that none of them names; "" and auto pass.
+func knownEngine(maps *rulesets.Maps, where, engine string) error {
+	if engine == "" || engine == "auto" || maps.Knows(engine) {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", where, maps.Unknown(engine))
 }
 
 // shippedRulesets fills in the shipped rulesets the engine needs when no
@@ -267,13 +285,13 @@ type finishFunc func(ctx context.Context, m query.Metrics, v *verdict.Verdict) e
 
 // finish writes the --html and --chart files, if asked for.
 func (f *whyFlags) finish(ctx context.Context, m query.Metrics, v *verdict.Verdict) error {
-	if err := f.html.write(ctx, m, v); err != nil {
+	if err := f.html.write(ctx, m, v, f.maps); err != nil {
 		return err
 	}
 	if f.chart == "" {
 		return nil
 	}
-	return writeChart(ctx, m, v, f.chart)
+	return writeChart(ctx, m, v, f.chart, f.maps)
 }
 
 // triageThen runs the triage and then finish (when set) on the same source.
@@ -303,7 +321,7 @@ func openBundle(ctx context.Context, dir string, maxSeries int) (*bundle.Bundle,
 // windows the triage reads are loaded (bundleKeep); a verdict of
 // insufficient data, whose diagnosis searches all the data, is then redone
 // over the whole bundle.
-func whyBundle(ctx context.Context, dir string, maxSeries int, opts diagnose.Options, finish finishFunc) (*verdict.Verdict, error) {
+func whyBundle(ctx context.Context, dir string, maxSeries int, opts diagnose.Options, maps *rulesets.Maps, finish finishFunc) (*verdict.Verdict, error) {
 	keep := func(b *bundle.Bundle) []bundle.Window {
 		o := opts
 		applyIncident(&o, b.Incident)
@@ -321,7 +339,11 @@ func whyBundle(ctx context.Context, dir string, maxSeries int, opts diagnose.Opt
 			o.At = stats.MaxTime
 		}
 		o.Metrics = spannedStore{st}
-		if err := shippedRulesets(&o); err != nil {
+		err = knownEngine(maps, filepath.Join(dir, "incident.yaml")+": engine", o.Engine)
+		if err == nil {
+			err = shippedRulesets(&o)
+		}
+		if err != nil {
 			st.Close()
 			return nil, err
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/whyslow/whyslow/collectors/bundle"
 	"github.com/whyslow/whyslow/diagnose"
+	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/testbed/sim"
 	"github.com/whyslow/whyslow/verdict"
 )
@@ -40,7 +41,7 @@ func TestWhyBundleKeepSameVerdict(t *testing.T) {
 			if err := loadRulesets(&opts, nil); err != nil {
 				t.Fatal(err)
 			}
-			got, err := whyBundle(t.Context(), dir, bundle.DefaultMaxSeries, opts, nil)
+			got, err := whyBundle(t.Context(), dir, bundle.DefaultMaxSeries, opts, rulesets.Shipped(), nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -107,6 +108,9 @@ func runWhyFleet(ctx context.Context, f *whyFlags, stdout, stderr io.Writer) int
 		}
 		defer st.Close()
 		applyIncident(&opts, b.Incident)
+		if err := knownEngine(f.maps, filepath.Join(f.bundle, "incident.yaml")+": engine", opts.Engine); err != nil {
+			return fail(err)
+		}
 		opts.Selector = f.selector // the bundle's scope is one of many here
 		if opts.At.IsZero() {
 			opts.At = stats.MaxTime
@@ -125,7 +129,7 @@ func runWhyFleet(ctx context.Context, f *whyFlags, stdout, stderr io.Writer) int
 	if f.maxScopes < 1 {
 		return fail(fmt.Errorf("--max-scopes %d: want at least 1", f.maxScopes))
 	}
-	rep, err := rankFleet(ctx, opts, splitList(f.groupBy), since, f.window, f.maxScopes)
+	rep, err := rankFleet(ctx, opts, f.maps, splitList(f.groupBy), since, f.window, f.maxScopes)
 	if err != nil {
 		// One line, however many triages an interrupt stopped.
 		return fail(unreachableCause(err))
@@ -156,12 +160,13 @@ func runWhyFleet(ctx context.Context, f *whyFlags, stdout, stderr io.Writer) int
 // with the baseline opts.Baseline back (0: 1h). The history starts at
 // since (zero: asked of the source): with less than the baseline, the
 // ranking and the triages compare with the history there is
-// (detect.ChooseBaseline) and say so.
+// (detect.ChooseBaseline) and say so. The triggers read the detector's
+// part of every engine map of maps (the shipped ones and --ruleset's).
 //
 // Only the first maxScopes anomalous scopes are triaged (NotTriaged counts
 // the rest). An interrupt (ctx done) stops the triages not yet started and
 // returns one error.
-func rankFleet(ctx context.Context, opts diagnose.Options, groupBy []string, since time.Time, window time.Duration, maxScopes int) (*fleetReport, error) {
+func rankFleet(ctx context.Context, opts diagnose.Options, maps *rulesets.Maps, groupBy []string, since time.Time, window time.Duration, maxScopes int) (*fleetReport, error) {
 	// One look judges every scope the answers hold (no rotation over
 	// cycles); the answers keep the detector's max_series.
 	cfg := detect.DetectConfig{GroupBy: groupBy, Selector: opts.Selector, Baseline: opts.Baseline, MaxScopes: math.MaxInt32}
@@ -180,7 +185,7 @@ func rankFleet(ctx context.Context, opts diagnose.Options, groupBy []string, sin
 		return nil, fmt.Errorf("--baseline %s is shorter than the window %s, so the windows overlap",
 			model.Duration(cfg.Baseline), model.Duration(max(cfg.LongWindow, triageWindow)))
 	}
-	engines, err := detect.ReadEngines(rulesets.FS, rulesets.Engines)
+	engines, err := detect.ReadEngines(maps.Files())
 	if err != nil {
 		return nil, err
 	}

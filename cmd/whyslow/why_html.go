@@ -10,6 +10,7 @@ import (
 
 	"github.com/whyslow/whyslow/daemon/web"
 	"github.com/whyslow/whyslow/query"
+	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -36,13 +37,13 @@ func isDir(path string) bool {
 	return err == nil && fi.IsDir()
 }
 
-// write renders v, with its curves from m (nil: none, as for --server), to
-// the file, atomically; nothing without --html.
-func (h *htmlFile) write(ctx context.Context, m query.Metrics, v *verdict.Verdict) error {
+// write renders v, with its curves from m (nil: none, as for --server)
+// over the maps' series, to the file, atomically; nothing without --html.
+func (h *htmlFile) write(ctx context.Context, m query.Metrics, v *verdict.Verdict, maps *rulesets.Maps) error {
 	if h.path == "" {
 		return nil
 	}
-	section := web.Section(ctx, m, v, time.Time{})
+	section := web.Section(ctx, m, v, time.Time{}, maps)
 	if m == nil {
 		section.ChartNote = "No curves: --server answers with the verdict, not the metrics behind it; the daemon's /verdict page has them."
 	}

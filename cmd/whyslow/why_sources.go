@@ -231,7 +231,7 @@ func whyServer(ctx context.Context, f *whyFlags, opts diagnose.Options) (*verdic
 		return nil, fmt.Errorf("whyslow server %s: bad verdict JSON: %w", server, err)
 	}
 	// The daemon keeps the metrics: the page comes without curves.
-	return &v, f.html.write(ctx, nil, &v)
+	return &v, f.html.write(ctx, nil, &v, f.maps)
 }
 
 func bearerToken(f *whyFlags) string {

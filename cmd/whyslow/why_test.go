@@ -373,7 +373,7 @@ func TestWriteChartErrorNamesPath(t *testing.T) {
 		Incident: verdict.Window{Start: t0.Add(-5 * time.Minute), End: t0},
 		Baseline: verdict.Window{Start: t0.Add(-65 * time.Minute), End: t0.Add(-time.Hour)}}
 	path := filepath.Join(t.TempDir(), "missing", "c.png")
-	err := writeChart(context.Background(), rampMetrics{}, v, path)
+	err := writeChart(context.Background(), rampMetrics{}, v, path, nil)
 	if err == nil || !strings.Contains(err.Error(), "write chart "+path+": ") || strings.Contains(err.Error(), ".chart-") {
 		t.Errorf("err = %v, want it to name %s", err, path)
 	}

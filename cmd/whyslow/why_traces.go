@@ -275,13 +275,13 @@ func requestContext(ctx context.Context, f *whyFlags, reqs []requests.RequestBre
 		}
 	}
 	q := requests.PodContextQuery{Selector: f.selector, Pods: pods, Start: lo.Add(-time.Minute), End: hi}
-	known := rulesets.Series()
+	maps := rulesets.Shipped()
 	if len(f.rulesets) > 0 {
 		if rss, err := rulesets.LoadAll(f.rulesets...); err == nil {
-			known = rss[0].Known // a user's map adds its engine
+			maps = maps.WithUser(rss...) // a user's map adds its engine
 		}
 	}
-	diagnose.PodContextGauges(&q, known)
+	diagnose.PodContextGauges(&q, maps.Series())
 	var m query.Metrics
 	if f.bundle != "" {
 		b, st, _, err := openBundle(ctx, f.bundle, f.maxSeries)

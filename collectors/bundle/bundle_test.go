@@ -207,7 +207,7 @@ func TestParseIncident(t *testing.T) {
 		{"bad time", "at: yesterday\n", []string{`incident.yaml:1:5: at: invalid RFC 3339 time "yesterday"`}},
 		{"bad duration", "baseline: soon\n", []string{`incident.yaml:1:11: baseline: invalid duration "soon"`}},
 		{"negative duration", "window: -5m\n", []string{`incident.yaml:1:9: window: duration must be positive`}},
-		{"bad engine", "engine: lmdeploy\n", []string{`incident.yaml:1:9: engine: unknown engine "lmdeploy"`}},
+		{"bad engine", "engine: LM-Deploy\n", []string{`incident.yaml:1:9: engine: "LM-Deploy" is not an engine map's name`}},
 		{"bad selector", "selector: pod=\n", []string{`incident.yaml:1:11: selector: invalid label matchers`}},
 		{"bad bool", "scheduler:\n  chunked_prefill: maybe\n", []string{`incident.yaml:2:20: scheduler.chunked_prefill: expected true or false`}},
 		{"bad int", "scheduler:\n  max_num_seqs: many\n", []string{`incident.yaml:2:17: scheduler.max_num_seqs: expected an integer`}},

@@ -167,7 +167,7 @@ func TestE2EIncidentScenarios(t *testing.T) {
 			ctx := context.Background()
 			// The daemon's detector without the hold: when the signal
 			// crosses both the short and the confirming (long) window.
-			engines, err := detect.ReadEngines(rulesets.FS, rulesets.Engines)
+			engines, err := detect.ReadEngines(rulesets.Shipped().Files())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -26,11 +26,13 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/common/model"
 
 	"github.com/whyslow/whyslow/query"
+	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/verdict"
 )
@@ -110,6 +112,9 @@ type Options struct {
 	// Onset is when the incident opened (the daemon's incident), marked
 	// on ForVerdict's chart when it lies on its time axis; zero: none.
 	Onset time.Time
+	// Maps are the engine maps whose series the panels read (a user's
+	// --ruleset map beside the shipped ones); nil: the shipped maps.
+	Maps *rulesets.Maps
 }
 
 // signal is one panel's definition: alternative expressions, first with
@@ -131,33 +136,43 @@ func quantile95(family string) string {
 	return `histogram_quantile(0.95, sum by (le) (rate(` + family + `_bucket{%s}[%r])))`
 }
 
-// signals are the panels over the series of every engine's map
+// signalsOf are the panels over the series of every engine's map
 // (`chart:`), in the engine list's order, the preemption rate as each
 // engine's map defines it (its signal preemption_rate), and the failed
 // requests (1 − its success_rate; left out for an engine whose map has no
 // success_rate, as SGLang's: no data there is not 0% failed).
-var signals = append(panels(rulesets.Chart()), fromSignal("Preemptions /s", UnitPreempt, "preemption_rate", nil),
-	optional(fromSignal("Failed requests (1 - success rate)", UnitFraction, "success_rate", func(q string) string { return "1 - (" + q + ")" })),
-	// The GPU counters where the targets' GPUs export them (whyslow's
-	// NVML collector or dcgm-exporter), joined to the targets by the map.
-	optional(fromSignal("GPU SM clock (MHz, slowest busy GPU)", UnitMHz, "sm_clock", nil)),
-	optional(fromSignal("GPU DRAM bandwidth (busiest GPU)", UnitFraction, "dram_bw", nil)))
+func signalsOf(m *rulesets.Maps) []signal {
+	rss := m.Rulesets()
+	return append(panels(m.Chart()), fromSignal(rss, "Preemptions /s", UnitPreempt, "preemption_rate", nil),
+		optional(fromSignal(rss, "Failed requests (1 - success rate)", UnitFraction, "success_rate", func(q string) string { return "1 - (" + q + ")" })),
+		// The GPU counters where the targets' GPUs export them (whyslow's
+		// NVML collector or dcgm-exporter), joined to the targets by the map.
+		optional(fromSignal(rss, "GPU SM clock (MHz, slowest busy GPU)", UnitMHz, "sm_clock", nil)),
+		optional(fromSignal(rss, "GPU DRAM bandwidth (busiest GPU)", UnitFraction, "dram_bw", nil)))
+}
+
+// shippedSignals are the panels over the shipped maps, built once.
+var shippedSignals = sync.OnceValue(func() []signal { return signalsOf(rulesets.Shipped()) })
+
+// signals are the panels the options' maps give.
+func (o Options) signals() []signal {
+	if o.Maps == nil {
+		return shippedSignals()
+	}
+	return signalsOf(o.Maps)
+}
 
 func optional(s signal) signal {
 	s.optional = true
 	return s
 }
 
-// fromSignal is a panel over a signal of every shipped engine map that
-// defines it, rendered with the chart's placeholders for the selector and
-// the rate range and passed through wrap when not nil (an engine without
-// the signal adds no alternative).
-func fromSignal(title, unit, name string, wrap func(string) string) signal {
+// fromSignal is a panel over a signal of every engine map that defines
+// it, rendered with the chart's placeholders for the selector and the rate
+// range and passed through wrap when not nil (an engine without the signal
+// adds no alternative).
+func fromSignal(rss []*rules.Ruleset, title, unit, name string, wrap func(string) string) signal {
 	s := signal{title: title, unit: unit}
-	rss, err := rulesets.All()
-	if err != nil {
-		return s // TestShippedRulesets fails on this; the panel says no data
-	}
 	for _, rs := range rss {
 		sig := rs.Signal(name)
 		if sig == nil {
@@ -199,7 +214,7 @@ func panels(maps []rulesets.Panels) []signal {
 func Queries(selector string, o Options) map[string][]string {
 	o = o.withDefaults(time.Hour)
 	out := map[string][]string{}
-	for _, s := range signals {
+	for _, s := range o.signals() {
 		for _, e := range orderFor(s.exprs, o.Engine) {
 			out[s.title] = append(out[s.title], expand(e, selector, o.RateWindow))
 		}
@@ -248,7 +263,7 @@ func Build(ctx context.Context, m query.Metrics, selector string, incident, base
 	d := Data{Incident: incident, Baseline: baseline}
 	var firstErr error
 	haveData := false
-	for _, s := range signals {
+	for _, s := range o.signals() {
 		p := Panel{Title: s.title, Unit: s.unit}
 		for _, e := range orderFor(s.exprs, o.Engine) {
 			expr := expand(e, selector, o.RateWindow)

@@ -127,7 +127,7 @@ func RunEarly(ctx context.Context, c Case, rss []*rules.Ruleset, o EarlyOptions)
 		return nil, fmt.Errorf("%s: load: %w", c, err)
 	}
 	defer st.Close()
-	engines, err := detect.ReadEngines(rulesets.FS, rulesets.Engines)
+	engines, err := detect.ReadEngines(rulesets.Shipped().Files())
 	if err != nil {
 		return nil, err
 	}

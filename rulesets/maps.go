@@ -1,0 +1,160 @@
+package rulesets
+
+import (
+	"fmt"
+	"iter"
+	"slices"
+	"sync"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/whyslow/whyslow/rules"
+)
+
+// Maps are the engine maps one run knows, in the engine list's order: the
+// shipped ones, then a user's (a --ruleset file with `engine:`). One value,
+// built once, is what every reader of the maps takes: the triage's joins
+// (Series), the detector (Files), the chart (Chart, Rulesets).
+type Maps struct {
+	list []engineMap
+	// parsed are the maps' chart and series sections, decoded once.
+	parsed func() []mapSections
+}
+
+func newMaps(list []engineMap) *Maps {
+	m := &Maps{list: list}
+	m.parsed = sync.OnceValue(m.sections)
+	return m
+}
+
+type engineMap struct {
+	engine string
+	file   rules.File
+	// user is a user's ruleset, compiled with the user's files; nil for a
+	// shipped map (compiled on demand by Default).
+	user *rules.Ruleset
+}
+
+// Shipped returns the shipped maps, in Engines order.
+func Shipped() *Maps {
+	var list []engineMap
+	for _, e := range Engines {
+		f, _ := file(e + ".yaml") // Engines lists files that exist
+		list = append(list, engineMap{engine: e, file: f})
+	}
+	return newMaps(list)
+}
+
+// WithUser returns the maps with those of the user's rulesets added: a map
+// for an engine not known yet comes last, one for a known engine (a
+// user's file on top of a shipped map) takes its place. Rulesets without a
+// map are skipped.
+func (m *Maps) WithUser(rss ...*rules.Ruleset) *Maps {
+	list := slices.Clone(m.list)
+	for _, rs := range rss {
+		if rs == nil || rs.Engine == "" || rs.Map.Data == nil {
+			continue
+		}
+		em := engineMap{engine: rs.Engine, file: rs.Map, user: rs}
+		if i := slices.IndexFunc(list, func(x engineMap) bool { return x.engine == rs.Engine }); i >= 0 {
+			list[i] = em
+		} else {
+			list = append(list, em)
+		}
+	}
+	return newMaps(list)
+}
+
+// Engines returns the engines the maps name, in order.
+func (m *Maps) Engines() []string {
+	out := make([]string, len(m.list))
+	for i, em := range m.list {
+		out[i] = em.engine
+	}
+	return out
+}
+
+// Knows reports whether a map names the engine.
+func (m *Maps) Knows(engine string) bool { return slices.Contains(m.Engines(), engine) }
+
+// Unknown is the error for an engine no map names: it lists the maps
+// loaded and says how to add one.
+func (m *Maps) Unknown(engine string) error {
+	var user []string
+	for _, em := range m.list {
+		if em.user != nil && !slices.Contains(Engines, em.engine) {
+			user = append(user, fmt.Sprintf("%s (%s)", em.engine, em.file.Name))
+		}
+	}
+	loaded := "shipped maps " + OneOf(Engines...)
+	if len(user) > 0 {
+		loaded += "; yours: " + OneOf(user...)
+	}
+	return fmt.Errorf("unknown engine %q: no engine map names it (%s); a map for another engine is given with `whyslow why --ruleset FILE`", engine, loaded)
+}
+
+// Files yields each engine and its map's bytes, in order: the detector
+// reads its section from them (detect.ReadEngines).
+func (m *Maps) Files() iter.Seq2[string, []byte] {
+	return func(yield func(string, []byte) bool) {
+		for _, em := range m.list {
+			if !yield(em.engine, em.file.Data) {
+				return
+			}
+		}
+	}
+}
+
+// Rulesets returns each map's compiled ruleset, in order: a user's as it
+// was loaded, a shipped one's by Default. One that does not compile is
+// left out.
+func (m *Maps) Rulesets() []*rules.Ruleset {
+	var out []*rules.Ruleset
+	for _, em := range m.list {
+		rs := em.user
+		if rs == nil {
+			var err error
+			if rs, err = Default(em.engine); err != nil {
+				continue // TestShippedRulesets fails on this
+			}
+		}
+		out = append(out, rs)
+	}
+	return out
+}
+
+// sections decodes each map's `chart:` and `series:` sections, in order;
+// rules.Parse has checked them.
+func (m *Maps) sections() []mapSections {
+	out := make([]mapSections, len(m.list))
+	for i, em := range m.list {
+		_ = yaml.Unmarshal(em.file.Data, &out[i])
+		out[i].Series.Engine = em.engine
+		out[i].Chart.Engine, out[i].Chart.KVUsage = em.engine, out[i].Series.KVUsage
+	}
+	return out
+}
+
+type mapSections struct {
+	Chart  Panels             `yaml:"chart"`
+	Series rules.EngineSeries `yaml:"series"`
+}
+
+// Series returns each map's `series:` section, in order: the joins that
+// find a target whatever engine serves it.
+func (m *Maps) Series() []rules.EngineSeries {
+	var out []rules.EngineSeries
+	for _, s := range m.parsed() {
+		out = append(out, s.Series)
+	}
+	return out
+}
+
+// Chart returns each map's `chart:` section, in order.
+func (m *Maps) Chart() []Panels {
+	var out []Panels
+	for _, s := range m.parsed() {
+		out = append(out, s.Chart)
+	}
+	return out
+}
