@@ -64,25 +64,19 @@ func TestRenderedQueries(t *testing.T) {
 			t.Fatalf("%v (capture with -update)", err)
 		}
 		if got := b.String(); got != string(want) {
-			t.Errorf("%s: rendered PromQL differs from %s:\n%s", rs.Engine, path, firstDiff(string(want), got))
+			t.Errorf("%s: rendered PromQL differs from %s:\n%s", rs.Engine, path, firstEntryDiff(string(want), got))
 		}
 	}
 }
 
-// firstDiff shows the first differing line of two texts.
-func firstDiff(want, got string) string {
-	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
-	for i := 0; i < len(w) || i < len(g); i++ {
-		var wl, gl string
-		if i < len(w) {
-			wl = w[i]
-		}
-		if i < len(g) {
-			gl = g[i]
-		}
-		if wl != gl {
-			return fmt.Sprintf("line %d:\nwant %s\n got %s", i+1, wl, gl)
-		}
+// firstEntryDiff shows the first entry (a header line and its PromQL) that
+// differs between two captures.
+func firstEntryDiff(want, got string) string {
+	w, g := strings.Split(want, "\n\n"), strings.Split(got, "\n\n")
+	w, g = append(w, "(none)"), append(g, "(none)")
+	i := 0
+	for i < len(w)-1 && i < len(g)-1 && w[i] == g[i] {
+		i++
 	}
-	return ""
+	return "want " + w[i] + "\n got " + g[i]
 }
