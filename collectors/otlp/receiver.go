@@ -36,7 +36,9 @@ import (
 )
 
 // Sink receives converted spans. It must not fail: a full store evicts.
-// It takes ownership of the spans' attribute slices, not of the slice itself.
+// It takes ownership of the spans' names and Resource slices; it must copy
+// what it keeps of their Attrs (slices and strings), which are only valid
+// during the call.
 type Sink interface {
 	Append(spans []span.Span)
 }
@@ -359,12 +361,11 @@ func (r *Receiver) ingestProtobuf(body []byte) (*coltracepb.ExportTraceServiceRe
 		d = new(Decoder)
 	}
 	bufp := r.getSpans()
+	defer func() { d.Recycle(); r.decoders.Put(d) }()
 	spans, rej, err := d.Decode((*bufp)[:0], body)
-	seen := d.Seen()
-	r.decoders.Put(d)
 	var fe *FieldError
 	if errors.As(err, &fe) {
-		r.rejected.WithLabelValues("malformed").Add(float64(seen))
+		r.rejected.WithLabelValues("malformed").Add(float64(d.Seen()))
 	}
 	return r.store(bufp, spans, rej, err, "http")
 }

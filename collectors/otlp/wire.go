@@ -5,6 +5,7 @@ import (
 	"math"
 	"strconv"
 	"unicode/utf8"
+	"unsafe"
 
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
@@ -86,8 +87,11 @@ var (
 // A Decoder decodes OTLP protobuf ExportTraceServiceRequest bodies straight
 // into span.Span values, the same spans (and the same errors, in kind) as
 // proto.Unmarshal followed by Convert, without building the request's
-// messages. A Decoder is not safe for concurrent use; reuse one per
-// goroutine, as it keeps the strings that repeat from body to body.
+// messages. Names and resources are the spans' own; attributes are not:
+// they lie in the Decoder's buffer, their string values in the body, valid
+// until the next Decode or Recycle and while the body is unchanged. A
+// Decoder is not safe for concurrent use; reuse one per goroutine, as it
+// keeps the strings that repeat from body to body.
 type Decoder struct {
 	dst      []span.Span
 	scratch  span.Attrs // attributes of the span or resource being decoded
@@ -122,9 +126,8 @@ var errRecursion = errors.New("exceeded maximum recursion depth")
 
 // Decode appends the spans of body to dst, as Convert would append those of
 // the body proto.Unmarshal decodes. A body that does not parse is an error
-// ("invalid protobuf: ..."); a wrong-length id is a *FieldError. Each span's
-// attributes get a slice of their own; the spans of one resource share its
-// Resource slice.
+// ("invalid protobuf: ..."); a wrong-length id is a *FieldError. The spans
+// of one resource share its Resource slice.
 func (d *Decoder) Decode(dst []span.Span, body []byte) ([]span.Span, Rejected, error) {
 	d.dst, d.rej, d.fieldErr, d.seen = dst, Rejected{}, nil, 0
 	if d.keep == nil {
@@ -154,15 +157,21 @@ func (d *Decoder) Decode(dst []span.Span, body []byte) ([]span.Span, Rejected, e
 		}
 		body = body[n:]
 	}
-	clear(d.scratch[:cap(d.scratch)]) // the spans own those strings now
 	return d.dst, d.rej, d.fieldErr
+}
+
+// Recycle drops what the Decoder holds of the last body's spans (their
+// attributes); call it once those are no longer used, before pooling it.
+func (d *Decoder) Recycle() {
+	clear(d.scratch[:cap(d.scratch)])
+	d.scratch = d.scratch[:0]
 }
 
 // resourceSpans decodes ResourceSpans number i: its resource first, wherever
 // it lies in the message, then its scope spans.
 func (d *Decoder) resourceSpans(b []byte, i int) error {
 	path := func() string { return "resourceSpans[" + strconv.Itoa(i) + "]" }
-	d.scratch = d.scratch[:0]
+	resFrom := len(d.scratch)
 	scopes, resAttrs := 0, 0
 	for rest := b; len(rest) > 0; {
 		num, typ, n := consumeTag(rest)
@@ -194,8 +203,9 @@ func (d *Decoder) resourceSpans(b []byte, i int) error {
 	}
 	var res span.Attrs
 	if resAttrs > 0 {
-		res = append(make(span.Attrs, 0, resAttrs), d.scratch...)
+		res = append(make(span.Attrs, 0, resAttrs), d.scratch[resFrom:]...)
 	}
+	d.scratch = d.scratch[:resFrom]
 	if scopes == 0 {
 		return nil
 	}
@@ -378,8 +388,8 @@ func (d *Decoder) span(b []byte, i, j, k int, res span.Attrs) error {
 		b = b[n:]
 	}
 	attrs := d.scratch[attrsFrom:]
-	d.scratch = d.scratch[:attrsFrom]
 	if d.fieldErr != nil {
+		d.scratch = d.scratch[:attrsFrom]
 		return nil // malformed already: only the wire is checked further
 	}
 	for _, id := range []struct {
@@ -389,11 +399,13 @@ func (d *Decoder) span(b []byte, i, j, k int, res span.Attrs) error {
 	}{{s.TraceID[:], traceID, "traceId"}, {s.SpanID[:], spanID, "spanId"}, {s.ParentID[:], parentID, "parentSpanId"}} {
 		if err := copyID(id.dst, id.src, i, j, k, id.field); err != nil {
 			d.fieldErr = err
+			d.scratch = d.scratch[:attrsFrom]
 			return nil
 		}
 	}
 	if why, field := rejectReason(&s, start, end); why != "" {
 		d.rej.add(spanPath(i, j, k, field), why)
+		d.scratch = d.scratch[:attrsFrom]
 		return nil
 	}
 	s.Name = name
@@ -401,7 +413,7 @@ func (d *Decoder) span(b []byte, i, j, k int, res span.Attrs) error {
 	s.Error = code == int32(tracepb.Status_STATUS_CODE_ERROR)
 	s.StartUnixNano, s.EndUnixNano = int64(start), int64(end)
 	if nAttrs > 0 {
-		s.Attrs = append(make(span.Attrs, 0, nAttrs), attrs...)
+		s.Attrs = attrs[:len(attrs):len(attrs)]
 	}
 	s.Resource = res
 	d.dst = append(d.dst, s)
@@ -520,7 +532,7 @@ func (d *Decoder) anyValue(key string, b []byte, resource bool, depth int) (span
 			if !utf8.Valid(v) {
 				return a, errors.New("string value: invalid UTF-8")
 			}
-			a = span.StringAttr(key, string(v))
+			a = span.StringAttr(key, borrow(v))
 		case (num == fAnyBool || num == fAnyInt) && typ == protowire.VarintType:
 			v, n := protowire.ConsumeVarint(rest)
 			if n < 0 {
@@ -578,6 +590,15 @@ func (d *Decoder) protoValue(key string, b []byte, depth int) (span.Attr, error)
 		return span.Attr{}, err
 	}
 	return attrOf(key, &v), nil
+}
+
+// borrow returns b as a string without a copy: b must not change while the
+// string is used.
+func borrow(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
 }
 
 // keepString returns b as a string, shared with earlier bodies when short

@@ -114,12 +114,11 @@ func (sh heapShape) body(e int) []byte {
 	return out
 }
 
-// ingestDecoder decodes as the OTLP receiver's protobuf path does.
-var ingestDecoder otlp.Decoder
-
 // ingest decodes body as the OTLP receiver does and appends the spans to s.
+// The decoder is dropped after each body, so the heap holds only the store.
 func ingest(tb testing.TB, s *Store, body []byte) {
-	spans, rej, err := ingestDecoder.Decode(nil, body)
+	var d otlp.Decoder
+	spans, rej, err := d.Decode(nil, body)
 	if err != nil || rej.Spans > 0 {
 		tb.Fatalf("convert: %v %+v", err, rej)
 	}

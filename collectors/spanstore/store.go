@@ -38,11 +38,11 @@ const (
 	// key and a 16-byte chain in a Go swiss table whose load varies between
 	// 7/16 and 7/8, and whose deleted slots linger until it rehashes:
 	// measured at 52 to 105 bytes an entry (5k to 200k entries, filled,
-	// then churned as a store that evicts churns them). 72 keeps both
+	// then churned as a store that evicts churns them). 70 keeps both
 	// freshly filled and churned stores within 10% (TestHeapMatchesEstimate);
 	// at 78, the middle, fresh ones held 10% less than estimated once the
 	// spans themselves became small.
-	entryBytes = 72
+	entryBytes = 70
 	// smallEntryBytes is charged per entry of the indexes by request id hash
 	// and by second: 8-byte keys, so slots of 25 bytes where those are 33.
 	smallEntryBytes = entryBytes * 25 / 33
@@ -70,7 +70,7 @@ type Options struct {
 	// it, are a constant overhead of at most about 2 MiB (the table of
 	// shared strings: at most 8192 strings of at most 128 bytes, and up to
 	// three partly filled chunks of slots) and the index maps' load factor
-	// swings (about ±30% of their 54 to 72 bytes an entry, several
+	// swings (about ±30% of their 53 to 70 bytes an entry, several
 	// percent of the total). The live heap the store holds is within 10% of Bytes().
 	MaxBytes int64
 	// MaxQuerySpans bounds the spans one SpansBetween returns when its
@@ -238,9 +238,10 @@ var (
 )
 
 // Append adds spans, evicting the oldest as needed to stay within bounds. The
-// store copies each span's name and attributes and keeps its Resource slice
-// (it may rewrite its strings to shared copies and cut long values of both);
-// callers must not modify them afterwards.
+// store copies each span's name and attributes (so they may be reused once
+// Append returns) and keeps its Resource slice, which callers must not
+// modify afterwards (the store may rewrite its strings to shared copies).
+// Long values of both may be cut.
 func (s *Store) Append(spans []span.Span) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -391,10 +392,14 @@ func (s *Store) internString(str string, b int64) (string, int64) {
 	if str == "" {
 		return str, b
 	}
-	if id, ok, added := s.share(str); ok && !added {
+	id, ok, added := s.share(str)
+	if !ok || added {
+		b += strBytes(len(str))
+	}
+	if ok {
 		return s.strs[id], b
 	}
-	return str, b + strBytes(len(str))
+	return str, b
 }
 
 // share returns the table index of str, adding it when it is short and the
@@ -407,6 +412,7 @@ func (s *Store) share(str string) (id uint32, ok, added bool) {
 		return 0, false, false
 	}
 	id = uint32(len(s.strs))
+	str = strings.Clone(str) // the table outlives the span that brought it
 	s.strs = append(s.strs, str)
 	s.strID[str] = id
 	return id, true, true
