@@ -65,6 +65,41 @@ func BenchmarkIngestVsDecode(b *testing.B) {
 	b.ReportMetric(float64(store.Bytes())/float64(max(store.Len(), 1)), "est_bytes/span")
 }
 
+// BenchmarkIngestHTTP measures the OTLP/HTTP protobuf handler alone (read,
+// decode, index into a span store kept full) on 512-span bodies, for its
+// bytes and allocations per export.
+func BenchmarkIngestHTTP(b *testing.B) {
+	const payloads = 8
+	bodies := make([][]byte, payloads)
+	for i := range bodies {
+		req := otlp.TestRequest(4, 128)
+		for _, rs := range req.ResourceSpans {
+			for _, sp := range rs.ScopeSpans[0].Spans {
+				sp.TraceId[0] = byte(i)
+			}
+		}
+		bodies[i], _ = proto.Marshal(req)
+	}
+	store, err := spanstore.New(spanstore.Options{MaxSpans: 20_000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r, err := otlp.New(otlp.Options{Sink: store})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := r.Handler()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if w := otlp.Post(b, h, otlp.ContentProtobuf, "", bodies[i%payloads]); w.Code != http.StatusOK {
+			b.Fatalf("status %d", w.Code)
+		}
+		i++
+	}
+	b.ReportMetric(float64(512*b.N)/b.Elapsed().Seconds(), "spans/s")
+}
+
 // BenchmarkDecodeJSON measures the OTLP/JSON decoder (hex ids) on a
 // 512-span payload.
 func BenchmarkDecodeJSON(b *testing.B) {

@@ -130,6 +130,7 @@ var errRecursion = errors.New("exceeded maximum recursion depth")
 // of one resource share its Resource slice.
 func (d *Decoder) Decode(dst []span.Span, body []byte) ([]span.Span, Rejected, error) {
 	d.dst, d.rej, d.fieldErr, d.seen = dst, Rejected{}, nil, 0
+	d.scratch = d.scratch[:0] // the last body's attributes are done with
 	if d.keep == nil {
 		d.keep = make(map[string]string, 64)
 	}
