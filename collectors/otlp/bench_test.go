@@ -12,16 +12,12 @@ import (
 	"github.com/whyslow/whyslow/collectors/spanstore"
 )
 
-// BenchmarkIngestVsDecode measures, in one run and on one goroutine, the full
-// OTLP/HTTP protobuf ingest (handler: read, decode, convert, index into the
-// span store) and a bare proto.Unmarshal of the same payloads, and reports
-// spans per second for both and their ratio (target: ratio ≤ 2.5).
-func BenchmarkIngestVsDecode(b *testing.B) {
-	const payloads, resources, spansPer = 8, 4, 128
-	bodies := make([][]byte, payloads)
+// benchBodies returns n protobuf export bodies of resources×spansPer spans,
+// with distinct trace ids per body so that the store indexes new traces.
+func benchBodies(n, resources, spansPer int) [][]byte {
+	bodies := make([][]byte, n)
 	for i := range bodies {
 		req := otlp.TestRequest(resources, spansPer)
-		// Distinct trace ids per payload so the store indexes new traces.
 		for _, rs := range req.ResourceSpans {
 			for _, sp := range rs.ScopeSpans[0].Spans {
 				sp.TraceId[0] = byte(i)
@@ -29,8 +25,13 @@ func BenchmarkIngestVsDecode(b *testing.B) {
 		}
 		bodies[i], _ = proto.Marshal(req)
 	}
-	spansPerBody := resources * spansPer
-	store, err := spanstore.New(spanstore.Options{MaxSpans: 200_000})
+	return bodies
+}
+
+// benchHandler returns a span store of maxSpans and the OTLP/HTTP handler
+// that fills it.
+func benchHandler(b *testing.B, maxSpans int) (*spanstore.Store, http.Handler) {
+	store, err := spanstore.New(spanstore.Options{MaxSpans: maxSpans})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -38,7 +39,18 @@ func BenchmarkIngestVsDecode(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	h := r.Handler()
+	return store, r.Handler()
+}
+
+// BenchmarkIngestVsDecode measures, in one run and on one goroutine, the full
+// OTLP/HTTP protobuf ingest (handler: read, decode, convert, index into the
+// span store) and a bare proto.Unmarshal of the same payloads, and reports
+// spans per second for both and their ratio (target: ratio ≤ 2.5).
+func BenchmarkIngestVsDecode(b *testing.B) {
+	const payloads, resources, spansPer = 8, 4, 128
+	bodies := benchBodies(payloads, resources, spansPer)
+	spansPerBody := resources * spansPer
+	store, h := benchHandler(b, 200_000)
 	var ingest, decode time.Duration
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -70,25 +82,8 @@ func BenchmarkIngestVsDecode(b *testing.B) {
 // bytes and allocations per export.
 func BenchmarkIngestHTTP(b *testing.B) {
 	const payloads = 8
-	bodies := make([][]byte, payloads)
-	for i := range bodies {
-		req := otlp.TestRequest(4, 128)
-		for _, rs := range req.ResourceSpans {
-			for _, sp := range rs.ScopeSpans[0].Spans {
-				sp.TraceId[0] = byte(i)
-			}
-		}
-		bodies[i], _ = proto.Marshal(req)
-	}
-	store, err := spanstore.New(spanstore.Options{MaxSpans: 20_000})
-	if err != nil {
-		b.Fatal(err)
-	}
-	r, err := otlp.New(otlp.Options{Sink: store})
-	if err != nil {
-		b.Fatal(err)
-	}
-	h := r.Handler()
+	bodies := benchBodies(payloads, 4, 128)
+	_, h := benchHandler(b, 20_000)
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
