@@ -12,16 +12,12 @@ import (
 	"github.com/whyslow/whyslow/collectors/spanstore"
 )
 
-// BenchmarkIngestVsDecode measures, in one run and on one goroutine, the full
-// OTLP/HTTP protobuf ingest (handler: read, decode, convert, index into the
-// span store) and a bare proto.Unmarshal of the same payloads, and reports
-// spans per second for both and their ratio (target: ratio ≤ 2.5).
-func BenchmarkIngestVsDecode(b *testing.B) {
-	const payloads, resources, spansPer = 8, 4, 128
-	bodies := make([][]byte, payloads)
+// benchBodies returns n protobuf export bodies of resources×spansPer spans,
+// with distinct trace ids per body so that the store indexes new traces.
+func benchBodies(n, resources, spansPer int) [][]byte {
+	bodies := make([][]byte, n)
 	for i := range bodies {
 		req := otlp.TestRequest(resources, spansPer)
-		// Distinct trace ids per payload so the store indexes new traces.
 		for _, rs := range req.ResourceSpans {
 			for _, sp := range rs.ScopeSpans[0].Spans {
 				sp.TraceId[0] = byte(i)
@@ -29,8 +25,13 @@ func BenchmarkIngestVsDecode(b *testing.B) {
 		}
 		bodies[i], _ = proto.Marshal(req)
 	}
-	spansPerBody := resources * spansPer
-	store, err := spanstore.New(spanstore.Options{MaxSpans: 200_000})
+	return bodies
+}
+
+// benchHandler returns a span store of maxSpans and the OTLP/HTTP handler
+// that fills it.
+func benchHandler(b *testing.B, maxSpans int) (*spanstore.Store, http.Handler) {
+	store, err := spanstore.New(spanstore.Options{MaxSpans: maxSpans})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -38,7 +39,18 @@ func BenchmarkIngestVsDecode(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	h := r.Handler()
+	return store, r.Handler()
+}
+
+// BenchmarkIngestVsDecode measures, in one run and on one goroutine, the full
+// OTLP/HTTP protobuf ingest (handler: read, decode, convert, index into the
+// span store) and a bare proto.Unmarshal of the same payloads, and reports
+// spans per second for both and their ratio (target: ratio ≤ 2.5).
+func BenchmarkIngestVsDecode(b *testing.B) {
+	const payloads, resources, spansPer = 8, 4, 128
+	bodies := benchBodies(payloads, resources, spansPer)
+	spansPerBody := resources * spansPer
+	store, h := benchHandler(b, 200_000)
 	var ingest, decode time.Duration
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -63,6 +75,24 @@ func BenchmarkIngestVsDecode(b *testing.B) {
 	b.ReportMetric(decodeRate, "decode_spans/s")
 	b.ReportMetric(decodeRate/ingestRate, "ingest/decode")
 	b.ReportMetric(float64(store.Bytes())/float64(max(store.Len(), 1)), "est_bytes/span")
+}
+
+// BenchmarkIngestHTTP measures the OTLP/HTTP protobuf handler alone (read,
+// decode, index into a span store kept full) on 512-span bodies, for its
+// bytes and allocations per export.
+func BenchmarkIngestHTTP(b *testing.B) {
+	const payloads = 8
+	bodies := benchBodies(payloads, 4, 128)
+	_, h := benchHandler(b, 20_000)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if w := otlp.Post(b, h, otlp.ContentProtobuf, "", bodies[i%payloads]); w.Code != http.StatusOK {
+			b.Fatalf("status %d", w.Code)
+		}
+		i++
+	}
+	b.ReportMetric(float64(512*b.N)/b.Elapsed().Seconds(), "spans/s")
 }
 
 // BenchmarkDecodeJSON measures the OTLP/JSON decoder (hex ids) on a

@@ -5,6 +5,7 @@ package otlp
 import (
 	"encoding/base64"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -72,24 +73,12 @@ func Convert(dst []span.Span, rss []*tracepb.ResourceSpans) ([]span.Span, Reject
 				if err := copyID(s.ParentID[:], sp.ParentSpanId, i, j, k, "parentSpanId"); err != nil {
 					return dst, rej, err
 				}
-				switch {
-				case s.TraceID.IsZero():
-					rej.add(spanPath(i, j, k, "traceId"), "missing or all-zero trace id")
-					continue
-				case s.SpanID.IsZero():
-					rej.add(spanPath(i, j, k, "spanId"), "missing or all-zero span id")
-					continue
-				case sp.StartTimeUnixNano == 0 || sp.StartTimeUnixNano > 1<<63-1 || sp.EndTimeUnixNano > 1<<63-1:
-					rej.add(spanPath(i, j, k, "startTimeUnixNano"), "start time missing or out of range")
-					continue
-				case sp.EndTimeUnixNano < sp.StartTimeUnixNano:
-					rej.add(spanPath(i, j, k, "endTimeUnixNano"), "end before start")
+				if why, field := rejectReason(&s, sp.StartTimeUnixNano, sp.EndTimeUnixNano); why != "" {
+					rej.add(spanPath(i, j, k, field), why)
 					continue
 				}
 				s.Name = sp.Name
-				if sp.Kind >= 0 && sp.Kind <= tracepb.Span_SPAN_KIND_CONSUMER {
-					s.Kind = span.SpanKind(sp.Kind)
-				}
+				s.Kind = kindOf(int32(sp.Kind))
 				s.Error = sp.Status != nil && sp.Status.Code == tracepb.Status_STATUS_CODE_ERROR
 				s.StartUnixNano = int64(sp.StartTimeUnixNano)
 				s.EndUnixNano = int64(sp.EndTimeUnixNano)
@@ -102,6 +91,31 @@ func Convert(dst []span.Span, rss []*tracepb.ResourceSpans) ([]span.Span, Reject
 		}
 	}
 	return dst, rej, nil
+}
+
+// rejectReason says why a span with well-formed ids is dropped, and the
+// field at fault; "" keeps it.
+func rejectReason(s *span.Span, start, end uint64) (why, field string) {
+	switch {
+	case s.TraceID.IsZero():
+		return "missing or all-zero trace id", "traceId"
+	case s.SpanID.IsZero():
+		return "missing or all-zero span id", "spanId"
+	case start == 0 || start > math.MaxInt64 || end > math.MaxInt64:
+		return "start time missing or out of range", "startTimeUnixNano"
+	case end < start:
+		return "end before start", "endTimeUnixNano"
+	}
+	return "", ""
+}
+
+// kindOf maps an OTLP span kind; values beyond the known ones are
+// unspecified.
+func kindOf(k int32) span.SpanKind {
+	if k >= 0 && k <= int32(tracepb.Span_SPAN_KIND_CONSUMER) {
+		return span.SpanKind(k)
+	}
+	return span.SpanKindUnspecified
 }
 
 // copyID copies an id; a missing id stays zero (and its span is rejected

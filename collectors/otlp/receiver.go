@@ -36,7 +36,9 @@ import (
 )
 
 // Sink receives converted spans. It must not fail: a full store evicts.
-// It takes ownership of the spans' attribute slices, not of the slice itself.
+// It takes ownership of the spans' names and Resource slices; it must copy
+// what it keeps of their Attrs (slices and strings), which are only valid
+// during the call.
 type Sink interface {
 	Append(spans []span.Span)
 }
@@ -108,6 +110,7 @@ type Receiver struct {
 	inFlight chan struct{}
 	budget   *httplimit.Budget
 	spanPool sync.Pool
+	decoders sync.Pool // *Decoder
 	gzPool   sync.Pool
 
 	received  *prometheus.CounterVec
@@ -345,11 +348,39 @@ func (r *Receiver) release() { <-r.inFlight }
 // ingest converts and stores one decoded request. It returns the partial
 // success, or a *FieldError for a malformed request.
 func (r *Receiver) ingest(req *coltracepb.ExportTraceServiceRequest, transport string) (*coltracepb.ExportTraceServiceResponse, error) {
+	bufp := r.getSpans()
+	spans, rej, err := Convert((*bufp)[:0], req.ResourceSpans)
+	return r.store(bufp, spans, rej, err, transport)
+}
+
+// ingestProtobuf decodes an OTLP/HTTP protobuf body straight into spans and
+// stores them, as ingest does a decoded request.
+func (r *Receiver) ingestProtobuf(body []byte) (*coltracepb.ExportTraceServiceResponse, error) {
+	d, _ := r.decoders.Get().(*Decoder)
+	if d == nil {
+		d = new(Decoder)
+	}
+	bufp := r.getSpans()
+	defer func() { d.Recycle(); r.decoders.Put(d) }()
+	spans, rej, err := d.Decode((*bufp)[:0], body)
+	var fe *FieldError
+	if errors.As(err, &fe) {
+		r.rejected.WithLabelValues("malformed").Add(float64(d.Seen()))
+	}
+	return r.store(bufp, spans, rej, err, "http")
+}
+
+func (r *Receiver) getSpans() *[]span.Span {
 	bufp, _ := r.spanPool.Get().(*[]span.Span)
 	if bufp == nil {
 		bufp = new([]span.Span)
 	}
-	spans, rej, err := Convert((*bufp)[:0], req.ResourceSpans)
+	return bufp
+}
+
+// store hands converted spans to the sink and returns the partial success;
+// a conversion error stores nothing.
+func (r *Receiver) store(bufp *[]span.Span, spans []span.Span, rej Rejected, err error, transport string) (*coltracepb.ExportTraceServiceResponse, error) {
 	if err != nil {
 		r.putSpans(bufp, spans)
 		return nil, err
@@ -488,24 +519,21 @@ func (r *Receiver) handleHTTP(w http.ResponseWriter, req *http.Request) (*coltra
 		return nil, &httpError{http.StatusServiceUnavailable, "overloaded", "too many exports in flight; retry later"}
 	}
 	defer r.release()
-	var er *coltracepb.ExportTraceServiceRequest
+	var resp *coltracepb.ExportTraceServiceResponse
 	if mt == contentJSON {
-		er, err = DecodeJSON(body, IDHex)
+		var er *coltracepb.ExportTraceServiceRequest
+		if er, err = DecodeJSON(body, IDHex); err == nil {
+			if resp, err = r.ingest(er, "http"); err != nil {
+				r.rejected.WithLabelValues("malformed").Add(float64(countSpans(er)))
+			}
+		}
 	} else {
-		er = &coltracepb.ExportTraceServiceRequest{}
-		err = proto.Unmarshal(body, er)
-		if err != nil {
-			err = fmt.Errorf("invalid protobuf: %w", err)
-		}
+		resp, err = r.ingestProtobuf(body)
 	}
-	if err == nil {
-		var resp *coltracepb.ExportTraceServiceResponse
-		if resp, err = r.ingest(er, "http"); err == nil {
-			return resp, nil
-		}
-		r.rejected.WithLabelValues("malformed").Add(float64(countSpans(er)))
+	if err != nil {
+		return nil, &httpError{http.StatusBadRequest, "malformed", err.Error()}
 	}
-	return nil, &httpError{http.StatusBadRequest, "malformed", err.Error()}
+	return resp, nil
 }
 
 // readBody reads the body, gunzipping it when asked, within the size limit

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -37,7 +38,13 @@ type recorder struct {
 func (r *recorder) Append(spans []span.Span) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.spans = append(r.spans, spans...)
+	for _, sp := range spans {
+		sp.Attrs = slices.Clone(sp.Attrs)
+		for i := range sp.Attrs {
+			sp.Attrs[i].Str = strings.Clone(sp.Attrs[i].Str)
+		}
+		r.spans = append(r.spans, sp)
+	}
 }
 
 func (r *recorder) all() []span.Span {

@@ -5,6 +5,7 @@ package spanstore
 
 import (
 	"context"
+	"hash/maphash"
 	"slices"
 	"strings"
 	"sync"
@@ -33,13 +34,18 @@ const RequestIDKey = "gen_ai.request.id"
 
 const (
 	bucketWidth = int64(time.Second)
-	// entryBytes is charged per entry of the three index maps (by trace id,
-	// by request id, by second). An entry is a 16-byte key and a 16-byte
-	// chain in a Go swiss table whose load varies between 7/16 and 7/8, and
-	// whose deleted slots linger until it rehashes: measured at 52 to 105
-	// bytes an entry (5k to 200k entries, filled, then churned as a store
-	// that evicts churns them); 78 is the middle.
-	entryBytes = 78
+	// entryBytes is charged per entry of the index by trace id: a 16-byte
+	// key and a 16-byte chain in a Go swiss table whose load varies between
+	// 7/16 and 7/8, and whose deleted slots linger until it rehashes:
+	// measured at 52 to 105 bytes an entry (5k to 200k entries, filled,
+	// then churned as a store that evicts churns them). 70 keeps both
+	// freshly filled and churned stores within 10% (TestHeapMatchesEstimate);
+	// at 78, the middle, fresh ones held 10% less than estimated once the
+	// spans themselves became small.
+	entryBytes = 70
+	// smallEntryBytes is charged per entry of the indexes by request id hash
+	// and by second: 8-byte keys, so slots of 25 bytes where those are 33.
+	smallEntryBytes = entryBytes * 25 / 33
 	// chunkLen is how many slots one chunk of the span buffer holds. Chunks
 	// are allocated as spans arrive and freed as they are evicted, so the
 	// slots that exist but hold no span are at most about three chunks
@@ -57,15 +63,15 @@ type Options struct {
 	// MaxSpans bounds the number of spans held (default DefaultMaxSpans).
 	MaxSpans int
 	// MaxBytes bounds the bytes held (default DefaultMaxBytes), as the Go
-	// heap counts them: each span's slot, its attribute slice and the
-	// strings it does not share, its share of its resource's, all rounded up
+	// heap counts them: each span's slot, its packed name and attributes
+	// (packed.go), its share of its resource's attributes, all rounded up
 	// to the allocator's size classes, and the entries of the indexes by
 	// trace id, request id and second. Outside the bound, and independent of
 	// it, are a constant overhead of at most about 2 MiB (the table of
 	// shared strings: at most 8192 strings of at most 128 bytes, and up to
 	// three partly filled chunks of slots) and the index maps' load factor
-	// swings (about ±30% of their 78 bytes an entry, a few percent of the
-	// total). The live heap the store holds is within 10% of Bytes().
+	// swings (about ±30% of their 53 to 70 bytes an entry, several
+	// percent of the total). The live heap the store holds is within 10% of Bytes().
 	MaxBytes int64
 	// MaxQuerySpans bounds the spans one SpansBetween returns when its
 	// caller sets no limit (default DefaultMaxQuerySpans): the newest of the
@@ -91,11 +97,29 @@ func DefaultMaxSpanBytes(maxBytes int64) int64 {
 // minAttrLen is the shortest a cut attribute value gets.
 const minAttrLen = 256
 
+// slot holds one span: its ids, times and kind as they are, its name and
+// attributes packed (packed.go), its resource's attributes shared.
 type slot struct {
-	span span.Span
+	traceID          span.TraceID
+	spanID, parentID span.SpanID
+	start, end       int64
+	kind             span.SpanKind
+	isError          bool
+	hasReq           bool
+	reqHash          uint64 // of the gen_ai.request.id, the key of the reqs index
+	packed           string
+	res              span.Attrs
 	// next* hold seq+1 of the next span on the same chain, 0 at the end.
 	nextTrace, nextReq, nextBucket uint64
 	bytes                          int64
+}
+
+// span returns the span sl holds; its strings are the store's.
+func (s *Store) span(sl *slot) span.Span {
+	sp := span.Span{TraceID: sl.traceID, SpanID: sl.spanID, ParentID: sl.parentID, Kind: sl.kind, Error: sl.isError,
+		StartUnixNano: sl.start, EndUnixNano: sl.end, Resource: sl.res}
+	sp.Name, sp.Attrs = s.unpack(sl.packed)
+	return sp
 }
 
 // chain is a linked list of slots through next*, in seq+1 form.
@@ -121,9 +145,14 @@ type Store struct {
 	evicted   uint64
 	oversized uint64
 	traces    map[span.TraceID]chain
-	reqs      map[string]chain
+	reqs      map[uint64]chain // by hash of the request id
+	reqSeed   maphash.Seed
 	buckets   map[int64]chain
-	intern    map[string]string
+	// strs are the shared strings (attribute keys, span names, resource
+	// values), strID their index.
+	strs    []string
+	strID   map[string]uint32
+	packBuf []byte
 	// peak* are the index maps' sizes when last rebuilt or larger: Go maps
 	// do not shrink, so a map that has lost half its entries is rebuilt.
 	peakTraces, peakReqs int
@@ -149,9 +178,10 @@ func New(opts Options) (*Store, error) {
 		maxSpanBytes: min(opts.MaxSpanBytes, opts.MaxBytes),
 		maxQuery:     opts.MaxQuerySpans,
 		traces:       map[span.TraceID]chain{},
-		reqs:         map[string]chain{},
+		reqs:         map[uint64]chain{},
+		reqSeed:      maphash.MakeSeed(),
 		buckets:      map[int64]chain{},
-		intern:       map[string]string{},
+		strID:        map[string]uint32{},
 	}
 	if opts.Registerer != nil {
 		cs := []prometheus.Collector{
@@ -208,9 +238,10 @@ var (
 )
 
 // Append adds spans, evicting the oldest as needed to stay within bounds. The
-// store takes ownership of each span's Attrs and Resource slices (it may
-// rewrite their strings to shared copies); callers must not modify them
-// afterwards.
+// store copies each span's name and attributes (so they may be reused once
+// Append returns) and keeps its Resource slice, which callers must not
+// modify afterwards (the store may rewrite its strings to shared copies).
+// Long values of both may be cut.
 func (s *Store) Append(spans []span.Span) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -226,7 +257,7 @@ func (s *Store) Append(spans []span.Span) {
 			s.oversized += uint64(j - i)
 			cutTo(res, 0, s.maxSpanBytes/2)
 		}
-		resBytes := s.internAttrs(res, true)
+		resBytes := s.internAttrs(res)
 		share := (resBytes + int64(j-i) - 1) / int64(j-i)
 		for k := i; k < j; k++ {
 			sp := spans[k]
@@ -238,9 +269,10 @@ func (s *Store) Append(spans []span.Span) {
 					continue
 				}
 			}
-			b := slotBytes + share + s.internAttrs(sp.Attrs, false)
-			sp.Name, b = s.internString(sp.Name, b)
-			s.insert(&sp, b)
+			var charged int64
+			s.packBuf, charged = s.pack(s.packBuf[:0], sp.Name, sp.Attrs)
+			packed := string(s.packBuf)
+			s.insert(&sp, packed, slotBytes+share+charged+strBytes(len(packed)))
 		}
 		i = j
 	}
@@ -341,17 +373,13 @@ func sameSlice(a, b span.Attrs) bool {
 	return len(a) == 0 || &a[0] == &b[0]
 }
 
-// internAttrs shares repeated keys (and, for resources, values) and returns
-// the bytes charged for the slice and its unshared strings.
-func (s *Store) internAttrs(as span.Attrs, values bool) int64 {
+// internAttrs shares a resource's repeated keys and values and returns the
+// bytes charged for the slice and its unshared strings.
+func (s *Store) internAttrs(as span.Attrs) int64 {
 	b := sliceBytes(as)
 	for i := range as {
 		as[i].Key, b = s.internString(as[i].Key, b)
-		if values {
-			as[i].Str, b = s.internString(as[i].Str, b)
-		} else {
-			b += strBytes(len(as[i].Str))
-		}
+		as[i].Str, b = s.internString(as[i].Str, b)
 	}
 	return b
 }
@@ -364,13 +392,30 @@ func (s *Store) internString(str string, b int64) (string, int64) {
 	if str == "" {
 		return str, b
 	}
-	if v, ok := s.intern[str]; ok {
-		return v, b
+	id, ok, added := s.share(str)
+	if !ok || added {
+		b += strBytes(len(str))
 	}
-	if len(str) <= internMaxLen && len(s.intern) < internMaxEntries {
-		s.intern[str] = str
+	if ok {
+		return s.strs[id], b
 	}
-	return str, b + strBytes(len(str))
+	return str, b
+}
+
+// share returns the table index of str, adding it when it is short and the
+// table has room; ok says it is in the table, added that it just entered.
+func (s *Store) share(str string) (id uint32, ok, added bool) {
+	if id, ok := s.strID[str]; ok {
+		return id, true, false
+	}
+	if len(str) > internMaxLen || len(s.strs) >= internMaxEntries {
+		return 0, false, false
+	}
+	id = uint32(len(s.strs))
+	str = strings.Clone(str) // the table outlives the span that brought it
+	s.strs = append(s.strs, str)
+	s.strID[str] = id
+	return id, true, true
 }
 
 // slotAt returns the slot of sequence number seq (held or next).
@@ -378,24 +423,20 @@ func (s *Store) slotAt(seq uint64) *slot {
 	return &s.chunks[(seq-s.base)/chunkLen][seq%chunkLen]
 }
 
-// requestID returns the span's request id and the bytes its index key takes
-// beyond the span's own strings (a number attribute's text is made anew).
-func requestID(sp *span.Span) (string, int64) {
+// requestID returns the span's request id, as text.
+func requestID(sp *span.Span) string {
 	a, ok := sp.Attrs.Get(RequestIDKey)
 	if !ok {
-		return "", 0
+		return ""
 	}
-	if a.Kind == span.AttrString {
-		return a.Str, 0
-	}
-	id := a.Text()
-	return id, strBytes(len(id))
+	return a.Text()
 }
 
-func (s *Store) insert(sp *span.Span, b int64) {
+// insert stores sp, with its name and attributes packed, charged b bytes.
+func (s *Store) insert(sp *span.Span, packed string, b int64) {
 	// The span may bring up to three index entries.
-	id, idBytes := requestID(sp)
-	need := b + 3*entryBytes + idBytes
+	id := requestID(sp)
+	need := b + entryBytes + 2*smallEntryBytes
 	if need > s.maxBytes {
 		s.evicted++
 		return
@@ -412,19 +453,24 @@ func (s *Store) insert(sp *span.Span, b int64) {
 		s.spare = nil
 		s.chunks = append(s.chunks, c)
 	}
-	*s.slotAt(seq) = slot{span: *sp, bytes: b}
+	sl := s.slotAt(seq)
+	*sl = slot{traceID: sp.TraceID, spanID: sp.SpanID, parentID: sp.ParentID, start: sp.StartUnixNano, end: sp.EndUnixNano,
+		kind: sp.Kind, isError: sp.Error, packed: packed, res: sp.Resource, bytes: b}
+	if id != "" {
+		sl.hasReq, sl.reqHash = true, maphash.String(s.reqSeed, id)
+	}
 	s.n++
 	s.bytes += b
 	if link(s, s.traces, sp.TraceID, seq, func(sl *slot) *uint64 { return &sl.nextTrace }) {
 		s.bytes += entryBytes
 		s.peakTraces = max(s.peakTraces, len(s.traces))
 	}
-	if id != "" && link(s, s.reqs, id, seq, func(sl *slot) *uint64 { return &sl.nextReq }) {
-		s.bytes += entryBytes + idBytes
+	if sl.hasReq && link(s, s.reqs, sl.reqHash, seq, func(sl *slot) *uint64 { return &sl.nextReq }) {
+		s.bytes += smallEntryBytes
 		s.peakReqs = max(s.peakReqs, len(s.reqs))
 	}
 	if link(s, s.buckets, bucketOf(sp.StartUnixNano), seq, func(sl *slot) *uint64 { return &sl.nextBucket }) {
-		s.bytes += entryBytes
+		s.bytes += smallEntryBytes
 	}
 }
 
@@ -478,15 +524,14 @@ func rebuilt[K comparable](m map[K]chain, peak *int) map[K]chain {
 
 func (s *Store) evictOldest() {
 	sl := s.slotAt(s.headSeq)
-	sp := &sl.span
-	if unlinkHead(s.traces, sp.TraceID, sl.nextTrace) {
+	if unlinkHead(s.traces, sl.traceID, sl.nextTrace) {
 		s.bytes -= entryBytes
 	}
-	if id, idBytes := requestID(sp); id != "" && unlinkHead(s.reqs, id, sl.nextReq) {
-		s.bytes -= entryBytes + idBytes
+	if sl.hasReq && unlinkHead(s.reqs, sl.reqHash, sl.nextReq) {
+		s.bytes -= smallEntryBytes
 	}
-	if unlinkHead(s.buckets, bucketOf(sp.StartUnixNano), sl.nextBucket) {
-		s.bytes -= entryBytes
+	if unlinkHead(s.buckets, bucketOf(sl.start), sl.nextBucket) {
+		s.bytes -= smallEntryBytes
 	}
 	s.bytes -= sl.bytes
 	*sl = slot{}
@@ -508,14 +553,14 @@ func (s *Store) evictOldest() {
 func (s *Store) walk(dst []span.Span, c chain, next func(*slot) uint64) []span.Span {
 	for p := c.first; p != 0; {
 		sl := s.slotAt(p - 1)
-		dst = append(dst, sl.span)
+		dst = append(dst, s.span(sl))
 		p = next(sl)
 	}
 	return dst
 }
 
 // SpansBetween serves diagnose.Traces. The returned spans share their
-// attribute slices with the store: treat them as read-only. Without a limit
+// resource slices with the store: treat them as read-only. Without a limit
 // at most MaxQuerySpans are returned, the newest of the range.
 func (s *Store) SpansBetween(ctx context.Context, start, end time.Time, limit int) ([]span.Span, error) {
 	if err := ctx.Err(); err != nil {
@@ -534,8 +579,8 @@ func (s *Store) SpansBetween(ctx context.Context, start, end time.Time, limit in
 	collect := func(c chain) {
 		for p := c.first; p != 0; {
 			sl := s.slotAt(p - 1)
-			if t := sl.span.StartUnixNano; t >= lo && t < hi {
-				out = append(out, sl.span)
+			if t := sl.start; t >= lo && t < hi {
+				out = append(out, s.span(sl))
 			}
 			p = sl.nextBucket
 		}
@@ -599,8 +644,10 @@ func (s *Store) ByRequestID(ctx context.Context, id string) ([]span.Span, error)
 		return nil, err
 	}
 	s.mu.RLock()
-	out := s.walk(nil, s.reqs[id], func(sl *slot) uint64 { return sl.nextReq })
+	out := s.walk(nil, s.reqs[maphash.String(s.reqSeed, id)], func(sl *slot) uint64 { return sl.nextReq })
 	s.mu.RUnlock()
+	// Ids that share a hash share a chain.
+	out = slices.DeleteFunc(out, func(sp span.Span) bool { return requestID(&sp) != id })
 	span.SortByStart(out)
 	return out, nil
 }
