@@ -246,10 +246,25 @@ type pendingSample struct {
 	v float64
 }
 
+// pendingPool recycles appenders' sample buffers: a scrape appends
+// thousands of samples every few seconds, and growing a fresh buffer each
+// time was half of a live store's allocations.
+var pendingPool = sync.Pool{New: func() any { return new([]pendingSample) }}
+
 // appender is a head transaction: samples become visible on Commit.
 type appender struct {
 	h       *head
-	pending []pendingSample
+	pending *[]pendingSample // from pendingPool; nil until the first Append
+}
+
+// release empties the buffer and returns it to the pool.
+func (a *appender) release() {
+	if a.pending != nil {
+		clear(*a.pending) // drop the series pointers
+		*a.pending = (*a.pending)[:0]
+		pendingPool.Put(a.pending)
+		a.pending = nil
+	}
 }
 
 func (a *appender) Append(ref storage.SeriesRef, lset labels.Labels, t int64, v float64) (storage.SeriesRef, error) {
@@ -277,23 +292,26 @@ func (a *appender) Append(ref storage.SeriesRef, lset labels.Labels, t int64, v 
 		s = a.h.getOrCreate(lset)
 		a.h.mu.Unlock()
 	}
-	a.pending = append(a.pending, pendingSample{s: s, t: t, v: v})
+	if a.pending == nil {
+		a.pending = pendingPool.Get().(*[]pendingSample)
+	}
+	*a.pending = append(*a.pending, pendingSample{s: s, t: t, v: v})
 	return s.ref, nil
 }
 
 func (a *appender) Commit() error {
-	if len(a.pending) == 0 {
+	if a.pending == nil {
 		return nil
 	}
 	a.h.mu.Lock()
-	a.h.commit(a.pending)
+	a.h.commit(*a.pending)
 	a.h.mu.Unlock()
-	a.pending = nil
+	a.release()
 	return nil
 }
 
 func (a *appender) Rollback() error {
-	a.pending = nil
+	a.release()
 	return nil
 }
 
