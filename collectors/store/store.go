@@ -137,7 +137,7 @@ func Open(opts Options) (*Store, error) {
 	default:
 		h = newHead(InMemoryWindow.Milliseconds(), 0)
 	}
-	s := &Store{head: h, dir: opts.Dir, logger: logger.With("component", "store"), stop: make(chan struct{})}
+	s := &Store{head: h, dir: opts.Dir, logger: logger, stop: make(chan struct{})}
 	if s.dir != "" {
 		if err := s.load(); err != nil {
 			return nil, err
