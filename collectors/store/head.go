@@ -193,7 +193,9 @@ func (h *head) purge(cutoff int64) {
 		for i < len(s.chunks) && !keep(s.chunks[i]) {
 			i++
 		}
-		s.chunks = slices.Clone(s.chunks[i:])
+		if i > 0 {
+			s.chunks = slices.Clone(s.chunks[i:]) // let the dropped chunks go
+		}
 		s.ooo = slices.DeleteFunc(s.ooo, func(c *chunk) bool { return !keep(c) })
 		if len(s.chunks) == 0 && len(s.ooo) == 0 {
 			s.deleted = true

@@ -171,8 +171,9 @@ func (d *snapshotDecoder) fail(what string) {
 	}
 }
 
-func (d *snapshotDecoder) uvarint(what string) uint64 {
-	v, n := binary.Uvarint(d.b)
+// number reads one varint with decode (binary.Uvarint or binary.Varint).
+func number[T int64 | uint64](d *snapshotDecoder, what string, decode func([]byte) (T, int)) T {
+	v, n := decode(d.b)
 	if n <= 0 {
 		d.fail(what)
 		return 0
@@ -181,15 +182,8 @@ func (d *snapshotDecoder) uvarint(what string) uint64 {
 	return v
 }
 
-func (d *snapshotDecoder) varint(what string) int64 {
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.fail(what)
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
+func (d *snapshotDecoder) uvarint(what string) uint64 { return number(d, what, binary.Uvarint) }
+func (d *snapshotDecoder) varint(what string) int64   { return number(d, what, binary.Varint) }
 
 // count reads a count, bounded by the bytes left (every item takes one).
 func (d *snapshotDecoder) count() int {

@@ -106,6 +106,7 @@ type Store struct {
 	logger *slog.Logger
 	stop   chan struct{}
 	done   sync.WaitGroup
+	closed sync.Once
 }
 
 // Open opens a store as described by opts. An on-disk store reads back the
@@ -199,17 +200,21 @@ func (s *Store) snapshotEvery(every time.Duration) {
 	}
 }
 
-// Close stops an on-disk store's snapshots and writes a last one.
+// Close stops an on-disk store's snapshots and writes a last one. Closing
+// again does nothing.
 func (s *Store) Close() error {
-	if s.dir == "" {
-		return nil
-	}
-	close(s.stop)
-	s.done.Wait()
-	if err := s.head.writeSnapshot(s.dir); err != nil {
-		return fmt.Errorf("close store: %w", err)
-	}
-	return nil
+	var err error
+	s.closed.Do(func() {
+		if s.dir == "" {
+			return
+		}
+		close(s.stop)
+		s.done.Wait()
+		if werr := s.head.writeSnapshot(s.dir); werr != nil {
+			err = fmt.Errorf("close store: %w", werr)
+		}
+	})
+	return err
 }
 
 // Appender returns an appender. Samples become visible to queries on
