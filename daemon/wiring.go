@@ -213,10 +213,11 @@ func (s *Stack) openSource(cfg Config, o StackOptions) (query.Metrics, error) {
 		return RemoteClient(cfg.Source.Prometheus)
 	}
 	// Without a data dir the store is a live in-memory one: bounded by the
-	// retention like the on-disk mode, without a WAL.
+	// retention like the on-disk mode, without a snapshot. (Versions that
+	// embedded Prometheus's TSDB kept it in data_dir/tsdb; it is not read.)
 	stOpts := store.Options{Retention: cfg.Retention, Live: true, Logger: o.Logger.With("component", "store")}
 	if cfg.DataDir != "" {
-		stOpts.Dir = filepath.Join(cfg.DataDir, "tsdb")
+		stOpts.Dir = filepath.Join(cfg.DataDir, "store")
 	}
 	st, err := store.Open(stOpts)
 	if err != nil {

@@ -1,30 +1,33 @@
-// Package store is whyslow's embedded metrics store: a Prometheus TSDB
-// queried by the real PromQL engine.
+// Package store is whyslow's embedded metrics store: series held in memory
+// as Prometheus XOR chunks (tsdb/chunkenc), queried by the real PromQL
+// engine.
 //
 // A Store is filled through the ordinary Prometheus write path
 // (storage.Appender, from Appender) by the bundle loader and the scraper, and
 // read through PromQL (Query, QueryRange), so the same ruleset expression gives
 // the same answer here and on a remote Prometheus.
 //
-// Two modes:
+// It is not Prometheus's TSDB: package tsdb imports Prometheus's config,
+// which links every service-discovery and remote-write client (Kubernetes,
+// AWS, Azure, Google) into the binary and runs their init on every start.
+// A sidecar holds thousands of series, not millions, so a head of chunks
+// with a per-name index is enough.
 //
-//   - In memory (Options.Dir empty): the TSDB lives in a private temporary
-//     directory (head chunks are memory-mapped there; the WAL is off) that
-//     Close removes. Compaction is disabled and the head accepts samples
-//     anywhere in a very wide window (InMemoryWindow), in any order across
-//     series and out of order within a series, so an incident bundle written
-//     series by series over hours loads without sorting.
+// Three modes:
+//
+//   - In memory (Options.Dir empty): the head accepts samples anywhere in a
+//     very wide window (InMemoryWindow), in any order across series and out
+//     of order within a series, so an incident bundle written series by
+//     series over hours loads without sorting. Nothing is dropped.
 //   - Live in memory (Options.Dir empty, Options.Live set): for a daemon
-//     that scrapes in time order. Like the in-memory mode (temporary
-//     directory, no WAL) but with 2h blocks, compaction and
-//     Options.Retention, so memory stays bounded however long it runs, and
-//     out-of-order samples accepted only within LiveOutOfOrderWindow. A
-//     store that is never compacted keeps every chunk of every series in
-//     the head: memory grows without bound and each query walks longer
-//     chunk lists.
-//   - On disk (Options.Dir set): a normal TSDB with a WAL, 2h blocks and
-//     Options.Retention (default 6h). Out-of-order samples are accepted
-//     within the retention, so a bundle can also be loaded into it.
+//     that scrapes in time order. Chunks that end more than
+//     Options.Retention before the newest sample are dropped, so memory
+//     stays bounded however long it runs, and out-of-order samples are
+//     accepted only within LiveOutOfOrderWindow.
+//   - On disk (Options.Dir set): live, bounded by Options.Retention (default
+//     6h), with out-of-order samples accepted within the retention (so a
+//     bundle can also be loaded into it), and the head written to Dir every
+//     SnapshotInterval and on Close, and read back on Open.
 //
 // Only float samples are supported (classic histograms are plain series).
 package store
@@ -33,8 +36,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,8 +49,6 @@ import (
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/storage"
-	"github.com/prometheus/prometheus/tsdb"
-	"github.com/prometheus/prometheus/tsdb/chunks"
 )
 
 // Defaults applied to zero Options fields.
@@ -59,24 +63,20 @@ const (
 	// sample, as in Prometheus.
 	DefaultLookbackDelta = 5 * time.Minute
 	// InMemoryWindow is how far behind the newest sample an in-memory store
-	// still accepts samples (its head block range is twice this).
+	// still accepts samples.
 	InMemoryWindow = 90 * 24 * time.Hour
 	// LiveOutOfOrderWindow is how far behind the newest sample a live
 	// in-memory store accepts samples (expositions with their own, slightly
 	// older timestamps).
 	LiveOutOfOrderWindow = 10 * time.Minute
-	// SmallStripeSize is the series hash-map stripe count of live and
-	// on-disk stores: a sidecar holds thousands of series, not millions,
-	// and TSDB's default of 16384 stripes costs megabytes up front.
-	SmallStripeSize = 1024
 	// maxWarnings caps the PromQL warnings returned with one result.
 	maxWarnings = 10
 )
 
 // Options configures a Store. Zero values get the defaults above.
 type Options struct {
-	// Dir is the TSDB directory. Empty means in memory (a temporary
-	// directory removed on Close).
+	// Dir is where an on-disk store keeps its snapshot. Empty means in
+	// memory only.
 	Dir string
 	// Retention is how long an on-disk or live store keeps samples
 	// (default 6h). Ignored by the plain in-memory mode.
@@ -90,22 +90,27 @@ type Options struct {
 	Timeout time.Duration
 	// LookbackDelta is the instant-selector lookback (default 5m).
 	LookbackDelta time.Duration
-	// Logger receives TSDB and engine logs; nil discards them.
+	// Logger receives store and engine logs; nil discards them.
 	Logger *slog.Logger
-	// Registerer, if set, receives the TSDB and PromQL engine metrics.
+	// Registerer, if set, receives the PromQL engine metrics.
 	Registerer prometheus.Registerer
 }
 
-// Store is an embedded Prometheus TSDB with a PromQL engine. It is safe for
+// Store is an in-memory series head with a PromQL engine. It is safe for
 // concurrent use.
 type Store struct {
-	db      *tsdb.DB
-	engine  *promql.Engine
-	parser  parser.Parser
-	tempDir string // removed on Close; empty when on disk
+	head   *head
+	engine *promql.Engine
+	parser parser.Parser
+	dir    string // where the snapshot lives; empty in memory
+	logger *slog.Logger
+	stop   chan struct{}
+	done   sync.WaitGroup
+	closed sync.Once
 }
 
-// Open opens a store as described by opts.
+// Open opens a store as described by opts. An on-disk store reads back the
+// snapshot its Dir holds, if any.
 func Open(opts Options) (*Store, error) {
 	if opts.Retention <= 0 {
 		opts.Retention = DefaultRetention
@@ -124,53 +129,26 @@ func Open(opts Options) (*Store, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 
-	topts := tsdb.DefaultOptions()
-	// The head writes full chunks to its chunks_head files through one
-	// buffer, 4 MiB by default and held from the first chunk on: 30% of a
-	// sidecar's heap. A sidecar cuts ~450 chunks of ~200 B per 10 minutes;
-	// the smallest buffer tsdb allows still batches hundreds per write.
-	topts.HeadChunksWriteBufferSize = chunks.MinWriteBufferSize
-	dir, tempDir := opts.Dir, ""
-	if dir == "" {
-		d, err := os.MkdirTemp("", "whyslow-store-")
-		if err != nil {
-			return nil, fmt.Errorf("open store: %w", err)
+	var h *head
+	switch {
+	case opts.Dir != "":
+		h = newHead(opts.Retention.Milliseconds(), opts.Retention.Milliseconds())
+	case opts.Live:
+		h = newHead(LiveOutOfOrderWindow.Milliseconds(), opts.Retention.Milliseconds())
+	default:
+		h = newHead(InMemoryWindow.Milliseconds(), 0)
+	}
+	s := &Store{head: h, dir: opts.Dir, logger: logger, stop: make(chan struct{})}
+	if s.dir != "" {
+		if err := s.load(); err != nil {
+			return nil, err
 		}
-		dir, tempDir = d, d
-		topts.WALSegmentSize = -1 // no WAL: nothing survives Close anyway
-		topts.NoLockfile = true
-		if opts.Live {
-			topts.RetentionDuration = opts.Retention.Milliseconds()
-			topts.OutOfOrderTimeWindow = LiveOutOfOrderWindow.Milliseconds()
-			topts.StripeSize = SmallStripeSize
-		} else {
-			window := InMemoryWindow.Milliseconds()
-			topts.MinBlockDuration = 2 * window
-			topts.MaxBlockDuration = 2 * window
-			topts.RetentionDuration = 0
-			topts.OutOfOrderTimeWindow = window
-		}
-	} else {
-		topts.RetentionDuration = opts.Retention.Milliseconds()
-		topts.OutOfOrderTimeWindow = opts.Retention.Milliseconds()
-		topts.StripeSize = SmallStripeSize
+		s.done.Add(1)
+		go s.snapshotEvery(SnapshotInterval)
 	}
 
-	db, err := tsdb.Open(dir, slog.New(quietInfo{logger.Handler()}).With("component", "tsdb"), opts.Registerer, topts, nil)
-	if err != nil {
-		if tempDir != "" {
-			_ = os.RemoveAll(tempDir)
-		}
-		return nil, fmt.Errorf("open store %s: %w", dir, err)
-	}
-	if tempDir != "" && !opts.Live {
-		// Everything stays in the head: compacting a temporary store to
-		// blocks would only cost time.
-		db.DisableCompactions()
-	}
-
-	p := parser.NewParser(parser.Options{})
-	engine := promql.NewEngine(promql.EngineOpts{
+	s.parser = parser.NewParser(parser.Options{})
+	s.engine = promql.NewEngine(promql.EngineOpts{
 		Logger:               logger.With("component", "promql"),
 		Reg:                  opts.Registerer,
 		MaxSamples:           opts.MaxSamples,
@@ -178,70 +156,85 @@ func Open(opts Options) (*Store, error) {
 		LookbackDelta:        opts.LookbackDelta,
 		EnableAtModifier:     true,
 		EnableNegativeOffset: true,
-		Parser:               p,
+		Parser:               s.parser,
 	})
-	return &Store{db: db, engine: engine, parser: p, tempDir: tempDir}, nil
+	return s, nil
 }
 
-// quietInfo logs the TSDB's info records at debug: its WAL replay (about
-// six lines on every start of a daemon with a data_dir), block writes and
-// head truncations are housekeeping, not news for whoever reads whyslow's
-// log. Warnings and errors pass unchanged.
-type quietInfo struct{ h slog.Handler }
-
-func (q quietInfo) Enabled(ctx context.Context, l slog.Level) bool {
-	return q.h.Enabled(ctx, demote(l))
-}
-
-func (q quietInfo) Handle(ctx context.Context, r slog.Record) error {
-	r.Level = demote(r.Level)
-	return q.h.Handle(ctx, r)
-}
-
-func (q quietInfo) WithAttrs(as []slog.Attr) slog.Handler { return quietInfo{q.h.WithAttrs(as)} }
-func (q quietInfo) WithGroup(name string) slog.Handler    { return quietInfo{q.h.WithGroup(name)} }
-
-func demote(l slog.Level) slog.Level {
-	if l >= slog.LevelInfo && l < slog.LevelWarn {
-		return slog.LevelDebug
+// load creates Dir if needed and reads its snapshot, if there is one.
+func (s *Store) load() error {
+	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+		return fmt.Errorf("open store: %w", err)
 	}
-	return l
-}
-
-// Close closes the TSDB and, for an in-memory store, removes its directory.
-func (s *Store) Close() error {
-	err := s.db.Close()
-	if s.tempDir != "" {
-		err = errors.Join(err, os.RemoveAll(s.tempDir))
+	path := filepath.Join(s.dir, snapshotFile)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err == nil {
+		err = s.head.readSnapshot(data)
 	}
 	if err != nil {
-		return fmt.Errorf("close store: %w", err)
+		return fmt.Errorf("open store %s: %w", path, err)
 	}
+	// Housekeeping, not news for whoever reads whyslow's log (issue 25
+	// item 9): at debug.
+	s.logger.Debug("Store snapshot replayed", "series", s.head.numSeries(), "bytes", len(data))
 	return nil
 }
 
-// Appender returns a TSDB appender. Samples become visible to queries on
+// snapshotEvery writes the snapshot on every tick until Close.
+func (s *Store) snapshotEvery(every time.Duration) {
+	defer s.done.Done()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+			if err := s.head.writeSnapshot(s.dir); err != nil {
+				s.logger.Warn("Store snapshot failed; retrying at the next interval", "err", err)
+			}
+		}
+	}
+}
+
+// Close stops an on-disk store's snapshots and writes a last one. Closing
+// again does nothing.
+func (s *Store) Close() error {
+	var err error
+	s.closed.Do(func() {
+		if s.dir == "" {
+			return
+		}
+		close(s.stop)
+		s.done.Wait()
+		if werr := s.head.writeSnapshot(s.dir); werr != nil {
+			err = fmt.Errorf("close store: %w", werr)
+		}
+	})
+	return err
+}
+
+// Appender returns an appender. Samples become visible to queries on
 // Commit; commit every few thousand samples to keep memory flat.
-func (s *Store) Appender(ctx context.Context) storage.Appender {
-	return s.db.Appender(ctx)
+func (s *Store) Appender(context.Context) storage.Appender {
+	return &appender{h: s.head}
 }
 
 // Querier returns a querier over [mint, maxt] (milliseconds, inclusive), so
 // a Store is a storage.Queryable for code that reads raw series.
 func (s *Store) Querier(mint, maxt int64) (storage.Querier, error) {
-	return s.db.Querier(mint, maxt)
+	return &querier{h: s.head, mint: mint, maxt: maxt}, nil
 }
-
-// DB returns the underlying TSDB, for callers (benchmarks) that run the
-// PromQL engine directly.
-func (s *Store) DB() *tsdb.DB { return s.db }
 
 // Engine returns the PromQL engine the store queries with.
 func (s *Store) Engine() *promql.Engine { return s.engine }
 
 // Stats describes what a store holds.
 type Stats struct {
-	// Series is the number of series in the head.
+	// Series is the number of series held.
 	Series uint64
 	// MinTime and MaxTime bound the stored samples; both are zero when the
 	// store is empty.
@@ -250,15 +243,8 @@ type Stats struct {
 
 // Stats reports the series count and time range of the store.
 func (s *Store) Stats() Stats {
-	st := Stats{Series: s.db.Head().NumSeries()}
-	minT, maxT := s.db.Head().MinTime(), s.db.Head().MaxTime()
-	for _, b := range s.db.Blocks() {
-		m := b.Meta()
-		minT = min(minT, m.MinTime)
-		maxT = max(maxT, m.MaxTime-1) // block MaxTime is exclusive
-		st.Series += b.Meta().Stats.NumSeries
-	}
-	if minT <= maxT {
+	st := Stats{Series: uint64(s.head.numSeries())}
+	if minT, maxT, ok := s.head.bounds(); ok {
 		st.MinTime, st.MaxTime = time.UnixMilli(minT).UTC(), time.UnixMilli(maxT).UTC()
 	}
 	return st
@@ -268,7 +254,7 @@ func (s *Store) Stats() Stats {
 // returned as one sample without labels; a string result or a range vector
 // is an error. Warnings are PromQL's warning annotations.
 func (s *Store) Query(ctx context.Context, expr string, at time.Time) (model.Vector, []string, error) {
-	q, err := s.engine.NewInstantQuery(ctx, s.db, nil, expr, at)
+	q, err := s.engine.NewInstantQuery(ctx, s, nil, expr, at)
 	if err != nil {
 		return nil, nil, fmt.Errorf("query %q: %w", expr, err)
 	}
@@ -304,7 +290,7 @@ func (s *Store) QueryRange(ctx context.Context, expr string, start, end time.Tim
 	if end.Before(start) {
 		return nil, nil, fmt.Errorf("query range %q: end %s before start %s", expr, end.Format(time.RFC3339), start.Format(time.RFC3339))
 	}
-	q, err := s.engine.NewRangeQuery(ctx, s.db, nil, expr, start, end, step)
+	q, err := s.engine.NewRangeQuery(ctx, s, nil, expr, start, end, step)
 	if err != nil {
 		return nil, nil, fmt.Errorf("query range %q: %w", expr, err)
 	}

@@ -28,7 +28,7 @@ func TestKVPressureChart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	if _, err := bundle.ReadMetrics(ctx, "metrics.om", b.Metrics, st.DB()); err != nil {
+	if _, err := bundle.ReadMetrics(ctx, "metrics.om", b.Metrics, st); err != nil {
 		t.Fatal(err)
 	}
 	inc := b.Incident
