@@ -81,7 +81,7 @@ func openBundleKeep(ctx context.Context, dir string, maxSeries int, keep func(*b
 	if keep != nil {
 		o.Keep = keep(b)
 	}
-	st, err := store.Open(store.Options{})
+	st, err := store.Open(store.Options{LoadThenQuery: true})
 	if err != nil {
 		return nil, nil, bundle.LoadStats{}, fmt.Errorf("embedded store: %w", err)
 	}

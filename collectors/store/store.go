@@ -94,6 +94,12 @@ type Options struct {
 	Logger *slog.Logger
 	// Registerer, if set, receives the TSDB and PromQL engine metrics.
 	Registerer prometheus.Registerer
+	// LoadThenQuery says every sample is appended, by one appender at a
+	// time, before the first query (a bundle): queries need no isolation
+	// from appends in flight, which TSDB otherwise tracks per series and
+	// commit (a third of the heap of a 32-replica bundle), and the series
+	// map needs no more lock stripes than a sidecar's.
+	LoadThenQuery bool
 }
 
 // Store is an embedded Prometheus TSDB with a PromQL engine. It is safe for
@@ -130,6 +136,10 @@ func Open(opts Options) (*Store, error) {
 	// sidecar's heap. A sidecar cuts ~450 chunks of ~200 B per 10 minutes;
 	// the smallest buffer tsdb allows still batches hundreds per write.
 	topts.HeadChunksWriteBufferSize = chunks.MinWriteBufferSize
+	if opts.LoadThenQuery {
+		topts.IsolationDisabled = true
+		topts.StripeSize = SmallStripeSize
+	}
 	dir, tempDir := opts.Dir, ""
 	if dir == "" {
 		d, err := os.MkdirTemp("", "whyslow-store-")
