@@ -26,6 +26,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/common/model"
@@ -135,13 +136,17 @@ func quantile95(family string) string {
 // (`chart:`), in the engine list's order, the preemption rate as each
 // engine's map defines it (its signal preemption_rate), and the failed
 // requests (1 − its success_rate; left out for an engine whose map has no
-// success_rate, as SGLang's: no data there is not 0% failed).
-var signals = append(panels(rulesets.Chart()), fromSignal("Preemptions /s", UnitPreempt, "preemption_rate", nil),
-	optional(fromSignal("Failed requests (1 - success rate)", UnitFraction, "success_rate", func(q string) string { return "1 - (" + q + ")" })),
-	// The GPU counters where the targets' GPUs export them (whyslow's
-	// NVML collector or dcgm-exporter), joined to the targets by the map.
-	optional(fromSignal("GPU SM clock (MHz, slowest busy GPU)", UnitMHz, "sm_clock", nil)),
-	optional(fromSignal("GPU DRAM bandwidth (busiest GPU)", UnitFraction, "dram_bw", nil)))
+// success_rate, as SGLang's: no data there is not 0% failed). Built on
+// first use: it compiles every engine's ruleset, which a command that
+// draws no chart does not need (a third of a small `why --bundle`).
+var signals = sync.OnceValue(func() []signal {
+	return append(panels(rulesets.Chart()), fromSignal("Preemptions /s", UnitPreempt, "preemption_rate", nil),
+		optional(fromSignal("Failed requests (1 - success rate)", UnitFraction, "success_rate", func(q string) string { return "1 - (" + q + ")" })),
+		// The GPU counters where the targets' GPUs export them (whyslow's
+		// NVML collector or dcgm-exporter), joined to the targets by the map.
+		optional(fromSignal("GPU SM clock (MHz, slowest busy GPU)", UnitMHz, "sm_clock", nil)),
+		optional(fromSignal("GPU DRAM bandwidth (busiest GPU)", UnitFraction, "dram_bw", nil)))
+})
 
 func optional(s signal) signal {
 	s.optional = true
@@ -199,7 +204,7 @@ func panels(maps []rulesets.Panels) []signal {
 func Queries(selector string, o Options) map[string][]string {
 	o = o.withDefaults(time.Hour)
 	out := map[string][]string{}
-	for _, s := range signals {
+	for _, s := range signals() {
 		for _, e := range orderFor(s.exprs, o.Engine) {
 			out[s.title] = append(out[s.title], expand(e, selector, o.RateWindow))
 		}
@@ -248,7 +253,7 @@ func Build(ctx context.Context, m query.Metrics, selector string, incident, base
 	d := Data{Incident: incident, Baseline: baseline}
 	var firstErr error
 	haveData := false
-	for _, s := range signals {
+	for _, s := range signals() {
 		p := Panel{Title: s.title, Unit: s.unit}
 		for _, e := range orderFor(s.exprs, o.Engine) {
 			expr := expand(e, selector, o.RateWindow)
