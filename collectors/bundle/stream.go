@@ -178,9 +178,9 @@ type blockReader struct {
 	minT, maxT int64
 
 	// known holds the series texts textparse has returned (learn): a later
-	// plain sample line of one of them (knownPlain) is read here, not
-	// lexed again, in a block of such lines (fast, when inFast says the
-	// block is one). Only the first line of each series costs a lexer.
+	// sample line of one of them is read here from its end (sampleLine,
+	// fastValue), not lexed again, in a block of such lines (fast, when
+	// inFast says the block is one). Only a series' first line is lexed.
 	known  map[string]struct{}
 	fast   []fastSample
 	inFast bool
@@ -308,27 +308,14 @@ func (b *blockReader) add(l []byte, n int) {
 // textparse, and ends before such a line where a block may end (cut).
 func (b *blockReader) fill() ([]byte, []int, error) {
 	b.buf, b.lineNo, b.fast, b.inFast = b.buf[:0], b.lineNo[:0], b.fast[:0], false
-	for {
-		l, err := b.line()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, nil, err
-		}
-		end, val, t, ok, known := b.sampleLine(l)
-		if ok && len(b.keep) > 0 && !keeps(b.keep, t) {
-			b.skip(t)
-			continue
-		}
-		if known {
-			if v, fast := fastValue(l, val, t); fast {
-				return b.fillFast(l, end, v, t)
-			}
-		}
-		b.held = l
-		break
+	l, s, fast, err := b.nextKept()
+	switch {
+	case err != nil:
+		return nil, nil, err
+	case fast:
+		return b.fillFast(l, s)
 	}
+	b.held = l // nil at the end of input
 	if b.lastType != nil {
 		b.add(b.lastType, b.lastTypeLine)
 	}
@@ -385,10 +372,12 @@ func (b *blockReader) fill() ([]byte, []int, error) {
 				b.skip(t)
 				continue
 			}
-			if _, fast := fastValue(l, val, t); known && lastPlain && fast {
-				// The next block starts here, read without textparse.
-				b.held = l
-				return b.endBlock(b.n), b.lineNo, nil
+			if known && lastPlain {
+				if _, fast := fastValue(l, val, t); fast {
+					// The next block starts here, read without textparse.
+					b.held = l
+					return b.endBlock(b.n), b.lineNo, nil
+				}
 			}
 			plain = ok && l[len(l)-1] == '\n'
 		}
@@ -432,40 +421,56 @@ func (b *blockReader) skip(t int64) {
 	b.minT, b.maxT = min(b.minT, t), max(b.maxT, t)
 }
 
-// fillFast reads a block of known series' plain sample lines (knownPlain),
-// starting with l (series text l[:end], value text val, timestamp t), up
-// to the first other line, which it holds for the next block.
-func (b *blockReader) fillFast(l []byte, end int, v float64, t int64) ([]byte, []int, error) {
-	b.inFast = true
-	b.addFast(l, end, v, t)
-	for len(b.buf) < blockSize {
-		l, err := b.line()
+// nextKept returns the next line not dropped for lying outside the kept
+// windows (nil at the end of input) and whether it may skip textparse
+// (fastValue), with its sample when it may.
+func (b *blockReader) nextKept() (l []byte, s fastSample, fast bool, err error) {
+	for {
+		l, err = b.line()
 		if errors.Is(err, io.EOF) {
-			break
+			return nil, s, false, nil
 		}
 		if err != nil {
-			return nil, nil, err
+			return nil, s, false, err
 		}
 		end, val, t, ok, known := b.sampleLine(l)
 		if ok && len(b.keep) > 0 && !keeps(b.keep, t) {
 			b.skip(t)
 			continue
 		}
-		v, fast := fastValue(l, val, t)
-		if !known || !fast {
-			b.held = l
-			break
+		if !known {
+			return l, s, false, nil
 		}
-		b.addFast(l, end, v, t)
+		v, fast := fastValue(l, val, t)
+		return l, fastSample{seriesEnd: end, val: v, t: t, line: b.n}, fast, nil
 	}
-	return b.buf, nil, nil
 }
 
-// addFast adds line l, read by fillFast, to the block.
-func (b *blockReader) addFast(l []byte, end int, v float64, t int64) {
-	start := len(b.buf)
-	b.buf = append(b.buf, l...)
-	b.fast = append(b.fast, fastSample{start: start, seriesEnd: start + end, end: len(b.buf), val: v, t: t, line: b.n})
+// fillFast reads a block of sample lines that may skip textparse
+// (nextKept), starting with l, up to the first other line, which it holds
+// for the next block.
+func (b *blockReader) fillFast(l []byte, s fastSample) ([]byte, []int, error) {
+	b.inFast = true
+	for {
+		s.start = len(b.buf)
+		s.seriesEnd += s.start
+		b.buf = append(b.buf, l...)
+		s.end = len(b.buf)
+		b.fast = append(b.fast, s)
+		if len(b.buf) >= blockSize {
+			break
+		}
+		var fast bool
+		var err error
+		if l, s, fast, err = b.nextKept(); err != nil {
+			return nil, nil, err
+		}
+		if !fast {
+			b.held = l // nil at the end of input
+			break
+		}
+	}
+	return b.buf, nil, nil
 }
 
 // plainFloat returns the value textparse gives for v, which isPlainFloat
