@@ -52,14 +52,15 @@ func NewStreamParser(name string, r io.Reader, o LoadOptions) (*TextParser, erro
 		return nil, fmt.Errorf("%s: unknown format %s", name, format)
 	}
 	src := &blockReader{
-		name:   name,
-		r:      bufio.NewReaderSize(r, 64<<10),
-		format: format,
-		auto:   auto,
-		keep:   spans(o.Keep),
-		known:  make(map[string]struct{}),
-		minT:   math.MaxInt64,
-		maxT:   math.MinInt64,
+		name:    name,
+		r:       bufio.NewReaderSize(r, 64<<10),
+		format:  format,
+		auto:    auto,
+		keep:    spans(o.Keep),
+		known:   make(map[string]struct{}),
+		inBlock: make(map[string]struct{}),
+		minT:    math.MaxInt64,
+		maxT:    math.MinInt64,
 	}
 	p := &TextParser{name: name, format: format, src: src, syms: labels.NewSymbolTable()}
 	if err := p.nextBlock(); err != nil {
@@ -184,6 +185,10 @@ type blockReader struct {
 	known  map[string]struct{}
 	fast   []fastSample
 	inFast bool
+	// inBlock holds the series texts of the textparse block being read
+	// that are not yet known: a second line of one ends the block, so that
+	// the rest of the series skips textparse.
+	inBlock map[string]struct{}
 	// held is a line read that starts the next block (unread).
 	held []byte
 
@@ -316,6 +321,7 @@ func (b *blockReader) fill() ([]byte, []int, error) {
 		return b.fillFast(l, s)
 	}
 	b.held = l // nil at the end of input
+	clear(b.inBlock)
 	if b.lastType != nil {
 		b.add(b.lastType, b.lastTypeLine)
 	}
@@ -367,17 +373,22 @@ func (b *blockReader) fill() ([]byte, []int, error) {
 		case !prevBlank:
 			// After a blank line the next line stays: OpenMetrics errors
 			// at a blank line name the next non-blank one.
-			_, val, t, ok, known := b.sampleLine(l)
+			end, val, t, ok, known := b.sampleLine(l)
 			if ok && len(b.keep) > 0 && !keeps(b.keep, t) {
 				b.skip(t)
 				continue
 			}
-			if known && lastPlain {
-				if _, fast := fastValue(l, val, t); fast {
-					// The next block starts here, read without textparse.
+			if ok && lastPlain {
+				_, again := b.inBlock[string(l[:end])]
+				if _, fast := fastValue(l, val, t); (known && fast) || again {
+					// The next block starts here: textparse will have
+					// read this series (again), so it may skip it.
 					b.held = l
 					return b.endBlock(b.n), b.lineNo, nil
 				}
+			}
+			if ok && !known {
+				b.inBlock[string(l[:end])] = struct{}{}
 			}
 			plain = ok && l[len(l)-1] == '\n'
 		}
