@@ -11,7 +11,9 @@
 // LoadMetrics reads metrics.om as a stream, a block of lines at a time
 // (NewStreamParser), and can leave out the samples outside the windows a
 // triage reads (LoadOptions.Keep) before they are parsed, so memory grows
-// with the series and the kept samples, not with the file.
+// with the series and the kept samples, not with the file. Only the first
+// line of each series goes through textparse: later lines of a series it
+// has read are read from their end (blockReader.sampleLine).
 package bundle
 
 import (

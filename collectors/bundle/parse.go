@@ -95,6 +95,11 @@ type TextParser struct {
 
 	// src feeds the blocks of a stream parser; nil for a byte slice.
 	src *blockReader
+	// fast holds the samples of a block read without textparse
+	// (blockReader.fillFast) not yet returned, cur the current one.
+	fast  []fastSample
+	cur   *fastSample
+	fastT int64
 	// lineNo is the input line of each line of data (the block), with one
 	// more entry for the line after it; nil when data is the whole input.
 	lineNo []int
@@ -160,7 +165,17 @@ func (p *TextParser) Format() Format { return p.format }
 // Next advances to the next float sample. It returns false at the end of the
 // input, and a positioned error for malformed input.
 func (p *TextParser) Next() (bool, error) {
+	p.cur = nil
 	for {
+		if p.src != nil && p.src.inFast {
+			if p.nextFast() {
+				return true, nil
+			}
+			if err := p.nextBlock(); err != nil {
+				return false, err
+			}
+			continue
+		}
 		et, err := p.p.Next()
 		if errors.Is(err, io.EOF) {
 			if p.src == nil || p.src.done {
@@ -179,6 +194,9 @@ func (p *TextParser) Next() (bool, error) {
 		case textparse.EntrySeries:
 			p.series, p.ts, p.val = p.p.Series()
 			p.mark(p.series)
+			if p.src != nil {
+				p.src.learn(p.series)
+			}
 			if p.ts != nil {
 				if err := p.checkTimestamp(*p.ts); err != nil {
 					return false, err
@@ -208,7 +226,13 @@ func (p *TextParser) Next() (bool, error) {
 func (p *TextParser) Series() []byte { return p.series }
 
 // Labels writes the current sample's labels (with __name__) into l.
-func (p *TextParser) Labels(l *labels.Labels) { p.p.Labels(l) }
+func (p *TextParser) Labels(l *labels.Labels) {
+	if p.cur != nil {
+		p.fastLabels(l)
+		return
+	}
+	p.p.Labels(l)
+}
 
 // Timestamp returns the current sample's timestamp in milliseconds and
 // whether it had one.

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/textparse"
+	"github.com/prometheus/prometheus/model/value"
 )
 
 // Window is a closed time range [From, To] of samples to keep.
@@ -50,13 +52,15 @@ func NewStreamParser(name string, r io.Reader, o LoadOptions) (*TextParser, erro
 		return nil, fmt.Errorf("%s: unknown format %s", name, format)
 	}
 	src := &blockReader{
-		name:   name,
-		r:      bufio.NewReaderSize(r, 64<<10),
-		format: format,
-		auto:   auto,
-		keep:   spans(o.Keep),
-		minT:   math.MaxInt64,
-		maxT:   math.MinInt64,
+		name:    name,
+		r:       bufio.NewReaderSize(r, 64<<10),
+		format:  format,
+		auto:    auto,
+		keep:    spans(o.Keep),
+		known:   make(map[string]struct{}),
+		inBlock: make(map[string]struct{}),
+		minT:    math.MaxInt64,
+		maxT:    math.MinInt64,
 	}
 	p := &TextParser{name: name, format: format, src: src, syms: labels.NewSymbolTable()}
 	if err := p.nextBlock(); err != nil {
@@ -81,7 +85,45 @@ func (p *TextParser) nextBlock() error {
 	if err != nil {
 		return err
 	}
+	if p.src.inFast {
+		p.data, p.lineNo, p.fast = data, nil, p.src.fast
+		return nil
+	}
+	p.fast = nil
 	return p.reset(data, lineNo)
+}
+
+// nextFast moves to the next sample of a block read without textparse
+// (blockReader.fillFast), and reports false at its end.
+func (p *TextParser) nextFast() bool {
+	if len(p.fast) == 0 {
+		return false
+	}
+	s := &p.fast[0]
+	p.cur, p.fast = s, p.fast[1:]
+	p.series = p.data[s.start:s.seriesEnd]
+	p.fastT = s.t
+	p.ts, p.val = &p.fastT, s.val
+	p.line, p.col = s.line, 1
+	return true
+}
+
+// fastLabels writes the labels of the current sample read without
+// textparse: textparse's, from its line after the type line before it.
+func (p *TextParser) fastLabels(l *labels.Labels) {
+	data := append(append([]byte(nil), p.src.lastType...), p.data[p.cur.start:p.cur.end]...)
+	if p.format == FormatOpenMetrics {
+		data = append(append(data, eofMarker...), '\n')
+	}
+	tp, err := textparse.New(data, p.format.ContentType(), p.syms, textparse.ParserOptions{})
+	for err == nil {
+		var et textparse.Entry
+		if et, err = tp.Next(); err == nil && et == textparse.EntrySeries {
+			tp.Labels(l)
+			return
+		}
+	}
+	*l = labels.EmptyLabels() // not reached: textparse read this series before
 }
 
 // span is a window in milliseconds.
@@ -136,14 +178,76 @@ type blockReader struct {
 	skipped    int
 	minT, maxT int64
 
+	// known holds the series texts textparse has returned (learn): a later
+	// sample line of one of them is read here from its end (sampleLine,
+	// fastValue), not lexed again, in a block of such lines (fast, when
+	// inFast says the block is one). Only a series' first line is lexed.
+	known  map[string]struct{}
+	fast   []fastSample
+	inFast bool
+	// inBlock holds the series texts of the textparse block being read
+	// that are not yet known: a second line of one ends the block, so that
+	// the rest of the series skips textparse.
+	inBlock map[string]struct{}
+	// held is a line read that starts the next block (unread).
+	held []byte
+
 	// omLike says a line read so far looks like OpenMetrics (classic text
 	// only; see looksOpenMetrics).
 	omLike bool
 }
 
+// fastSample is a sample line read without textparse: its place in the
+// block, its series text's end, its value and timestamp, its input line.
+type fastSample struct {
+	start, seriesEnd, end int
+	val                   float64
+	t                     int64
+	line                  int
+}
+
+// learn records a series text textparse returned.
+func (b *blockReader) learn(series []byte) {
+	if _, ok := b.known[string(series)]; !ok {
+		b.known[string(series)] = struct{}{}
+	}
+}
+
+// fastValue reports whether sample line l of a known series (sampleLine:
+// value text val, timestamp t) may skip textparse, and its value:
+// textparse has read its series text before, so it reads this line as the
+// same series with this value and timestamp (the type line before it
+// changes only the labels, which textparse still gives: fastLabels); the
+// line ends in a newline (textparse stops there), the value parses and t
+// passes checkTimestamp.
+func fastValue(l []byte, val []byte, t int64) (float64, bool) {
+	if l[len(l)-1] != '\n' || t < minTimestampMs || t > maxTimestampMs {
+		return 0, false
+	}
+	return plainFloat(val)
+}
+
+// sampleLine reads sample line l as plainSample does (ok), and says
+// whether textparse read its series text before (known): from the line's
+// end for such a series (knownTail), else from its start.
+func (b *blockReader) sampleLine(l []byte) (seriesEnd int, val []byte, t int64, ok, known bool) {
+	if seriesEnd, val, t, ok = knownTail(l, b.format); ok {
+		if _, known = b.known[string(l[:seriesEnd])]; known {
+			return seriesEnd, val, t, true, true
+		}
+	}
+	// A plain line's series text is the one knownTail found: not known.
+	seriesEnd, val, t, ok = plainSample(l, b.format)
+	return seriesEnd, val, t, ok, false
+}
+
 // line returns the next line with its newline (none at the end of input),
 // or io.EOF.
 func (b *blockReader) line() ([]byte, error) {
+	if l := b.held; l != nil {
+		b.held = nil // counted when it was first read
+		return l, nil
+	}
 	l, err := b.r.ReadSlice('\n')
 	if errors.Is(err, bufio.ErrBufferFull) {
 		b.long = append(b.long[:0], l...)
@@ -204,9 +308,20 @@ func (b *blockReader) add(l []byte, n int) {
 }
 
 // fill returns the next block and its line numbers (one more entry than the
-// block has lines: the line after it).
+// block has lines: the line after it). A block of known series' plain
+// sample lines (inFast) is read here (fillFast); any other goes to
+// textparse, and ends before such a line where a block may end (cut).
 func (b *blockReader) fill() ([]byte, []int, error) {
-	b.buf, b.lineNo = b.buf[:0], b.lineNo[:0]
+	b.buf, b.lineNo, b.fast, b.inFast = b.buf[:0], b.lineNo[:0], b.fast[:0], false
+	l, s, fast, err := b.nextKept()
+	switch {
+	case err != nil:
+		return nil, nil, err
+	case fast:
+		return b.fillFast(l, s)
+	}
+	b.held = l // nil at the end of input
+	clear(b.inBlock)
 	if b.lastType != nil {
 		b.add(b.lastType, b.lastTypeLine)
 	}
@@ -214,6 +329,7 @@ func (b *blockReader) fill() ([]byte, []int, error) {
 	var eof []byte // the "# EOF" line, once read
 	eofLine := 0
 	prevBlank := false
+	lastPlain := false // the last line added may end a block (cut)
 	for {
 		l, err := b.line()
 		if errors.Is(err, io.EOF) {
@@ -244,6 +360,7 @@ func (b *blockReader) fill() ([]byte, []int, error) {
 			}
 		}
 		blank := isBlank(l)
+		plain := false
 		switch {
 		case blank:
 		case l[0] == '#':
@@ -253,25 +370,33 @@ func (b *blockReader) fill() ([]byte, []int, error) {
 					b.lastType = append(b.lastType, '\n')
 				}
 			}
-		case len(b.keep) > 0 && !prevBlank:
+		case !prevBlank:
 			// After a blank line the next line stays: OpenMetrics errors
 			// at a blank line name the next non-blank one.
-			if t, ok := sampleTime(l, b.format); ok && !keeps(b.keep, t) {
-				b.skipped++
-				b.minT, b.maxT = min(b.minT, t), max(b.maxT, t)
+			end, val, t, ok, known := b.sampleLine(l)
+			if ok && len(b.keep) > 0 && !keeps(b.keep, t) {
+				b.skip(t)
 				continue
 			}
+			if ok && lastPlain {
+				_, again := b.inBlock[string(l[:end])]
+				if _, fast := fastValue(l, val, t); (known && fast) || again {
+					// The next block starts here: textparse will have
+					// read this series (again), so it may skip it.
+					b.held = l
+					return b.endBlock(b.n), b.lineNo, nil
+				}
+			}
+			if ok && !known {
+				b.inBlock[string(l[:end])] = struct{}{}
+			}
+			plain = ok && l[len(l)-1] == '\n'
 		}
 		b.add(l, b.n)
-		prevBlank = blank
+		prevBlank, lastPlain = blank, plain
 		if len(b.buf) >= blockSize && b.cut(l) {
 			// More may follow: end the block here.
-			if om {
-				b.buf = append(b.buf, eofMarker...)
-				b.buf = append(b.buf, '\n')
-			}
-			b.lineNo = append(b.lineNo, b.n+1, b.n+2)
-			return b.buf, b.lineNo, nil
+			return b.endBlock(b.n + 1), b.lineNo, nil
 		}
 	}
 	b.done = true
@@ -287,6 +412,107 @@ func (b *blockReader) fill() ([]byte, []int, error) {
 		b.lineNo[len(b.lineNo)-1] = b.n
 	}
 	return b.buf, b.lineNo, nil
+}
+
+// endBlock ends a textparse block that more blocks follow, next being the
+// number of the input line after it: an OpenMetrics block ends in "# EOF"
+// of its own.
+func (b *blockReader) endBlock(next int) []byte {
+	if b.format == FormatOpenMetrics {
+		b.buf = append(b.buf, eofMarker...)
+		b.buf = append(b.buf, '\n')
+	}
+	b.lineNo = append(b.lineNo, next, next+1)
+	return b.buf
+}
+
+// skip counts a sample line at t dropped for lying outside the windows.
+func (b *blockReader) skip(t int64) {
+	b.skipped++
+	b.minT, b.maxT = min(b.minT, t), max(b.maxT, t)
+}
+
+// nextKept returns the next line not dropped for lying outside the kept
+// windows (nil at the end of input) and whether it may skip textparse
+// (fastValue), with its sample when it may.
+func (b *blockReader) nextKept() (l []byte, s fastSample, fast bool, err error) {
+	for {
+		l, err = b.line()
+		if errors.Is(err, io.EOF) {
+			return nil, s, false, nil
+		}
+		if err != nil {
+			return nil, s, false, err
+		}
+		end, val, t, ok, known := b.sampleLine(l)
+		if ok && len(b.keep) > 0 && !keeps(b.keep, t) {
+			b.skip(t)
+			continue
+		}
+		if !known {
+			return l, s, false, nil
+		}
+		v, fast := fastValue(l, val, t)
+		return l, fastSample{seriesEnd: end, val: v, t: t, line: b.n}, fast, nil
+	}
+}
+
+// fillFast reads a block of sample lines that may skip textparse
+// (nextKept), starting with l, up to the first other line, which it holds
+// for the next block.
+func (b *blockReader) fillFast(l []byte, s fastSample) ([]byte, []int, error) {
+	b.inFast = true
+	for {
+		s.start = len(b.buf)
+		s.seriesEnd += s.start
+		b.buf = append(b.buf, l...)
+		s.end = len(b.buf)
+		b.fast = append(b.fast, s)
+		if len(b.buf) >= blockSize {
+			break
+		}
+		var fast bool
+		var err error
+		if l, s, fast, err = b.nextKept(); err != nil {
+			return nil, nil, err
+		}
+		if !fast {
+			b.held = l // nil at the end of input
+			break
+		}
+	}
+	return b.buf, nil, nil
+}
+
+// plainFloat returns the value textparse gives for v, which isPlainFloat
+// accepts: strconv.ParseFloat's, NaN made Prometheus's normal NaN; not ok
+// where textparse fails (out of range). Small integers, most values in a
+// bundle, are converted without ParseFloat.
+func plainFloat(v []byte) (float64, bool) {
+	if len(v) <= 15 && isDigits(v) {
+		n := int64(0)
+		for _, c := range v {
+			n = n*10 + int64(c-'0')
+		}
+		return float64(n), true // exact: below 2^53
+	}
+	f, err := strconv.ParseFloat(string(v), 64)
+	if err != nil {
+		return 0, false
+	}
+	if math.IsNaN(f) {
+		f = math.Float64frombits(value.NormalNaN)
+	}
+	return f, true
+}
+
+func isDigits(v []byte) bool {
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return len(v) > 0
 }
 
 // cut reports whether a block may end after line l: textparse must read
@@ -322,6 +548,13 @@ func isEOFLine(l []byte) bool {
 // error; anything else (exemplars, escapes other than \\ \" \n, odd
 // spacing, UTF-8 names, no timestamp) is left to textparse.
 func sampleTime(l []byte, f Format) (int64, bool) {
+	_, _, t, ok := plainSample(l, f)
+	return t, ok
+}
+
+// plainSample is sampleTime also returning where the series text (name and
+// labels, as textparse's Series returns it) ends and the value's text.
+func plainSample(l []byte, f Format) (seriesEnd int, val []byte, t int64, ok bool) {
 	if n := len(l); n > 0 && l[n-1] == '\n' {
 		l = l[:n-1]
 	}
@@ -331,12 +564,12 @@ func sampleTime(l []byte, f Format) (int64, bool) {
 		i++
 	}
 	if i == 0 || i == len(l) {
-		return 0, false
+		return 0, nil, 0, false
 	}
 	if l[i] == '{' {
 		i++
 		if i < len(l) && l[i] == '}' {
-			return 0, false // textparse allows it; not worth the check
+			return 0, nil, 0, false // textparse allows it; not worth the check
 		}
 		for {
 			j := i
@@ -344,12 +577,12 @@ func sampleTime(l []byte, f Format) (int64, bool) {
 				i++
 			}
 			if i == j || i+1 >= len(l) || l[i] != '=' || l[i+1] != '"' {
-				return 0, false
+				return 0, nil, 0, false
 			}
 			i += 2
 			for {
 				if i >= len(l) {
-					return 0, false
+					return 0, nil, 0, false
 				}
 				c := l[i]
 				if c == '"' {
@@ -357,41 +590,73 @@ func sampleTime(l []byte, f Format) (int64, bool) {
 				}
 				if c == '\\' {
 					if i+1 >= len(l) || (l[i+1] != '\\' && l[i+1] != '"' && l[i+1] != 'n') {
-						return 0, false
+						return 0, nil, 0, false
 					}
 					i++
 				} else if c < 0x20 || c >= 0x80 {
-					return 0, false
+					return 0, nil, 0, false
 				}
 				i++
 			}
 			i++ // closing quote
 			if i >= len(l) {
-				return 0, false
+				return 0, nil, 0, false
 			}
 			if l[i] == '}' {
 				i++
 				break
 			}
 			if l[i] != ',' {
-				return 0, false
+				return 0, nil, 0, false
 			}
 			i++
 		}
 	}
 	if i >= len(l) || l[i] != ' ' {
-		return 0, false
+		return 0, nil, 0, false
 	}
 	i++
 	sp := bytes.IndexByte(l[i:], ' ')
 	if sp <= 0 {
-		return 0, false // no timestamp: textparse and ReadMetrics say so
+		return 0, nil, 0, false // no timestamp: textparse and ReadMetrics say so
 	}
+	seriesEnd = i - 1
 	val, ts := l[i:i+sp], l[i+sp+1:]
 	if !isPlainFloat(val) {
-		return 0, false
+		return 0, nil, 0, false
 	}
-	var t int64
+	t, ok = plainTimestamp(ts, f)
+	return seriesEnd, val, t, ok
+}
+
+// knownTail reads a sample line from its end: the timestamp after the last
+// space, the value before it (isPlainFloat) and, before that space, what
+// would be the series text. When that text is one textparse read before,
+// textparse reads the whole line as plainSample does, without the scan of
+// its labels.
+func knownTail(l []byte, f Format) (seriesEnd int, val []byte, t int64, ok bool) {
+	if n := len(l); n > 0 && l[n-1] == '\n' {
+		l = l[:n-1]
+	}
+	sp2 := bytes.LastIndexByte(l, ' ')
+	if sp2 <= 0 {
+		return 0, nil, 0, false
+	}
+	sp1 := bytes.LastIndexByte(l[:sp2], ' ')
+	if sp1 <= 0 {
+		return 0, nil, 0, false
+	}
+	val = l[sp1+1 : sp2]
+	if !isPlainFloat(val) {
+		return 0, nil, 0, false
+	}
+	t, ok = plainTimestamp(l[sp2+1:], f)
+	return sp1, val, t, ok
+}
+
+// plainTimestamp reads a sample's timestamp in milliseconds where textparse
+// reads it exactly so and it is plausible for the format (checkTimestamp).
+func plainTimestamp(ts []byte, f Format) (t int64, ok bool) {
 	switch f {
 	case FormatOpenMetrics:
 		if len(ts) == 0 || len(ts) > 20 {

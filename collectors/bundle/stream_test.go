@@ -230,6 +230,11 @@ func TestReadMetricsKeepErrors(t *testing.T) {
 		{"no timestamp outside", "a 1 150\nb 2\n# EOF\n", `metrics.om:2:1: sample b has no timestamp`},
 		{"milliseconds outside", "a 1 1700000000000\n# EOF\n", "metrics.om:1:1: timestamp 1.7e+12 s looks like milliseconds"},
 		{"data after eof", "a 1 1\n# EOF\nb 1 2\n", "metrics.om:2:1: unexpected data after # EOF"},
+		// A known series' lines are read from their end (knownTail).
+		{"known series, bad value", "a 1 150\na 1 1\na 1x 1\n# EOF\n", `metrics.om:3:3: strconv.ParseFloat`},
+		{"known series, no timestamp", "a 1 150\na 1 1\na 2\n# EOF\n", `metrics.om:3:1: sample a has no timestamp`},
+		{"known series, exemplar", "a 1 150\na 1 1\na 1 1 # {x=\"y\"} 1 1\na 1 1 # {x=y} 1 1\n# EOF\n", `metrics.om:4:`},
+		{"known series, no eof", "a 1 150\na 1 1\na 1 2\n", `metrics.om:4:1: data does not end with # EOF`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
