@@ -40,7 +40,7 @@ func TestDemo(t *testing.T) {
 
 // TestDemoDefault runs the README's command as is.
 func TestDemoDefault(t *testing.T) {
-	r := runCLI(t, "demo")
+	r := runShared(t, "demo")
 	if r.code != exitCause {
 		t.Fatalf("exit %d, want %d (a cause found, as why): %s", r.code, exitCause, r.stderr)
 	}
