@@ -83,6 +83,21 @@ func TestDemoLive(t *testing.T) {
 			t.Errorf("live demo output lacks %q:\n%s", w, r.stdout)
 		}
 	}
+	// Each status line comes before the notification it introduces. This
+	// is the suite's one full play of demo.Play (1.5 simulated hours, the
+	// costliest test): package demo's tests do not play it again.
+	for _, p := range []struct{ status, body string }{
+		{"opened (", "== whyslow open: incident"},
+		{"incident resolved:", "== whyslow resolve: incident"},
+	} {
+		si, bi := strings.Index(r.stdout, p.status), strings.Index(r.stdout, p.body)
+		switch {
+		case si < 0 || bi < 0:
+			t.Errorf("live demo output lacks %q or %q", p.status, p.body)
+		case bi < si:
+			t.Errorf("%q printed before its status line %q", p.body, p.status)
+		}
+	}
 }
 
 func TestDemoJSON(t *testing.T) {
