@@ -40,7 +40,7 @@ func TestDemo(t *testing.T) {
 
 // TestDemoDefault runs the README's command as is.
 func TestDemoDefault(t *testing.T) {
-	r := runCLI(t, "demo")
+	r := runShared(t, "demo")
 	if r.code != exitCause {
 		t.Fatalf("exit %d, want %d (a cause found, as why): %s", r.code, exitCause, r.stderr)
 	}
@@ -81,6 +81,21 @@ func TestDemoLive(t *testing.T) {
 	} {
 		if !strings.Contains(r.stdout, w) {
 			t.Errorf("live demo output lacks %q:\n%s", w, r.stdout)
+		}
+	}
+	// Each status line comes before the notification it introduces. This
+	// is the suite's one full play of demo.Play (1.5 simulated hours, the
+	// costliest test): package demo's tests do not play it again.
+	for _, p := range []struct{ status, body string }{
+		{"opened (", "== whyslow open: incident"},
+		{"incident resolved:", "== whyslow resolve: incident"},
+	} {
+		si, bi := strings.Index(r.stdout, p.status), strings.Index(r.stdout, p.body)
+		switch {
+		case si < 0 || bi < 0:
+			t.Errorf("live demo output lacks %q or %q", p.status, p.body)
+		case bi < si:
+			t.Errorf("%q printed before its status line %q", p.body, p.status)
 		}
 	}
 }

@@ -3,14 +3,15 @@
 package main
 
 // The docs test: every command of README.md and docs/*.md runs as written
-// against a built binary and the shipped testdata, and every image the docs
+// against whyslow built from this tree (this test binary, run as the
+// command: see whyslowBin) and the shipped testdata, and every image the docs
 // show is what its generator writes. The conventions, also in the README's
 // "Development" section:
 //
 //   - Each line of a ```sh block is one command (a trailing `\` continues it),
-//     run by sh from the repository root with the built binary first on PATH.
+//     run by sh from the repository root with that binary first on PATH.
 //     A leading `whyslow`, `bin/whyslow` or `go run ./cmd/whyslow` runs that
-//     binary; a `make build &&` before it is the build the test did.
+//     binary; a `make build &&` before it stands for the test binary's build.
 //   - A command must exit 0, unless its comment ends in `exit N` (or
 //     `exit N|M`: any of them).
 //   - `docs-test: skip (REASON)` in a command's comment skips it (it needs a
@@ -189,19 +190,18 @@ func (c docCommand) shellLine(rewrites *strings.Replacer) (string, error) {
 	return "", errors.New("not a whyslow command: run it with whyslow, or mark it `# docs-test: skip (reason)`")
 }
 
-// buildWhyslow builds the binary into a temporary directory once per test.
-func buildWhyslow(t *testing.T) string {
+// whyslowBin returns a directory holding `whyslow`: this test binary, which
+// runs as the command when asWhyslowEnv is set (shellCommand sets it). It is
+// the package main the tests exercise, so the docs need no second build.
+func whyslowBin(t *testing.T) string {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
+	self, err := os.Executable()
 	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, goBin, "build", "-o", filepath.Join(dir, "whyslow"), ".")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	if err := os.Symlink(self, filepath.Join(dir, "whyslow")); err != nil {
+		t.Fatal(err)
 	}
 	return dir
 }
@@ -211,7 +211,7 @@ func buildWhyslow(t *testing.T) string {
 func shellCommand(ctx context.Context, bin, line string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, "sh", "-c", line)
 	cmd.Dir = docsRoot
-	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), asWhyslowEnv+"=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
@@ -252,13 +252,12 @@ func TestDocs(t *testing.T) {
 		all = append(all, cmds...)
 	}
 	if testing.Short() {
-		// Building the binary and running every command takes a minute on
-		// two cores: -short checks only that each image has its generator
-		// and its file.
+		// Running every command takes a minute on two cores: -short
+		// checks only that each image has its generator and its file.
 		testDocImages(t, "", texts)
 		t.Skipf("-short: %d doc commands not run", len(all))
 	}
-	bin := buildWhyslow(t)
+	bin := whyslowBin(t)
 	t.Run("images", func(t *testing.T) { testDocImages(t, bin, texts) })
 	t.Run("commands", func(t *testing.T) { testDocCommands(t, bin, all) })
 }

@@ -117,7 +117,7 @@ func TestDynamoFrontendClientView(t *testing.T) {
 		{"healthy", "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds", "vllm", "v1", verdict.StatusHealthy, exitOK},
 	} {
 		t.Run(c.incident, func(t *testing.T) {
-			plain := runCLI(t, "why", "--bundle", incidentsDir+"/"+c.incident, "--output", "json")
+			plain := runShared(t, "why", "--bundle", incidentsDir+"/"+c.incident, "--output", "json")
 			r := runCLI(t, "why", "--bundle", rewrittenBundle(t, c.incident, false, withDynamoFrontend(c.ttft, c.itl)), "--output", "json")
 			if r.code != c.code {
 				t.Fatalf("exit %d, want %d: %s", r.code, c.code, r.stderr)

@@ -130,7 +130,7 @@ func TestRenamedShapes(t *testing.T) {
 		t.Run(c.incident+"/"+c.to, func(t *testing.T) {
 			src := filepath.Join(incidentsDir, c.incident)
 			dir := renamedBundle(t, c.incident, c.from, c.to)
-			wv := decodeVerdict(t, runCLI(t, "why", "--bundle", src, "--output", "json").stdout)
+			wv := decodeVerdict(t, runShared(t, "why", "--bundle", src, "--output", "json").stdout)
 			got := runCLI(t, "why", "--bundle", dir, "--output", "json")
 			gv := decodeVerdict(t, got.stdout)
 			shape := ""

@@ -38,9 +38,15 @@ var fleetScopes = []fleettest.Scope{
 // opens exactly one incident per faulty scope, naming its injected cause,
 // and none for the healthy ones; and that `why --group-by` at the
 // incidents' end ranks the same scopes.
+// fleetHangGuard bounds a fleet integration test (backfilling with promtool,
+// a real Prometheus, the triages) only against a hang: on a busy 2-core
+// machine TestFleetReplay's promtool was killed by a 5-minute bound while
+// still working.
+const fleetHangGuard = 20 * time.Minute
+
 func TestFleetReplay(t *testing.T) {
 	fleettest.SkipUnlessAvailable(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), fleetHangGuard)
 	defer cancel()
 	fleet, err := fleettest.Build(ctx, t.TempDir(), fleetScopes)
 	if err != nil {
@@ -149,7 +155,7 @@ func fmtConf(c *float64) string {
 // GPU counters join the engine's series on namespace and pod.
 func TestFleetGPUJoinByNamespace(t *testing.T) {
 	fleettest.SkipUnlessAvailable(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), fleetHangGuard)
 	defer cancel()
 	fleet, err := fleettest.Build(ctx, t.TempDir(), []fleettest.Scope{
 		{Namespace: "hot", StatefulSet: "vllm", Options: sim.Options{Scenario: "gpu_throttle", Seed: 1, Replicas: 1}},

@@ -32,24 +32,24 @@ func TestWhyAnswerFirstScreen(t *testing.T) {
 	withCause := 0
 	for _, dir := range dirs {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			j := runCLI(t, "why", "--bundle", dir, "--output", "json")
+			j := runShared(t, "why", "--bundle", dir, "--output", "json")
 			if j.code == exitFailed {
 				t.Fatalf("exit 2: %s", j.stderr)
 			}
 			v := decodeVerdict(t, j.stdout)
-			r := runCLI(t, "why", "--bundle", dir)
+			r := runShared(t, "why", "--bundle", dir)
 			if checkFirstScreen(t, v, r.stdout, 0) {
 				withCause++
 			}
 		})
 	}
 	t.Run("demo", func(t *testing.T) {
-		j := runCLI(t, "demo", "--output", "json")
+		j := runShared(t, "demo", "--output", "json")
 		if j.code == exitFailed {
 			t.Fatalf("exit 2: %s", j.stderr)
 		}
 		v := decodeVerdict(t, j.stdout)
-		r := runCLI(t, "demo")
+		r := runShared(t, "demo")
 		// The demo says what it runs in two lines before the verdict.
 		checkFirstScreen(t, v, r.stdout, 2)
 	})

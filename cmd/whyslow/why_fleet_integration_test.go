@@ -24,7 +24,7 @@ import (
 // and the triages compare with the history there is, and say so.
 func TestWhyGroupByShortHistory(t *testing.T) {
 	fleettest.SkipUnlessAvailable(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), fleetHangGuard)
 	defer cancel()
 	at := time.Date(2026, 1, 1, 2, 0, 0, 0, time.UTC)
 	var om bytes.Buffer

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,6 +49,23 @@ func runCLI(t testing.TB, args ...string) cliResult {
 	var out, errb bytes.Buffer
 	code := dispatch(ctx, args, &out, &errb)
 	return cliResult{code: code, stdout: out.String(), stderr: errb.String()}
+}
+
+// sharedRuns holds the results of runShared, one per distinct command line.
+var sharedRuns sync.Map // args joined by NUL → func() cliResult
+
+// runShared is runCLI, run once per package run for the same args: several
+// tests check the same triage of a committed bundle (every bundle's JSON
+// verdict, the golden bundles' text, the default demo), and a read-only
+// command over committed files gives the same output each time (the
+// goldens pin it byte for byte). Only for such commands; a test that
+// compares two runs must call runCLI twice.
+func runShared(t testing.TB, args ...string) cliResult {
+	t.Helper()
+	once, _ := sharedRuns.LoadOrStore(strings.Join(args, "\x00"), sync.OnceValue(func() cliResult {
+		return runCLI(t, args...)
+	}))
+	return once.(func() cliResult)()
 }
 
 // cliHangGuard only stops a command that hangs: no test asserts how fast a
@@ -122,7 +140,7 @@ func TestWhyBundleTruth(t *testing.T) {
 		name := filepath.Base(dir)
 		t.Run(name, func(t *testing.T) {
 			tr := readTruth(t, dir)
-			r := runCLI(t, "why", "--bundle", dir, "--output", "json")
+			r := runShared(t, "why", "--bundle", dir, "--output", "json")
 			if r.code == exitFailed {
 				t.Fatalf("exit 2: %s", r.stderr)
 			}
@@ -158,7 +176,7 @@ func TestWhyTextGolden(t *testing.T) {
 	} {
 		t.Run(tc.bundle, func(t *testing.T) {
 			args := append([]string{"why", "--bundle", filepath.Join(incidentsDir, tc.bundle)}, tc.args...)
-			r := runCLI(t, args...)
+			r := runShared(t, args...)
 			if r.code == exitFailed {
 				t.Fatalf("exit 2: %s", r.stderr)
 			}

@@ -26,7 +26,7 @@ import (
 // requests with their pods' context.
 func TestWhyBundleWithTraces(t *testing.T) {
 	dir := filepath.Join(incidentsDir, "frontend_delay")
-	r := runCLI(t, "why", "--bundle", dir, "--output", "json")
+	r := runShared(t, "why", "--bundle", dir, "--output", "json")
 	if r.code != exitCause {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
@@ -154,7 +154,7 @@ func TestWhyTracesDaemonMatchesFile(t *testing.T) {
 			f := openBundleTraces(t, dir)
 			srv := httptest.NewServer(f.QueryHandler(nil))
 			defer srv.Close()
-			fromFile := runCLI(t, "why", "--bundle", dir, "--output", "json")
+			fromFile := runShared(t, "why", "--bundle", dir, "--output", "json")
 			fromDaemon := runCLI(t, "why", "--bundle", dir, "--traces", "whyslow:"+srv.URL, "--output", "json")
 			if fromFile.code != fromDaemon.code {
 				t.Fatalf("exit %d from the file, %d from the daemon: %s", fromFile.code, fromDaemon.code, fromDaemon.stderr)

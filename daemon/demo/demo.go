@@ -17,7 +17,7 @@ import (
 	"github.com/whyslow/whyslow/testbed/sim"
 )
 
-// Options configure Run. Zero values get defaults.
+// Options configure Play. Zero values get defaults.
 type Options struct {
 	// Scenario is the engine-model scenario (default kv_pressure).
 	Scenario string
@@ -36,12 +36,6 @@ type Outcome struct {
 	Opened bool
 	// TopCause is the opened incident's top cause ("" when none was named).
 	TopCause string
-}
-
-// Run plays one incident (see Play) and reports only whether it failed.
-func Run(ctx context.Context, w io.Writer, o Options) error {
-	_, err := Play(ctx, w, o)
-	return err
 }
 
 // Play plays one incident: the engine model runs healthy for its baseline

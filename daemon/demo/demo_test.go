@@ -2,35 +2,12 @@ package demo
 
 import (
 	"bytes"
-	"context"
-	"strings"
 	"testing"
 )
 
-func TestRunDemo(t *testing.T) {
-	if testing.Short() {
-		t.Skip("plays 1.5 simulated hours")
-	}
-	var out bytes.Buffer
-	if err := Run(context.Background(), &out, Options{Seed: 1}); err != nil {
-		t.Fatalf("%v\n%s", err, out.String())
-	}
-	t.Log(out.String())
-	// Each status line comes before the notification it introduces.
-	text := out.String()
-	for _, p := range []struct{ status, body string }{
-		{"opened (", "== whyslow open: incident"},
-		{"incident resolved:", "== whyslow resolve: incident"},
-	} {
-		si, bi := strings.Index(text, p.status), strings.Index(text, p.body)
-		switch {
-		case si < 0 || bi < 0:
-			t.Errorf("demo output lacks %q or %q", p.status, p.body)
-		case bi < si:
-			t.Errorf("%q printed before its status line %q", p.body, p.status)
-		}
-	}
-}
+// Play's whole run (status lines before the notifications they introduce,
+// open and resolve) is checked once, through the command that uses it:
+// TestDemoLive in cmd/whyslow.
 
 func TestHeldWriter(t *testing.T) {
 	var h heldWriter

@@ -1,8 +1,8 @@
 // Package demo runs the whole sidecar loop against the engine model on
 // simulated time: the model serves /metrics on loopback, the daemon scrapes,
-// detects, triages and notifies on a SimClock. `whyslow demo` uses Run; the
-// end-to-end tests use Env. It lives apart from package daemon so that the
-// production daemon never imports the engine model.
+// detects, triages and notifies on a SimClock. `whyslow demo --live` uses
+// Play; the end-to-end tests use Env. It lives apart from package daemon so
+// that the production daemon never imports the engine model.
 package demo
 
 import (

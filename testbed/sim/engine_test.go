@@ -6,11 +6,12 @@ import (
 	"testing"
 )
 
-// checkPool verifies the block accounting of one engine.
+// checkPool verifies the block accounting of one engine. It runs after
+// every simulated event, so it calls t.Helper (a stack walk) only on failure.
 func checkPool(t *testing.T, e *engine, now float64) {
-	t.Helper()
 	p := &e.pool
 	if p.used < 0 || p.idle < 0 || p.used+p.idle > p.total {
+		t.Helper()
 		t.Fatalf("t=%.3f replica %d: pool over-allocated: used %d idle %d total %d", now, e.idx, p.used, p.idle, p.total)
 	}
 	own := 0
@@ -28,6 +29,7 @@ func checkPool(t *testing.T, e *engine, now float64) {
 		}
 	}
 	if own+shared != p.used || idle != p.idle {
+		t.Helper()
 		t.Fatalf("t=%.3f replica %d: blocks held (own %d + shared %d, idle %d) != pool (used %d, idle %d)",
 			now, e.idx, own, shared, idle, p.used, p.idle)
 	}

@@ -263,11 +263,20 @@ const signalHeader = "| scenario | cause | TTFT p95 | ITL p95 | queue | KV usage
 
 func bundleSignals(t testing.TB, metrics []byte, inc Incident) (base, now windowSignals) {
 	t.Helper()
+	base, now, err := incidentSignals(metrics, inc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return base, now
+}
+
+// incidentSignals is bundleSignals returning its error.
+func incidentSignals(metrics []byte, inc Incident) (base, now windowSignals, err error) {
 	d, err := parseOM(metrics)
 	if err != nil {
-		t.Fatalf("parse: %v", err)
+		return base, now, fmt.Errorf("parse: %w", err)
 	}
-	return signalsFor(d, inc.At.Add(-inc.Baseline), inc.Window), signalsFor(d, inc.At, inc.Window)
+	return signalsFor(d, inc.At.Add(-inc.Baseline), inc.Window), signalsFor(d, inc.At, inc.Window), nil
 }
 
 // TestTestdataSignals loads every committed bundle and checks that its
@@ -392,13 +401,10 @@ func TestScenarioSignals(t *testing.T) {
 	var rows []string
 	for _, sc := range Scenarios() {
 		for _, seed := range seeds {
-			b, err := Record(t.Context(), Options{Scenario: sc.Name, Seed: seed, Trim: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			base, now := bundleSignals(t, b.Metrics, b.Incident)
+			r := recordTrimmed(t, sc.Name, seed)
+			base, now, tr := r.base, r.now, r.truth
 			rows = append(rows, signalRow(fmt.Sprintf("%s/%d", sc.Name, seed), sc.Cause, base, now)+
-				fmt.Sprintf(" %v %v rep=%v load=%v", b.Truth.Params["model"], b.Truth.Params["gpu"], b.Truth.Params["replicas"], b.Truth.Params["baseline_load"]))
+				fmt.Sprintf(" %v %v rep=%v load=%v", tr.Params["model"], tr.Params["gpu"], tr.Params["replicas"], tr.Params["baseline_load"]))
 			t.Run(fmt.Sprintf("%s/%d", sc.Name, seed), func(t *testing.T) { checkCauseShows(t, sc.Name, sc.Cause, base, now) })
 		}
 	}

@@ -3,7 +3,6 @@ package sim
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"math"
 	"sort"
@@ -46,11 +45,7 @@ func TestNarrowDrawsUnchanged(t *testing.T) {
 			if testing.Short() {
 				return
 			}
-			b, err := Record(t.Context(), Options{Scenario: s.Name, Seed: 1, Trim: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if g := fmt.Sprintf("%x", sha256.Sum256(withoutFamily(b.Metrics, "http_requests"))); g != want.metrics {
+			if g := recordTrimmed(t, s.Name, 1).metricsSHA256; g != want.metrics {
 				t.Errorf("metrics sha256 %s, want %s", g, want.metrics)
 			}
 		})
