@@ -169,7 +169,7 @@ func Open(opts Options) (*Store, error) {
 		db.DisableCompactions()
 	}
 
-	p := parser.NewParser(parser.Options{})
+	p := newParseCache(parser.NewParser(parser.Options{}))
 	engine := promql.NewEngine(promql.EngineOpts{
 		Logger:               logger.With("component", "promql"),
 		Reg:                  opts.Registerer,
