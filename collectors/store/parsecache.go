@@ -248,11 +248,7 @@ func (c *treeCopier) node(e parser.Expr) parser.Expr {
 			return e
 		}
 		x := *n
-		x.Expr = c.node(n.Expr)
-		if n.Timestamp != nil {
-			ts := *n.Timestamp
-			x.Timestamp = &ts
-		}
+		x.Expr, x.Timestamp = c.node(n.Expr), copyTimestamp(n.Timestamp)
 		return &x
 	case *parser.NumberLiteral:
 		x := *n
@@ -277,17 +273,22 @@ func (c *treeCopier) node(e parser.Expr) parser.Expr {
 	}
 }
 
+// copyTimestamp copies an @ time: the engine sets a copy's own.
+func copyTimestamp(ts *int64) *int64 {
+	if ts == nil {
+		return nil
+	}
+	t := *ts
+	return &t
+}
+
 func (c *treeCopier) vectorSelector(n *parser.VectorSelector) parser.Expr {
 	if n.OriginalOffsetExpr != nil || n.Series != nil || n.UnexpandedSeriesSet != nil {
 		c.ok = false
 		return n
 	}
 	x := *n
-	x.Name = c.str(n.Name)
-	if n.Timestamp != nil {
-		ts := *n.Timestamp
-		x.Timestamp = &ts
-	}
+	x.Name, x.Timestamp = c.str(n.Name), copyTimestamp(n.Timestamp)
 	x.LabelMatchers = make([]*labels.Matcher, len(n.LabelMatchers))
 	notEmpty := false
 	for i, m := range n.LabelMatchers {
