@@ -2,7 +2,9 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,4 +129,34 @@ func FuzzParseCache(f *testing.F) {
 			t.Fatalf("%q: cached parse %s, parser's %s", q, got, want)
 		}
 	})
+}
+
+// BenchmarkParseCache parses the rulesets-like queries of 256 scopes (each
+// shape once per scope, as a cycle does) through the parser and through
+// the cache, in one run:
+//
+//	go test ./collectors/store -run '^$' -bench BenchmarkParseCache -benchmem
+func BenchmarkParseCache(b *testing.B) {
+	var qs []string
+	for i := range 256 {
+		for _, q := range parseCacheCases[:5] {
+			qs = append(qs, strings.ReplaceAll(q, "steady-001", fmt.Sprintf("steady-%03d", i)))
+		}
+	}
+	plain := parser.NewParser(parser.Options{})
+	for _, p := range []struct {
+		name string
+		p    parser.Parser
+	}{{"parser", plain}, {"cache", newParseCache(plain)}} {
+		b.Run(p.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				for _, q := range qs {
+					if _, err := p.p.ParseExpr(q); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+	}
 }
