@@ -152,7 +152,7 @@ func benchCycleOpen(b *testing.B, open int) {
 	cfg.Detect.GroupBy = []string{"namespace", "model_name"}
 	// CPU per cycle is the measure: a wall-clock budget on a shared machine
 	// would refuse triages and hide their cost.
-	cfg.Triage.CycleBudget = time.Minute
+	cfg.Triage.CycleBudget = 10 * time.Minute
 	cfg.Detect.MaxOpenIncidents = max(open, detect.DefaultMaxOpenIncidents)
 	counted := CountQueries(st)
 	tri, err := TriageWith(counted, nil, cfg.Engine)
