@@ -147,7 +147,7 @@ func Open(opts Options) (*Store, error) {
 		go s.snapshotEvery(SnapshotInterval)
 	}
 
-	s.parser = parser.NewParser(parser.Options{})
+	s.parser = newParseCache(parser.NewParser(parser.Options{}))
 	s.engine = promql.NewEngine(promql.EngineOpts{
 		Logger:               logger.With("component", "promql"),
 		Reg:                  opts.Registerer,

@@ -1,0 +1,162 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql/parser"
+)
+
+// parseCacheCases are queries of the shapes the rulesets and the detector
+// run (scope selectors, regex matchers, label_replace, quoted names), and
+// ones the cache must leave to the parser.
+var parseCacheCases = []string{
+	`histogram_quantile(0.95, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{namespace="steady-001",model_name="steady"}[5m])))`,
+	`(sum(rate(http_requests_total{status=~"5.."}[5m]) and on(namespace, pod) vllm:num_requests_running{namespace="a-001"}) or vector(0)) / (sum(rate(http_requests_total[5m])) > 0)`,
+	`max(label_replace(label_replace(avg_over_time(DCGM_FI_PROF_SM_ACTIVE[5m]), "pod", "$1", "exported_pod", "(.+)"), "namespace", "$1", "exported_namespace", "(.+)"))`,
+	`count(last_over_time({__name__=~"dynamo_frontend_time_to_first_token_seconds_count|dynamo_frontend_x"}[5m]))`,
+	`count by (le) (last_over_time(vllm:e2e_request_latency_seconds_bucket{namespace='single-quoted'}[1m]))`,
+	"sum(rate(x{job=`raw\\string`}[1m]))",
+	`{"utf8.metric.name", "label.one"="value-one"}`,
+	`sum by ("label.one") (rate({"utf8.metric.name"}[1m]))`,
+	`x{a="abc"} @ 100 offset 5m`,
+	`sum_over_time(rate(x{a="abc"}[1m])[5m:1m])`,
+	`count_values("value", x{a="abc"})`,
+	// Invalid: the parser's own error.
+	`{a=~".*"}`, `{a=~"(("}`, `x{a="abc"`, `x{__name__="abc"}`, `x{"__name__"="abc"}`, `sum(x{a="abc"}) # comment`,
+	`x{a="abc\"def"}`, `x{a="ab` + "\n" + `c"}`,
+}
+
+func TestParseCacheMatchesParser(t *testing.T) {
+	plain := parser.NewParser(parser.Options{})
+	cached := newParseCache(plain)
+	for _, q := range parseCacheCases {
+		// Twice: the first parse keeps the shape, the second copies it.
+		for range 2 {
+			checkParseCache(t, plain, cached, q)
+		}
+	}
+	// Another scope's query of a kept shape.
+	checkParseCache(t, plain, cached, `histogram_quantile(0.95, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{namespace="steady-002",model_name="other"}[5m])))`)
+	checkParseCache(t, plain, cached, `count(last_over_time({__name__=~"a|b|c"}[5m]))`) // matches no empty name, unlike "" would
+}
+
+func checkParseCache(t *testing.T, plain parser.Parser, cached *parseCache, q string) {
+	t.Helper()
+	want, wantErr := plain.ParseExpr(q)
+	got, err := cached.ParseExpr(q)
+	if (err == nil) != (wantErr == nil) {
+		t.Fatalf("%q: cached parse error %v, parser's %v", q, err, wantErr)
+	}
+	if err != nil {
+		if err.Error() != wantErr.Error() {
+			t.Fatalf("%q: cached parse error %q, parser's %q", q, err, wantErr)
+		}
+		return
+	}
+	if !reflect.DeepEqual(withoutRegexps(got), withoutRegexps(want)) {
+		t.Fatalf("%q: cached parse differs:\n%s\n%s", q, got, want)
+	}
+}
+
+// withoutRegexps replaces the tree's matchers by ones without their
+// compiled regexps (whose caches differ between two compilations).
+func withoutRegexps(e parser.Expr) parser.Expr {
+	parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
+		if vs, ok := n.(*parser.VectorSelector); ok {
+			for i, m := range vs.LabelMatchers {
+				vs.LabelMatchers[i] = &labels.Matcher{Type: m.Type, Name: m.Name, Value: m.Value}
+			}
+		}
+		return nil
+	})
+	return e
+}
+
+// TestParseCacheCopies checks that queries answered from one kept shape do
+// not share what the engine writes into the tree.
+func TestParseCacheCopies(t *testing.T) {
+	st, err := Open(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	at := time.Unix(1700000000, 0)
+	app := st.Appender(context.Background())
+	for i, ns := range []string{"aaa", "bbb"} {
+		for k := range 10 {
+			ts := at.Add(time.Duration(k-9) * 15 * time.Second).UnixMilli()
+			if _, err := app.Append(0, labels.FromStrings("__name__", "up_total", "namespace", ns), ts, float64((i+1)*k)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := app.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		for i, ns := range []string{"aaa", "bbb"} {
+			v, _, err := st.Query(context.Background(), `sum(increase(up_total{namespace="`+ns+`"}[2m]))`, at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(v) != 1 || float64(v[0].Value) < float64(i+1)*7 || float64(v[0].Value) > float64(i+1)*10 {
+				t.Fatalf("namespace %s: %v", ns, v)
+			}
+		}
+	}
+}
+
+// FuzzParseCache: the cache answers every query as the parser does.
+func FuzzParseCache(f *testing.F) {
+	for _, q := range parseCacheCases {
+		f.Add(q)
+	}
+	plain := parser.NewParser(parser.Options{})
+	cached := newParseCache(plain)
+	f.Fuzz(func(t *testing.T, q string) {
+		want, wantErr := plain.ParseExpr(q)
+		got, err := cached.ParseExpr(q)
+		if (err == nil) != (wantErr == nil) {
+			t.Fatalf("%q: cached parse error %v, parser's %v", q, err, wantErr)
+		}
+		if err == nil && got.String() != want.String() {
+			t.Fatalf("%q: cached parse %s, parser's %s", q, got, want)
+		}
+	})
+}
+
+// BenchmarkParseCache parses the rulesets-like queries of 256 scopes (each
+// shape once per scope, as a cycle does) through the parser and through
+// the cache, in one run:
+//
+//	go test ./collectors/store -run '^$' -bench BenchmarkParseCache -benchmem
+func BenchmarkParseCache(b *testing.B) {
+	var qs []string
+	for i := range 256 {
+		for _, q := range parseCacheCases[:5] {
+			qs = append(qs, strings.ReplaceAll(q, "steady-001", fmt.Sprintf("steady-%03d", i)))
+		}
+	}
+	plain := parser.NewParser(parser.Options{})
+	for _, p := range []struct {
+		name string
+		p    parser.Parser
+	}{{"parser", plain}, {"cache", newParseCache(plain)}} {
+		b.Run(p.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				for _, q := range qs {
+					if _, err := p.p.ParseExpr(q); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+	}
+}
