@@ -8,11 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/common/model"
@@ -535,7 +533,6 @@ type Detector struct {
 	turn  uint64
 	parts int
 	cur   evaluation
-	curMu sync.Mutex // cur while the triggers' queries answer at once
 }
 
 // pendingSince is when a condition began holding, and its scope's hash
@@ -571,13 +568,10 @@ func (s CycleStats) Bounded() bool { return s.Truncated > 0 || s.Skipped > 0 }
 type evaluation struct {
 	parts, index int
 	queried      bool
-	// partFixed is closed once the first answer fixed the part (queried),
-	// or the first trigger ended without one.
-	partFixed chan struct{}
-	largest   int               // the largest answer after MaxSeries
-	hash      map[string]uint64 // judged scope key → hash
-	skip      map[string]bool   // in this turn's part, left out by MaxScopes
-	stats     CycleStats
+	largest      int               // the largest answer after MaxSeries
+	hash         map[string]uint64 // judged scope key → hash
+	skip         map[string]bool   // in this turn's part, left out by MaxScopes
+	stats        CycleStats
 }
 
 // NewDetector validates cfg and returns a detector whose built-in signals
@@ -665,19 +659,21 @@ func (d *Detector) Evaluate(ctx context.Context, m query.Metrics, at time.Time) 
 // window when longer) on; with less they are off, and the absolute
 // conditions (above, below) still fire.
 func (d *Detector) EvaluateSince(ctx context.Context, m query.Metrics, at, since time.Time) ([]Detection, error) {
-	d.cur = evaluation{parts: max(d.parts, 1), hash: map[string]uint64{}, skip: map[string]bool{}, partFixed: make(chan struct{})}
+	d.cur = evaluation{parts: max(d.parts, 1), hash: map[string]uint64{}, skip: map[string]bool{}}
 	d.cur.index = int(d.turn % uint64(d.cur.parts))
 	choice := ChooseBaseline(d.cfg.Baseline, d.cfg.LongWindow, since, at)
 	w := evalWindows{at: at, offset: choice.Offset, baseAt: at.Add(-choice.Offset)}
 	if choice.Learning && w.offset > 0 {
 		w.learnAt = d.learnPoints(at, w.offset)
 	}
-	results, err := d.allTriggerValues(ctx, m, w)
-	if err != nil {
-		return nil, err
-	}
 	byScope := map[string]*Detection{}
-	for _, r := range results {
+	results := make([]map[string]triggerVals, len(d.cfg.Triggers))
+	for i, t := range d.cfg.Triggers {
+		r, err := d.triggerValues(ctx, m, t, w)
+		if err != nil {
+			return nil, err
+		}
+		results[i] = r
 		for key := range r {
 			if byScope[key] == nil {
 				byScope[key] = &Detection{Key: key, Scope: d.scopeOf(key), Severity: verdict.SeverityNone}
@@ -704,53 +700,6 @@ func (d *Detector) EvaluateSince(ctx context.Context, m query.Metrics, at, since
 	d.turn++
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil
-}
-
-// allTriggerValues runs the triggers' queries at once, a trigger per
-// core at most, and returns their values in trigger order (the first
-// trigger's error when any fails). The first trigger's first answer fixes
-// the evaluation's part (queryExpr) before the others start, as when they
-// ran in turn; the rest of what answers change (stats, hashes) does not
-// depend on their order.
-func (d *Detector) allTriggerValues(ctx context.Context, m query.Metrics, w evalWindows) ([]map[string]triggerVals, error) {
-	n := len(d.cfg.Triggers)
-	results := make([]map[string]triggerVals, n)
-	errs := make([]error, n)
-	partFixed := d.cur.partFixed
-	slots := make(chan struct{}, max(runtime.GOMAXPROCS(0), 1))
-	var wg sync.WaitGroup
-	for i, t := range d.cfg.Triggers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if i > 0 {
-				<-partFixed
-			}
-			slots <- struct{}{}
-			defer func() { <-slots }()
-			results[i], errs[i] = d.triggerValues(ctx, m, t, w)
-			if i == 0 {
-				d.curMu.Lock()
-				d.cur.fixPart()
-				d.curMu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
-	}
-	return results, nil
-}
-
-// fixPart lets the evaluation's other triggers start (partFixed).
-func (c *evaluation) fixPart() {
-	if c.partFixed != nil {
-		close(c.partFixed)
-		c.partFixed = nil
-	}
 }
 
 // evalWindows are the times one evaluation reads: now (at), the baseline
@@ -1060,8 +1009,6 @@ func (d *Detector) queryExpr(ctx context.Context, m query.Metrics, expr string, 
 	if err != nil {
 		return nil, err
 	}
-	d.curMu.Lock()
-	defer d.curMu.Unlock()
 	c := &d.cur
 	c.stats.Series = max(c.stats.Series, len(vec))
 	if k := d.cfg.MaxSeries; k > 0 && len(vec) > k {
@@ -1076,7 +1023,6 @@ func (d *Detector) queryExpr(ctx context.Context, m query.Metrics, expr string, 
 		if n := d.partsFor(len(vec)); n > c.parts {
 			c.parts, c.index = n, int(d.turn%uint64(n))
 		}
-		c.fixPart()
 	}
 	out := make(map[string]float64, min(len(vec), max(d.cfg.MaxScopes, 1)))
 	for _, s := range vec {
