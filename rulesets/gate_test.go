@@ -105,3 +105,44 @@ func TestContextFromNewPrompt(t *testing.T) {
 		t.Errorf("cached context ×2.8: causes %v, want memory_bandwidth_saturation first", out.Causes)
 	}
 }
+
+// TestFrontendDelayBesideSlowerSteps: SGLang (no prefill-phase histogram),
+// no GPU series; the API server adds 240 ms before the engine while a lower
+// clock slows every decode step ×1.31 at the same traffic, prompts, outputs
+// and context per request. Both causes are ranked: the front-end time is
+// worth 50 inter-token rises, so the slower steps do not stand it down, and
+// the step model explains 30% of the inter-token rise, so the rest is the
+// steps themselves. With the same context per request grown ×5 (longer
+// cached contexts), the slower steps are the bandwidth's, not a clock's.
+func TestFrontendDelayBesideSlowerSteps(t *testing.T) {
+	rs, err := Default("sglang")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := map[string]float64{"samples": 30, "requests": 8400, "ttft_mean": 0.0739, "tpot_mean": 0.016, "queue_mean": 0.0134,
+		"prompt_len_mean": 2400, "gen_len_mean": 300, "arrival_rate": 18.1, "started_rate": 18.1, "running": 120, "waiting": 0.2,
+		"kv_per_running": 0.0019, "targets": 7}
+	now := map[string]float64{"samples": 30, "requests": 8500, "ttft_mean": 0.329, "tpot_mean": 0.0209, "queue_mean": 0.0140,
+		"prompt_len_mean": 2420, "gen_len_mean": 298, "arrival_rate": 18.7, "started_rate": 18.7, "running": 160, "waiting": 0.33,
+		"kv_per_running": 0.0019, "targets": 7, "ttft_mean_recent": 0.331, "tpot_mean_recent": 0.0209}
+	z := map[string]float64{"ttft_mean": 4.9, "tpot_mean": 3.8, "ttft_mean_recent": 4.7, "tpot_mean_recent": 3.5}
+	attr := map[string]float64{"itl_batch": 0.30, "itl_context": 0, "itl_prefill": 0.01, "itl_unexplained": 0.69, "itl_symptom": 0.1}
+	out := rs.Walk(rules.Facts{Now: now, Base: base, Z: z, Attr: attr})
+	if !out.Anomaly || len(out.Errors) > 0 {
+		t.Fatalf("anomaly %v errors %v, want an anomaly", out.Anomaly, out.Errors)
+	}
+	for _, id := range []string{"outside_engine", "gpu_throttling"} {
+		if r := causeRank(out, id); r < 1 || r > 2 {
+			t.Errorf("%s ranked %d, want in the top two (causes %v)", id, r, out.Causes)
+		}
+	}
+	wider := map[string]float64{}
+	for k, v := range now {
+		wider[k] = v
+	}
+	wider["kv_per_running"] = 0.0095
+	out = rs.Walk(rules.Facts{Now: wider, Base: base, Z: z, Attr: attr})
+	if r := causeRank(out, "gpu_throttling"); r != 0 {
+		t.Errorf("context per request ×5: gpu_throttling ranked %d, want unranked (causes %v)", r, out.Causes)
+	}
+}
