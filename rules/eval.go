@@ -335,10 +335,11 @@ func (r *Ruleset) Walk(f Facts) *Outcome {
 	var anomaly bool
 	out.Prefill, out.Decode, anomaly = gate(act)
 	// The gate sees what users feel: the same expressions over the
-	// frontend's statistics, when a router in front of the engine gives them.
+	// frontend's statistics, when a router in front of the engine gives
+	// enough of them (the same insufficient test as the engine's).
 	if now, base, z, ok := r.frontendView(f); ok {
 		ratio, delta := Derive(now, base)
-		if fact, err := activation(now, base, ratio, delta, z); err == nil {
+		if fact, err := activation(now, base, ratio, delta, z); err == nil && !verdict("insufficient", v.Insufficient, fact) {
 			if p, d, a := gate(fact); a {
 				out.Prefill, out.Decode, anomaly = out.Prefill || p, out.Decode || d, true
 			}
