@@ -4,33 +4,18 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/verdict"
 )
 
-// TestFrontendSelector: the scope's model becomes the frontend's `model`
-// label and its namespace stays; the workers' own labels are dropped.
-func TestFrontendSelector(t *testing.T) {
-	for _, c := range []struct {
-		scope    map[string]string
-		want     string
-		hasModel bool
-	}{
-		{map[string]string{"model_name": "m", "namespace": "ns", "pod": "p-0"}, `model="m",namespace="ns"`, true},
-		{map[string]string{"model": `a"b`}, `model="a\"b"`, true},
-		{map[string]string{"pod": "p-0", "instance": "10.0.0.1:8000"}, "", false},
-		{nil, "", false},
-	} {
-		got, hasModel := frontendSelector(c.scope)
-		if got != c.want || hasModel != c.hasModel {
-			t.Errorf("%v: %q %v, want %q %v", c.scope, got, hasModel, c.want, c.hasModel)
-		}
-	}
-}
-
 // TestApplyClientView: the frontend's values replace the rows it has
-// (noise and buckets cleared: they were the worker's), the outside row
-// follows them, the client_view gap goes, other rows and gaps stay.
+// (with the frontend's noise; buckets cleared: they were the worker's), the
+// outside row follows them, the client_view gap goes, other rows and gaps stay.
 func TestApplyClientView(t *testing.T) {
+	rs, err := rulesets.Default("vllm")
+	if err != nil {
+		t.Fatal(err)
+	}
 	f := func(x float64) *float64 { return &x }
 	v := &verdict.Verdict{
 		Headline: []verdict.Comparison{
@@ -41,8 +26,9 @@ func TestApplyClientView(t *testing.T) {
 		},
 		DataGaps: []verdict.DataGap{{Signal: "client_view"}, {Signal: "not_exported"}},
 	}
-	cv := &clientView{now: map[string]float64{"ttft_p95": 1.5, "ttft_mean": 0.9}, base: map[string]float64{"ttft_p95": 0.8, "ttft_mean": 0.5}}
-	applyClientView(v, cv, map[string]float64{"ttft_mean": 0.6}, map[string]float64{"ttft_mean": 0.3})
+	now := map[string]float64{"client_ttft_p95": 1.5, "client_ttft_mean": 0.9, "ttft_mean": 0.6}
+	base := map[string]float64{"client_ttft_p95": 0.8, "client_ttft_mean": 0.5, "ttft_mean": 0.3}
+	applyClientView(v, rs, now, base, map[string]float64{"client_ttft_p95": 5, "ttft_p95": 4})
 	var sigs []string
 	for _, c := range v.Headline {
 		sigs = append(sigs, c.Signal)
@@ -51,7 +37,7 @@ func TestApplyClientView(t *testing.T) {
 		t.Fatalf("rows %v, want %s", sigs, want)
 	}
 	p95, out, tpot := v.Headline[0], v.Headline[2], v.Headline[3]
-	if *p95.Now != 1.5 || *p95.Ratio != 1.5/0.8 || p95.Noise != nil || p95.NowBucket != nil || p95.Source != SourceDynamoFrontend ||
+	if *p95.Now != 1.5 || *p95.Ratio != 1.5/0.8 || p95.Noise == nil || *p95.Noise != 5 || p95.NowBucket != nil || p95.Source != SourceDynamoFrontend ||
 		p95.Title != "TTFT p95, as the Dynamo frontend sees it" {
 		t.Errorf("ttft_p95 %+v", p95)
 	}

@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/prometheus/common/model"
-	"github.com/prometheus/prometheus/model/labels"
-	"github.com/prometheus/prometheus/promql/parser"
 
 	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/rules"
@@ -147,18 +145,9 @@ func (o *Options) defaults() error {
 
 // scopeLabels validates the selector and returns its equality matchers.
 func scopeLabels(sel string) (map[string]string, error) {
-	if strings.TrimSpace(sel) == "" {
-		return nil, nil
-	}
-	ms, err := parser.NewParser(parser.Options{}).ParseMetricSelector("{" + sel + "}")
+	out, err := rules.ScopeLabels(sel)
 	if err != nil {
 		return nil, fmt.Errorf("triage: selector %q: %w", sel, err)
-	}
-	out := map[string]string{}
-	for _, m := range ms {
-		if m.Type == labels.MatchEqual {
-			out[m.Name] = m.Value
-		}
 	}
 	return out, nil
 }
@@ -269,14 +258,11 @@ func Run(ctx context.Context, opts Options) (*verdict.Verdict, error) {
 	}
 	v.DataGaps = append(v.DataGaps, besideEngineGaps(ctx, &opts, win)...)
 	// Dynamo's frontend beside the worker: the clients' view of the
-	// headline (diagnose/client.go); not read, its gap says why.
-	var client *clientView
+	// headline and the gate (diagnose/client.go); not read, its gap says why.
+	frontend, frontendWhy := false, ""
 	for i, g := range v.DataGaps {
 		if g.Signal == "client_view" {
-			var why string
-			if client, why = readClientView(ctx, &opts, scopeLbls, win, opts.At.Add(-opts.Baseline)); client == nil {
-				v.DataGaps[i].Reason += " (" + why + ")"
-			}
+			frontend, frontendWhy = true, frontendModels(ctx, &opts, scopeLbls, win)
 		}
 		// The endpoint picker's pool averages: context rows of the
 		// verdict, never facts of the walk (diagnose/pool.go).
@@ -375,6 +361,19 @@ func Run(ctx context.Context, opts Options) (*verdict.Verdict, error) {
 	}
 	v.Warnings = appendWarnings(v.Warnings, gpu.warnings...)
 
+	if frontend && frontendWhy == "" {
+		frontendWhy = frontendRequests(rs, now, base)
+	}
+	if !frontend || frontendWhy != "" {
+		dropFrontend(rs, now, base)
+	}
+	if frontend && frontendWhy != "" {
+		for i := range v.DataGaps {
+			if v.DataGaps[i].Signal == "client_view" {
+				v.DataGaps[i].Reason += " (" + frontendWhy + ")"
+			}
+		}
+	}
 	gaps := zeroGauges(rs, now, base)
 	if opts.BaselineWithoutRates {
 		if g := dropBaselineRates(rs, base); g != nil {
@@ -421,8 +420,8 @@ func Run(ctx context.Context, opts Options) (*verdict.Verdict, error) {
 			v.Headline[i].Noise = &z
 		}
 	}
-	if client != nil {
-		applyClientView(v, client, now, base)
+	if frontend && frontendWhy == "" {
+		applyClientView(v, rs, now, base, facts.Z)
 	}
 	if v.Status != verdict.StatusInsufficientData {
 		v.DegradedBaseline = degradedBaseline(base, &opts)
@@ -687,7 +686,7 @@ func valuePtr(m map[string]float64, k string) *float64 {
 // beside the engine's: each is a stated gap until it is read (Run drops
 // the gap then), never silently ignored (docs/engines.md §9).
 var besideEngine = []struct{ signal, families, reason string }{
-	{"client_view", "dynamo_frontend_time_to_first_token_seconds_count|dynamo_frontend_inter_token_latency_seconds_count",
+	{"client_view", frontendTTFT + "_count|" + frontendITL + "_count",
 		"NVIDIA Dynamo's frontend is scraped beside the engine (dynamo_frontend_time_to_first_token_seconds, " +
 			"dynamo_frontend_inter_token_latency_seconds) but its series could not be read for this scope: the headline " +
 			"is the engine's, and time between the frontend and the engine is judged from the engine's series only"},

@@ -298,11 +298,14 @@ func (r *Ruleset) Walk(f Facts) *Outcome {
 	out := &Outcome{Scheduler: r.ResolveScheduler(f)}
 	out.Ratio, out.Delta = Derive(f.Now, f.Base)
 	sched, gpu := schedulerMap(out.Scheduler), gpuMap(f.GPU)
-	act, err := interpreter.NewActivation(map[string]any{
-		varNow: f.Now, varBase: f.Base, varRatio: out.Ratio, varDelta: out.Delta,
-		varEngine: f.Engine, varScheduler: sched, varGPU: gpu, varTargets: int64(f.Targets), varAttr: f.Attr,
-		varZ: f.Z,
-	})
+	activation := func(now, base, ratio, delta, z map[string]float64) (interpreter.Activation, error) {
+		return interpreter.NewActivation(map[string]any{
+			varNow: now, varBase: base, varRatio: ratio, varDelta: delta,
+			varEngine: f.Engine, varScheduler: sched, varGPU: gpu, varTargets: int64(f.Targets), varAttr: f.Attr,
+			varZ: z,
+		})
+	}
+	act, err := activation(f.Now, f.Base, out.Ratio, out.Delta, f.Z)
 	if err != nil {
 		out.Errors = append(out.Errors, err.Error())
 		out.Insufficient = true
@@ -312,7 +315,7 @@ func (r *Ruleset) Walk(f Facts) *Outcome {
 		Engine: f.Engine, Scheduler: sched, GPU: gpu, Targets: f.Targets, Attr: anyMap(f.Attr), Gaps: f.Gaps}
 	out.Data = data
 
-	verdict := func(name string, e Expr) bool {
+	verdict := func(name string, e Expr, act interpreter.Activation) bool {
 		ok, err := evalBool(e.prog, act)
 		if err != nil {
 			out.Errors = append(out.Errors, fmt.Sprintf("verdict %s: %v", name, err))
@@ -320,18 +323,29 @@ func (r *Ruleset) Walk(f Facts) *Outcome {
 		return ok
 	}
 	v := r.Verdict
-	out.Insufficient = verdict("insufficient", v.Insufficient)
-	out.Critical = verdict("critical", v.Critical)
-	out.Prefill = verdict("prefill", v.Prefill)
-	out.Decode = verdict("decode", v.Decode)
-	phased := func(name string, e Expr) bool {
-		ok, err := evalBool(e.prog, interpreter.NewHierarchicalActivation(act, phaseActivation(out.Prefill, out.Decode)))
-		if err != nil {
-			out.Errors = append(out.Errors, fmt.Sprintf("verdict %s: %v", name, err))
-		}
-		return ok
+	// gate evaluates the phases and the anomaly expression over one view
+	// of the latency statistics.
+	gate := func(act interpreter.Activation) (prefill, decode, anomaly bool) {
+		prefill, decode = verdict("prefill", v.Prefill, act), verdict("decode", v.Decode, act)
+		anomaly = verdict("anomaly", v.Anomaly, interpreter.NewHierarchicalActivation(act, phaseActivation(prefill, decode)))
+		return prefill, decode, anomaly
 	}
-	out.Anomaly = !out.Insufficient && (phased("anomaly", v.Anomaly) || out.Critical || f.Breached)
+	out.Insufficient = verdict("insufficient", v.Insufficient, act)
+	out.Critical = verdict("critical", v.Critical, act)
+	var anomaly bool
+	out.Prefill, out.Decode, anomaly = gate(act)
+	// The gate sees what users feel: the same expressions over the
+	// frontend's statistics, when a router in front of the engine gives
+	// enough of them (the same insufficient test as the engine's).
+	if now, base, z, ok := r.frontendView(f); ok {
+		ratio, delta := Derive(now, base)
+		if fact, err := activation(now, base, ratio, delta, z); err == nil && !verdict("insufficient", v.Insufficient, fact) {
+			if p, d, a := gate(fact); a {
+				out.Prefill, out.Decode, anomaly = out.Prefill || p, out.Decode || d, true
+			}
+		}
+	}
+	out.Anomaly = !out.Insufficient && (anomaly || out.Critical || f.Breached)
 	out.Critical = out.Critical && !out.Insufficient
 
 	sc := newScorer(r)
@@ -357,6 +371,43 @@ func (r *Ruleset) Walk(f Facts) *Outcome {
 	}
 	sc.finish(out)
 	return out
+}
+
+// frontendView returns the gate's statistics as the router in front of the
+// engine reads them: each signal with a frontend reading (Signal.FrontendOf)
+// replaced by it in now, base and z, and the other noise statistics and
+// their _recent forms left out, so the gate judges the frontend only on what
+// it measures. ok is false when no frontend reading is present.
+func (r *Ruleset) frontendView(f Facts) (now, base, z map[string]float64, ok bool) {
+	gateStat := map[string]bool{}
+	for _, s := range r.Signals {
+		if s.FrontendOf != "" {
+			gateStat[s.FrontendOf] = true
+			_, in := f.Now[s.Name]
+			ok = ok || in
+		}
+		if s.Noise && s.FrontendOf == "" {
+			gateStat[s.Name], gateStat[s.Name+"_recent"] = true, true
+		}
+	}
+	if !ok {
+		return nil, nil, nil, false
+	}
+	view := func(m map[string]float64) map[string]float64 {
+		out := make(map[string]float64, len(m))
+		for k, x := range m {
+			if !gateStat[k] {
+				out[k] = x
+			}
+		}
+		for _, s := range r.Signals {
+			if x, in := m[s.Name]; in && s.FrontendOf != "" {
+				out[s.FrontendOf] = x
+			}
+		}
+		return out
+	}
+	return view(f.Now), view(f.Base), view(f.Z), true
 }
 
 // evalRule evaluates a rule's gate and grade: matched when the gate holds

@@ -313,6 +313,7 @@ func (b *builder) signals(d *decoder, n *yaml.Node, engineFile bool) {
 				"zero_is_gap": func(_, v *yaml.Node) { declares = true; decl.ZeroIsGap = d.bool(v, ctx, "zero_is_gap") },
 				"noise":       func(_, v *yaml.Node) { declares = true; decl.Noise = d.bool(v, ctx, "noise") },
 				"group":       func(_, v *yaml.Node) { declares = true; decl.Group = d.str(v, ctx, "group") },
+				"frontend_of": func(_, v *yaml.Node) { declares = true; decl.FrontendOf = d.str(v, ctx, "frontend_of") },
 				"expr":        func(_, v *yaml.Node) { expr = v },
 			})
 			if expr == nil && !declares {
@@ -373,6 +374,9 @@ func (b *builder) resolveSignals() {
 	}
 	for _, name := range b.order {
 		s := rs.declared[name]
+		if of := s.FrontendOf; of != "" && (rs.declared[of] == nil || rs.declared[of].FrontendOf != "") {
+			b.errs.add(s.DeclPos, fmt.Sprintf("signal %q", name), "frontend_of: %q is not a declared engine signal", of)
+		}
 		m, ok := b.exprs[name]
 		if !ok {
 			rs.Unmapped = append(rs.Unmapped, s)

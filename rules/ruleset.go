@@ -136,6 +136,11 @@ type Signal struct {
 	// Group gathers signals of one source (e.g. "gpu" for the GPU counters)
 	// so that their gaps are reported as one line.
 	Group string
+	// FrontendOf names the signal this one reads from the router in front of
+	// the engine (NVIDIA Dynamo's frontend): the same statistic as clients
+	// feel it. The anomaly gate is also evaluated with these in place of the
+	// signals they stand for (Walk).
+	FrontendOf string
 	// Pos is where the expression is (the engine's map); DeclPos where the
 	// signal is declared.
 	Pos     Pos

@@ -47,6 +47,51 @@ func (d SignalData) Join(metric string) string {
 	return fmt.Sprintf(" and on(%s) %s{%s}", d.join, metric, d.Selector)
 }
 
+// Frontend renders the scope's label matchers for the router in front of
+// the engine (NVIDIA Dynamo's frontend), which labels the model `model`
+// (the engines `model_name`) and runs in the workers' namespace; the
+// workers' pod, instance and engine labels never match it.
+func (d SignalData) Frontend() string {
+	scope, _ := ScopeLabels(d.Selector)
+	sel, _ := FrontendSelector(scope)
+	return sel
+}
+
+// FrontendSelector turns the scope's labels into the frontend's matchers
+// (SignalData.Frontend); hasModel says whether the scope names a model.
+func FrontendSelector(scope map[string]string) (sel string, hasModel bool) {
+	var parts []string
+	for _, k := range []string{"model_name", "model"} {
+		if v, ok := scope[k]; ok && !hasModel {
+			parts = append(parts, "model="+strconv.Quote(v))
+			hasModel = true
+		}
+	}
+	if v, ok := scope["namespace"]; ok {
+		parts = append(parts, "namespace="+strconv.Quote(v))
+	}
+	return strings.Join(parts, ","), hasModel
+}
+
+// ScopeLabels returns the equality matchers of a scope's selector (label
+// matchers without braces) as labels; nil for an empty selector.
+func ScopeLabels(sel string) (map[string]string, error) {
+	if strings.TrimSpace(sel) == "" {
+		return nil, nil
+	}
+	ms, err := promqlParser.ParseMetricSelector("{" + sel + "}")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, m := range ms {
+		if m.Type == labels.MatchEqual {
+			out[m.Name] = m.Value
+		}
+	}
+	return out, nil
+}
+
 // GPUJoin is Join over the map's `gpu_join:` series: how a shared GPU
 // signal (rulesets/gpu.yaml) is restricted to the engine's targets.
 func (d SignalData) GPUJoin() (string, error) {
@@ -179,7 +224,11 @@ var EvidenceFuncs = template.FuncMap{
 	"join":    strings.Join,
 	"pow2up":  Pow2Up,
 	"below":   below,
+	"minus":   minus,
 }
+
+// minus is a − b; NaN, rendered "n/a", when either is missing.
+func minus(a, b any) float64 { return toFloat(a) - toFloat(b) }
 
 // below reports a < b, false when either is missing: a template's
 // comparison with a gap does not hold.

@@ -129,6 +129,11 @@ func TestOneRulebook(t *testing.T) {
 			t.Errorf("%s: the verdict is not the rulebook's", rs.Engine)
 		}
 		for _, s := range rs.Signals {
+			// The router in front of every engine (Dynamo's frontend) is
+			// read in its own names, written once in the rulebook.
+			if s.FrontendOf != "" && s.Pos.File == RulebookFile && s.DeclPos.File == RulebookFile {
+				continue
+			}
 			if (s.Pos.File != rs.Engine+".yaml" && s.Pos.File != SharedFile) || s.DeclPos.File != RulebookFile {
 				t.Errorf("%s: signal %s mapped at %s, declared at %s", rs.Engine, s.Name, s.Pos, s.DeclPos)
 			}
