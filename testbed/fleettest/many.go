@@ -14,7 +14,8 @@ import (
 // /api/v1/query_range) whose every answer holds N series, one per scope
 // model_name="m-NNNNNN", for bound tests: a real Prometheus holding
 // 200,000 series takes minutes to fill. A query that names one scope
-// (model_name="m-…", as a triage's do) gets that scope's series alone;
+// (model_name="m-…", or model="m-…" for Dynamo's frontend, as a triage's
+// do) gets that scope's series alone;
 // vector(1), the daemon's probe, gets one sample. The answers are written
 // as they are generated, so the fake holds none of them in memory.
 type ManySeries struct {
@@ -26,7 +27,9 @@ type ManySeries struct {
 	Queries, Full atomic.Int64
 }
 
-var oneScope = regexp.MustCompile(`model_name="m-(\d+)"`)
+// oneScope is a scope's matcher: the engines label the model model_name,
+// Dynamo's frontend model (rules.FrontendSelector).
+var oneScope = regexp.MustCompile(`model(?:_name)?="m-(\d+)"`)
 
 // Name is the model_name of scope i.
 func Name(i int) string { return fmt.Sprintf("m-%06d", i) }
