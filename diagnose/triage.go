@@ -278,12 +278,20 @@ func Run(ctx context.Context, opts Options) (*verdict.Verdict, error) {
 	}
 
 	// One query per signal and window, plus the per-target views: rendered once.
+	// Without Dynamo's frontend beside the engine its signals are not
+	// queried (their values would be dropped below); --explain still shows
+	// their PromQL.
 	var qs []*signalQuery
+	unqueried := map[string]string{}
 	baseAt := opts.At.Add(-opts.Baseline)
 	for _, s := range rs.Signals {
 		expr, err := s.Render(opts.Selector, win, nil)
 		if err != nil {
 			return nil, fmt.Errorf("triage: signal %s: %w", s.Name, err)
+		}
+		if s.FrontendOf != "" && !frontend {
+			unqueried[s.Name] = expr
+			continue
 		}
 		qs = append(qs, &signalQuery{signal: s, expr: expr, at: opts.At, window: "incident"},
 			&signalQuery{signal: s, expr: expr, at: baseAt, window: "baseline"})
@@ -316,7 +324,7 @@ func Run(ctx context.Context, opts Options) (*verdict.Verdict, error) {
 	v.GPU = gpu.class
 
 	now, base := map[string]float64{}, map[string]float64{}
-	exprs := map[string]string{}
+	exprs := unqueried
 	var failed, ok int
 	var firstErr error
 	targetSets := map[string]bool{}
