@@ -13,9 +13,9 @@ import (
 	"github.com/whyslow/whyslow/verdict"
 )
 
-// poolEngineLoad is one vLLM model serving steadily for 100 minutes (15 s
-// steps): the engine the pool series sit beside.
-const poolEngineLoad = `load 15s
+// steadyVLLMLoad is one vLLM model serving steadily for 100 minutes (15 s
+// steps): the engine the pool series sit beside, and a steady scope.
+const steadyVLLMLoad = `load 15s
   vllm:num_requests_running{model_name="a"} 1+0x400
   vllm:e2e_request_latency_seconds_count{model_name="a"} 0+1x400
   vllm:time_to_first_token_seconds_bucket{model_name="a", le="0.05"} 0+0x400
@@ -64,12 +64,12 @@ func poolGap(v *verdict.Verdict) *verdict.DataGap {
 // keep the gap with the reason; and the pool changes nothing else: the
 // verdict with it is the verdict without pool series, pool context aside.
 func TestPoolContext(t *testing.T) {
-	without := runPool(t, poolEngineLoad)
+	without := runPool(t, steadyVLLMLoad)
 	if without.PoolContext != nil || poolGap(without) != nil {
 		t.Fatalf("no pool series, yet pool context %+v / gap %+v", without.PoolContext, poolGap(without))
 	}
 
-	one := runPool(t, poolEngineLoad+poolSeries("pool-x"))
+	one := runPool(t, steadyVLLMLoad+poolSeries("pool-x"))
 	if g := poolGap(one); g != nil {
 		t.Errorf("pool read, gap kept: %+v", g)
 	}
@@ -98,7 +98,7 @@ func TestPoolContext(t *testing.T) {
 		t.Errorf("the pool series changed the verdict:\nwith    %s\nwithout %s", a, b)
 	}
 
-	two := runPool(t, poolEngineLoad+poolSeries("pool-x")+poolSeries("pool-y"))
+	two := runPool(t, steadyVLLMLoad+poolSeries("pool-x")+poolSeries("pool-y"))
 	if two.PoolContext != nil {
 		t.Errorf("two pools, one read: %+v", two.PoolContext)
 	}

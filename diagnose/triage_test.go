@@ -289,16 +289,7 @@ func TestHeadlineBucket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	load := `load 15s
-  vllm:num_requests_running{model_name="a"} 1+0x400
-  vllm:e2e_request_latency_seconds_count{model_name="a"} 0+1x400
-  vllm:time_to_first_token_seconds_bucket{model_name="a", le="0.05"} 0+0x400
-  vllm:time_to_first_token_seconds_bucket{model_name="a", le="0.1"} 0+0x400
-  vllm:time_to_first_token_seconds_bucket{model_name="a", le="0.25"} 0+1x400
-  vllm:time_to_first_token_seconds_bucket{model_name="a", le="+Inf"} 0+1x400
-  vllm:time_to_first_token_seconds_sum{model_name="a"} 0+0.1x400
-  vllm:time_to_first_token_seconds_count{model_name="a"} 0+1x400
-`
+	load := steadyVLLMLoad
 	m := querytest.Range{Metrics: querytest.New(t, load)}
 	v, err := Run(context.Background(), Options{Metrics: m, Ruleset: rs, At: time.Unix(0, 0).Add(90 * time.Minute), GPU: "H100"})
 	if err != nil {
