@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/detect"
+	"github.com/whyslow/whyslow/rulesets"
 )
 
 // problemBlind is the readiness problem of a source that answers but
@@ -24,10 +25,10 @@ const blindMessage = "no series of a known engine (vllm, sglang, trtllm) in what
 const engineRecheck = time.Minute
 
 // engineSeriesQueries are the instant queries that count the series an
-// engine is known by: each shipped engine's request counts
-// (detect.HistorySeries), read whatever the scope.
-func engineSeriesQueries() []string {
-	engines, err := detect.ReadEngines(engineMaps.Files())
+// engine is known by: each map's request counts (detect.HistorySeries),
+// read whatever the scope.
+func engineSeriesQueries(maps *rulesets.Maps) []string {
+	engines, err := detect.ReadEngines(maps.Files())
 	if err != nil {
 		return nil // the detector refused them at start already
 	}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"slices"
 	"strings"
 	"time"
 
@@ -69,8 +68,15 @@ var DefaultScopeLabels = map[string]string{"model_name": "model_name", "namespac
 // Config is the daemon's whole configuration: the shape of `whyslow serve
 // --config FILE`. Zero values get defaults (WithDefaults).
 type Config struct {
-	// Engine is the engine kind triage assumes: vllm, sglang or trtllm.
+	// Engine is the engine kind triage assumes: a shipped map's (vllm,
+	// sglang, trtllm, tgi), one of Rulesets', or auto.
 	Engine string `yaml:"engine,omitempty" json:"engine,omitempty"`
+	// Rulesets are engine maps of the user's (files with `engine:`, as
+	// `whyslow why --ruleset` takes them), read beside the shipped maps by
+	// the triage, the detector, the chart and the pages. One for a shipped
+	// engine takes its place. A relative path is read from the config
+	// file's directory. Bound at start: a change needs a restart.
+	Rulesets []string `yaml:"rulesets,omitempty" json:"rulesets,omitempty"`
 	// Scheduler is the engine's scheduler settings, as incident.yaml's
 	// `scheduler:` block; empty leaves them unknown (the ruleset's engine
 	// defaults for the GPU apply).
@@ -432,6 +438,39 @@ func (c Config) Validate() error {
 	return errors.Join(p...)
 }
 
+// Maps returns the engine maps the daemon reads: the shipped ones and
+// Rulesets'.
+func (c Config) Maps() (*rulesets.Maps, error) {
+	maps, errs := c.loadMaps()
+	return maps, errors.Join(errs...)
+}
+
+// loadMaps reads Rulesets beside the shipped maps; each problem names its
+// entry (rulesets[i]) and its place in the map file (file:line:col). The
+// maps returned hold the entries that load.
+func (c Config) loadMaps() (*rulesets.Maps, []error) {
+	var (
+		user []*rules.Ruleset
+		errs []error
+		by   = map[string]int{}
+	)
+	for i, path := range c.Rulesets {
+		key := fmt.Sprintf("rulesets[%d]", i)
+		rs, err := rulesets.LoadMap(path)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", key, err))
+			continue
+		}
+		if j, dup := by[rs.Engine]; dup {
+			errs = append(errs, fmt.Errorf("%s: %s maps engine %q as rulesets[%d] (%s) does: one map an engine", key, path, rs.Engine, j, c.Rulesets[j]))
+			continue
+		}
+		by[rs.Engine] = i
+		user = append(user, rs)
+	}
+	return rulesets.Shipped().WithUser(user...), errs
+}
+
 // problems collects Validate's errors in the order the checks run.
 type problems []error
 
@@ -446,8 +485,14 @@ func (p *problems) wrap(key string, err error) {
 // validateSource checks the engine and, for a fleet daemon, its Prometheus
 // and the keys a fleet daemon has no use for.
 func (c Config) validateSource(p *problems) {
-	if c.Engine != "auto" && !slices.Contains(rulesets.Engines, c.Engine) {
-		p.add("engine", "unknown engine %q (want %s)", c.Engine, rulesets.OneOf(append([]string{"auto"}, rulesets.Engines...)...))
+	maps, errs := c.loadMaps()
+	*p = append(*p, errs...)
+	if c.Engine != "auto" && !maps.Knows(c.Engine) {
+		hint := ""
+		if len(c.Rulesets) == 0 {
+			hint = "; a map for another engine is listed under rulesets:"
+		}
+		p.add("engine", "unknown engine %q (want %s%s)", c.Engine, rulesets.OneOf(append([]string{"auto"}, maps.Engines()...)...), hint)
 	}
 	prom := c.Source.Prometheus
 	if prom == nil {

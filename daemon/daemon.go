@@ -33,6 +33,7 @@ import (
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/rules"
+	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -95,7 +96,11 @@ type Outbox interface {
 
 // Options wires a Daemon. Metrics, Scraper, Triage and Outbox are required.
 type Options struct {
-	Config  Config
+	Config Config
+	// Maps are the engine maps the detector, the mixed-models warning,
+	// the engine-series check and the pages read (nil: Config.Maps()); the
+	// Triage should read the same (TriageWith).
+	Maps    *rulesets.Maps
 	Metrics query.Metrics
 	Scraper Scraper
 	Triage  TriageFunc
@@ -227,7 +232,13 @@ func New(opts Options) (*Daemon, error) {
 	// Whatever logger comes in, the daemon's lines go through the redaction
 	// layer (a triage error may quote a URL with a token).
 	opts.Logger = slog.New(redact.Handler(opts.Logger.Handler(), opts.Secrets))
-	det, err := newDetector(cfg.Detect)
+	if opts.Maps == nil {
+		var err error
+		if opts.Maps, err = cfg.Maps(); err != nil {
+			return nil, fmt.Errorf("new daemon: %w", err)
+		}
+	}
+	det, err := newDetector(cfg.Detect, opts.Maps)
 	if err != nil {
 		return nil, fmt.Errorf("new daemon: %w", err)
 	}
@@ -236,7 +247,7 @@ func New(opts Options) (*Daemon, error) {
 		log:           opts.Logger.With("component", "daemon"),
 		secrets:       opts.Secrets,
 		detector:      det,
-		engineQueries: engineSeriesQueries(),
+		engineQueries: engineSeriesQueries(opts.Maps),
 		tracker:       incident.NewTracker(cfg.Incidents),
 		budget:        httplimit.NewBudget(bodyBudget),
 		sessions:      newSessions(),
@@ -691,7 +702,7 @@ func (d *Daemon) triagePrepared(ctx context.Context, source string, req TriageRe
 		l := req.Learning
 		v.Learning = &l
 	}
-	diagnose.CheckMixedModels(ctx, d.metrics, engineMaps.Series(), v)
+	diagnose.CheckMixedModels(ctx, d.metrics, d.opts.Maps.Series(), v)
 	return v, nil
 }
 
@@ -791,7 +802,7 @@ func (d *Daemon) CheckReload(cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("reload: %w", err)
 	}
-	if _, err := newDetector(cfg.Detect); err != nil {
+	if _, err := newDetector(cfg.Detect, d.opts.Maps); err != nil {
 		return fmt.Errorf("reload: %w", err)
 	}
 	return nil
@@ -808,7 +819,7 @@ func (d *Daemon) Reload(cfg Config, scraper Scraper, receivers []string) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("reload: %w", err)
 	}
-	det, err := newDetector(cfg.Detect)
+	det, err := newDetector(cfg.Detect, d.opts.Maps)
 	if err != nil {
 		return fmt.Errorf("reload: %w", err)
 	}

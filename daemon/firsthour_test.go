@@ -346,7 +346,7 @@ func TestDaemonFirstIncidentSaysLearning(t *testing.T) {
 	cfg.Triage.Window = 0 // the default 5m
 	cfg.Detect.Triggers = []detect.Trigger{{Name: "ttft_abs", Signal: detect.SignalTTFTP95, Above: ptrTo(0.2)}}
 	h := newHarnessWith(t, cfg, func(o *Options) {
-		tri, err := TriageWith(o.Metrics, nil, "auto")
+		tri, err := TriageWith(o.Metrics, nil, nil, "auto")
 		if err != nil {
 			t.Fatal(err)
 		}

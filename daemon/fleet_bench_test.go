@@ -155,7 +155,7 @@ func benchCycleOpen(b *testing.B, open int) {
 	cfg.Triage.CycleBudget = 10 * time.Minute
 	cfg.Detect.MaxOpenIncidents = max(open, detect.DefaultMaxOpenIncidents)
 	counted := CountQueries(st)
-	tri, err := TriageWith(counted, nil, cfg.Engine)
+	tri, err := TriageWith(counted, nil, nil, cfg.Engine)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -358,7 +358,7 @@ func TestTriageBounds(t *testing.T) {
 // __name__ matcher in a triage request made the real triage fail with 500.
 func TestMetricNameMatcherIs400(t *testing.T) {
 	h := newHarnessWith(t, testConfig(), nil)
-	tri, err := TriageWith(h.eng.st, nil, "auto")
+	tri, err := TriageWith(h.eng.st, nil, nil, "auto")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -358,7 +358,7 @@ func (d *Daemon) pageIncident(w http.ResponseWriter, r *http.Request) {
 func (d *Daemon) verdictSection(ctx context.Context, cfg Config, v *verdict.Verdict, onset time.Time) web.VerdictSection {
 	ctx, cancel := context.WithTimeout(ctx, cfg.API.TriageTimeout)
 	defer cancel()
-	s := web.Section(ctx, d.opts.Metrics, v, onset, nil)
+	s := web.Section(ctx, d.opts.Metrics, v, onset, d.opts.Maps)
 	s.ChartNote = d.secrets.Scrub(s.ChartNote)
 	return s
 }

@@ -84,15 +84,19 @@ func Replay(ctx context.Context, o ReplayOptions) (*ReplayResult, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	maps, err := cfg.Maps()
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
 	counted := CountQueries(o.Metrics)
-	tri, err := TriageWith(counted, o.Traces, cfg.Engine)
+	tri, err := TriageWith(counted, o.Traces, maps, cfg.Engine)
 	if err != nil {
 		return nil, err
 	}
 	now := o.From
 	out := &replayOutbox{}
 	d, err := New(Options{
-		Config: cfg, Metrics: counted, Scraper: replayScraper{}, Triage: tri, Outbox: out,
+		Config: cfg, Maps: maps, Metrics: counted, Scraper: replayScraper{}, Triage: tri, Outbox: out,
 		Receivers: []string{ReplayReceiver}, OwnHistory: true, HistoryStart: o.HistoryStart,
 		Now: func() time.Time { return now }, Logger: o.Logger,
 	})
@@ -129,7 +133,7 @@ func Replay(ctx context.Context, o ReplayOptions) (*ReplayResult, error) {
 		if engine == "" {
 			engine = "auto"
 		}
-		res.NoData = noDataReason(ctx, o.Metrics, engine, cfg.Triage.Baseline, o.From, o.To)
+		res.NoData = noDataReason(ctx, o.Metrics, maps, engine, cfg.Triage.Baseline, o.From, o.To)
 	}
 	res.Queries = counted.Queries()
 	if res.Failed == res.Cycles {
@@ -140,16 +144,16 @@ func Replay(ctx context.Context, o ReplayOptions) (*ReplayResult, error) {
 
 // noDataReason is why a triage of the whole interval, as `whyslow why`
 // runs it, has nothing to judge.
-func noDataReason(ctx context.Context, m query.Metrics, engine string, baseline time.Duration, from, to time.Time) *verdict.InsufficientReason {
+func noDataReason(ctx context.Context, m query.Metrics, maps *rulesets.Maps, engine string, baseline time.Duration, from, to time.Time) *verdict.InsufficientReason {
 	generic := &verdict.InsufficientReason{Code: verdict.InsufficientNoEngine, Message: fmt.Sprintf(
 		"no series of a known engine (vllm, sglang, trtllm) between %s and %s", from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))}
-	rss, err := rulesets.For(engine)
+	rss, err := maps.For(engine)
 	if err != nil {
 		return generic
 	}
 	var others func() []*rules.Ruleset
 	if engine != "auto" {
-		others = func() []*rules.Ruleset { return rulesets.Others(engine) }
+		others = func() []*rules.Ruleset { return maps.Others(engine) }
 	}
 	window := max(to.Sub(from), time.Minute)
 	v, err := diagnose.Run(ctx, diagnose.Options{Metrics: m, Rulesets: rss, OtherEngines: others, Engine: engine,

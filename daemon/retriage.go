@@ -9,7 +9,6 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/whyslow/whyslow/diagnose"
-	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -58,7 +57,7 @@ func (d *Daemon) newestSamples(ctx context.Context, cfg Config, at time.Time, ke
 	if !wanted {
 		return none
 	}
-	rss, err := rulesets.For(cfg.Engine)
+	rss, err := d.opts.Maps.For(cfg.Engine)
 	if err != nil {
 		return none
 	}

@@ -240,7 +240,7 @@ func TestCycleVerdictsMatchPlainTriage(t *testing.T) {
 	cfg.Detect.GroupBy = []string{"namespace", "model_name"}
 	newDaemon := func(plain bool) (*Daemon, *QueryCounter) {
 		counted := CountQueries(st)
-		tri, err := TriageWith(counted, nil, cfg.Engine)
+		tri, err := TriageWith(counted, nil, nil, cfg.Engine)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -38,16 +38,20 @@ import (
 )
 
 // TriageWith returns a TriageFunc running the real walk (diagnose.Run) over m
-// with the shipped rulesets; traces, when not nil, adds the per-request step.
-// Each request reads only the rulesets its engine needs (all three for
-// auto), compiled once per process on first use; engine's are compiled
-// now, so a broken one fails at start.
-func TriageWith(m query.Metrics, traces diagnose.Traces, engine string) (TriageFunc, error) {
-	if _, err := rulesets.For(engine); err != nil {
+// with the maps' rulesets (nil: the shipped maps, Config.Maps); traces, when
+// not nil, adds the per-request step. Each request reads only the rulesets
+// its engine needs (every map's for auto), a shipped one compiled once per
+// process on first use; engine's are compiled now, so a broken one fails at
+// start.
+func TriageWith(m query.Metrics, traces diagnose.Traces, maps *rulesets.Maps, engine string) (TriageFunc, error) {
+	if maps == nil {
+		maps = rulesets.Shipped()
+	}
+	if _, err := maps.For(engine); err != nil {
 		return nil, fmt.Errorf("load rulesets: %w", err)
 	}
 	return func(ctx context.Context, req TriageRequest) (*verdict.Verdict, error) {
-		rss, err := rulesets.For(req.Engine)
+		rss, err := maps.For(req.Engine)
 		if err != nil {
 			return nil, err
 		}
@@ -63,7 +67,7 @@ func TriageWith(m query.Metrics, traces diagnose.Traces, engine string) (TriageF
 		}
 		var others func() []*rules.Ruleset
 		if req.Engine != "auto" && req.Engine != "" {
-			others = func() []*rules.Ruleset { return rulesets.Others(req.Engine) }
+			others = func() []*rules.Ruleset { return maps.Others(req.Engine) }
 		}
 		return diagnose.Run(ctx, diagnose.Options{
 			Metrics: m, Rulesets: rss, OtherEngines: others, At: req.At, Window: req.Window, Baseline: req.Baseline,
@@ -158,12 +162,16 @@ func NewStack(o StackOptions) (*Stack, error) {
 // build wires the parts in dependency order; on error the caller closes
 // what was built so far.
 func (s *Stack) build(cfg Config, o StackOptions) error {
+	maps, err := cfg.Maps()
+	if err != nil {
+		return err
+	}
 	source, err := s.openSource(cfg, o)
 	if err != nil {
 		return err
 	}
 	metrics := CountQueries(source)
-	names, err := s.openDelivery(cfg, o, metrics)
+	names, err := s.openDelivery(cfg, o, metrics, maps)
 	if err != nil {
 		return err
 	}
@@ -171,7 +179,7 @@ func (s *Stack) build(cfg Config, o StackOptions) error {
 	if err != nil {
 		return err
 	}
-	tri, err := TriageWith(metrics, traces, cfg.Engine)
+	tri, err := TriageWith(metrics, traces, maps, cfg.Engine)
 	if err != nil {
 		return err
 	}
@@ -198,7 +206,7 @@ func (s *Stack) build(cfg Config, o StackOptions) error {
 	}
 	s.Daemon, err = New(Options{
 		AlertSenders: senders,
-		Config:       cfg, Metrics: metrics, Scraper: scraper, Triage: tri, OwnHistory: cfg.Fleet(), Outbox: s.Outbox, Receivers: names,
+		Config:       cfg, Maps: maps, Metrics: metrics, Scraper: scraper, Triage: tri, OwnHistory: cfg.Fleet(), Outbox: s.Outbox, Receivers: names,
 		Sources: sources, Gatherers: gatherers, Routes: routes, APIRoutes: apiRoutes,
 		Flush: s.Dispatcher.Shutdown, Registry: s.Registry, Now: o.Clock.Now, Secrets: o.Secrets, Logger: o.Logger,
 		SpansSeen: spansSeen,
@@ -229,7 +237,7 @@ func (s *Stack) openSource(cfg Config, o StackOptions) (query.Metrics, error) {
 
 // openDelivery opens the outbox, the receivers and the dispatcher between
 // them, and returns the receivers' names in config order.
-func (s *Stack) openDelivery(cfg Config, o StackOptions, metrics query.Metrics) ([]string, error) {
+func (s *Stack) openDelivery(cfg Config, o StackOptions, metrics query.Metrics, maps *rulesets.Maps) ([]string, error) {
 	obDir := ""
 	if cfg.DataDir != "" {
 		obDir = filepath.Join(cfg.DataDir, "outbox")
@@ -245,7 +253,7 @@ func (s *Stack) openDelivery(cfg Config, o StackOptions, metrics query.Metrics) 
 	if err != nil {
 		return nil, err
 	}
-	receivers, names, err := BuildReceivers(cfg.Receivers, o, metrics)
+	receivers, names, err := BuildReceivers(cfg.Receivers, o, metrics, maps)
 	if err != nil {
 		return nil, err
 	}
@@ -406,8 +414,9 @@ func verdictURL(external, selector string) string {
 // BuildReceivers constructs the configured notification receivers (a log
 // receiver when none but Alertmanager ones are configured) and returns them
 // with their names in config order.
-// metrics feeds the Slack receivers' charts (nil: no chart).
-func BuildReceivers(rcs []ReceiverConfig, o StackOptions, metrics query.Metrics) (map[string]notifiers.Notifier, []string, error) {
+// metrics feeds the Slack receivers' charts (nil: no chart), drawn from
+// the maps' panels (nil: the shipped maps').
+func BuildReceivers(rcs []ReceiverConfig, o StackOptions, metrics query.Metrics, maps *rulesets.Maps) (map[string]notifiers.Notifier, []string, error) {
 	var notified []ReceiverConfig
 	for _, rc := range rcs {
 		if rc.Alertmanager == nil { // fed incidents, not notifications (NewStack's AlertSenders)
@@ -433,7 +442,7 @@ func BuildReceivers(rcs []ReceiverConfig, o StackOptions, metrics query.Metrics)
 		case rc.Slack != nil:
 			so := slack.Options{Name: rc.Name, Logger: o.Logger, HTTPClient: o.HTTPClient}
 			if metrics != nil {
-				so.Chart = chart.PNGFunc(metrics, chart.Options{Engine: o.Config.WithDefaults().Engine})
+				so.Chart = chart.PNGFunc(metrics, chart.Options{Engine: o.Config.WithDefaults().Engine, Maps: maps})
 			}
 			n, err = slack.New(*rc.Slack, so)
 		case rc.Log != nil:
@@ -506,14 +515,9 @@ func mkTemp() (string, error) { return os.MkdirTemp("", "whyslow-outbox-") }
 
 func removeAll(dir string) error { return os.RemoveAll(dir) }
 
-// engineMaps are the engine maps the daemon reads: the shipped ones (its
-// config names no map of a user's). One value for the detector, the
-// engine-series check and the mixed-models warning.
-var engineMaps = rulesets.Shipped()
-
 // newDetector is a detector whose built-in signals read the engine maps.
-func newDetector(cfg detect.DetectConfig) (*detect.Detector, error) {
-	engines, err := detect.ReadEngines(engineMaps.Files())
+func newDetector(cfg detect.DetectConfig, maps *rulesets.Maps) (*detect.Detector, error) {
+	engines, err := detect.ReadEngines(maps.Files())
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package rulesets
 import (
 	"fmt"
 	"iter"
+	"os"
 	"slices"
 	"sync"
 
@@ -90,7 +91,7 @@ func (m *Maps) Unknown(engine string) error {
 	if len(user) > 0 {
 		loaded += "; yours: " + OneOf(user...)
 	}
-	return fmt.Errorf("unknown engine %q: no engine map names it (%s); a map for another engine is given with `whyslow why --ruleset FILE`", engine, loaded)
+	return fmt.Errorf("unknown engine %q: no engine map names it (%s); a map for another engine is given with `whyslow why --ruleset FILE`, or the daemon config's `rulesets:`", engine, loaded)
 }
 
 // Files yields each engine and its map's bytes, in order: the detector
@@ -111,14 +112,9 @@ func (m *Maps) Files() iter.Seq2[string, []byte] {
 func (m *Maps) Rulesets() []*rules.Ruleset {
 	var out []*rules.Ruleset
 	for _, em := range m.list {
-		rs := em.user
-		if rs == nil {
-			var err error
-			if rs, err = Default(em.engine); err != nil {
-				continue // TestShippedRulesets fails on this
-			}
+		if rs, err := em.ruleset(); err == nil {
+			out = append(out, rs) // a shipped one that fails, fails TestShippedRulesets
 		}
-		out = append(out, rs)
 	}
 	return out
 }
@@ -157,4 +153,82 @@ func (m *Maps) Chart() []Panels {
 		out = append(out, s.Chart)
 	}
 	return out
+}
+
+// For returns the rulesets a triage of engine needs: that engine's map's
+// alone, or every map's for "auto" (or "") to detect it from. A shipped
+// map is compiled on first use, as For (the package function) does.
+func (m *Maps) For(engine string) ([]*rules.Ruleset, error) {
+	var out []*rules.Ruleset
+	for _, em := range m.list {
+		if engine != "" && engine != "auto" && em.engine != engine {
+			continue
+		}
+		rs, err := em.ruleset()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rs)
+	}
+	if len(out) == 0 {
+		return nil, m.Unknown(engine)
+	}
+	return out, nil
+}
+
+// Others returns the rulesets of every map but engine's (for
+// diagnose.Options.OtherEngines); one that does not compile is left out.
+func (m *Maps) Others(engine string) []*rules.Ruleset {
+	var out []*rules.Ruleset
+	for _, em := range m.list {
+		if em.engine == engine {
+			continue
+		}
+		if rs, err := em.ruleset(); err == nil {
+			out = append(out, rs)
+		}
+	}
+	return out
+}
+
+// ruleset is the map's compiled ruleset: a user's as it was loaded, a
+// shipped one's by Default.
+func (em engineMap) ruleset() (*rules.Ruleset, error) {
+	if em.user != nil {
+		return em.user, nil
+	}
+	return Default(em.engine)
+}
+
+var (
+	userMapsMu sync.Mutex
+	// userMaps are the user's map files compiled so far, by path and
+	// content: a daemon validates its config several times (load, start,
+	// reload), and a map takes tens of milliseconds to compile.
+	userMaps = map[[2]string]*rules.Ruleset{}
+)
+
+// LoadMap reads a user's engine map (a file with `engine:`) on top of the
+// shipped catalogue and rulebook, as Load does; a file that names no engine
+// is an error. Problems in the file are reported at file:line:col.
+func LoadMap(path string) (*rules.Ruleset, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read engine map: %w", err)
+	}
+	if !rules.DeclaresEngine(b) {
+		return nil, fmt.Errorf("%s: not an engine map: it has no `engine:` (a map names its engine; see rulesets/README.md, \"Adding an engine\")", path)
+	}
+	key := [2]string{path, string(b)}
+	userMapsMu.Lock()
+	defer userMapsMu.Unlock()
+	if rs, ok := userMaps[key]; ok {
+		return rs, nil
+	}
+	rs, err := Load("", path)
+	if err != nil {
+		return nil, err
+	}
+	userMaps[key] = rs
+	return rs, nil
 }

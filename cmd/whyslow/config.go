@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -137,6 +138,7 @@ func parseConfigWarnings(file string, data []byte, lookup func(string) (string, 
 		if err := doc.Decode(&cfg); err != nil {
 			errs = append(errs, yamlTypeErrors(file, err)...)
 		}
+		besideConfig(file, cfg.Rulesets)
 	}
 	if len(errs) == 0 {
 		var verrs []error
@@ -159,6 +161,17 @@ func parseConfigWarnings(file string, data []byte, lookup func(string) (string, 
 		return daemon.Config{}, warnings, errors.Join(out...)
 	}
 	return cfg, warnings, nil
+}
+
+// besideConfig makes relative rulesets paths relative to the config
+// file's directory, as Prometheus reads its rule_files: the config and
+// its maps move together.
+func besideConfig(file string, paths []string) {
+	for i, p := range paths {
+		if p != "" && !filepath.IsAbs(p) {
+			paths[i] = filepath.Join(filepath.Dir(file), p)
+		}
+	}
 }
 
 func sortByPosition(errs []configError) {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -460,5 +461,35 @@ func TestParseConfigTrustedProxies(t *testing.T) {
 	}
 	if _, err := parseConfig("w.yml", []byte("api:\n  trusted_proxies: [10.0.0.7, \"fd00::/8\"]\n"), envMap(nil)); err != nil {
 		t.Errorf("valid proxies: %v", err)
+	}
+}
+
+// TestConfigRulesets: a config's engine maps are read from its own
+// directory, and a bad one is reported at the config's rulesets entry
+// and at the problem's place in the map.
+func TestConfigRulesets(t *testing.T) {
+	path := filepath.Join("..", "..", "testdata", "engines", "whyslow.yml")
+	cfg, err := loadConfigFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join("..", "..", "testdata", "engines", "myengine.yaml"); cfg.Engine != "myengine" || len(cfg.Rulesets) != 1 || cfg.Rulesets[0] != want {
+		t.Errorf("engine %q, rulesets %q; want myengine, [%s]", cfg.Engine, cfg.Rulesets, want)
+	}
+
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	conf := filepath.Join(dir, "whyslow.yml")
+	// A signal the rulebook does not declare, on line 3.
+	err = errors.Join(os.WriteFile(bad, []byte("engine: badengine\nsignals:\n  ttft_p95x: 'sum(x)'\n"), 0o644),
+		os.WriteFile(conf, []byte("engine: badengine\nrulesets:\n  - bad.yaml\n"), 0o644))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = loadConfigFile(conf)
+	for _, want := range []string{conf + ":3:5: rulesets[0]: " + bad + ":3:3: ", "ttft_p95x", conf + `:1:1: engine: unknown engine "badengine"`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("bad map: %v; want %q", err, want)
+		}
 	}
 }

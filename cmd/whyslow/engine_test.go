@@ -26,14 +26,14 @@ import (
 )
 
 // TestUnknownEngineFromMap: adding an engine is adding a map. A map for an
-// engine no Go code names (testdata/engines/myengine.yaml: vLLM's signals over
+// engine no Go code names (../../testdata/engines/myengine.yaml: vLLM's signals over
 // made-up myengine_* names) passes `rules check`, and every reader of the
 // maps takes it with `why --ruleset`: incident.yaml may name the engine; the
 // triage of a recorded bundle renamed to those names gives the verdict the
 // vLLM map gives the original; the detector's triggers fire on it (why
 // --group-by); the chart draws its panels. Without the map, none of that.
 func TestUnknownEngineFromMap(t *testing.T) {
-	const myMap = "testdata/engines/myengine.yaml"
+	const myMap = "../../testdata/engines/myengine.yaml"
 	if r := runCLI(t, "rules", "check", myMap); r.code != exitOK {
 		t.Fatalf("rules check: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}

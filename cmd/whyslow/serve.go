@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"reflect"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -227,8 +228,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 
 // reload re-reads the config and applies it all-or-nothing. Settings bound
 // at start (listen, data_dir, retention, receivers, slack_command, gpu other
-// than its class, otlp) need a restart: a change to them rejects the whole
-// reload.
+// than its class, otlp, rulesets) need a restart: a change to them rejects
+// the whole reload.
 func reload(f *serveFlags, stack *daemon.Stack) error {
 	cfg, err := f.load()
 	if err != nil {
@@ -263,6 +264,10 @@ func reload(f *serveFlags, stack *daemon.Stack) error {
 	}
 	if !reflect.DeepEqual(cfg.OTLP, cur.OTLP) {
 		fixed = append(fixed, "otlp")
+	}
+	if !slices.Equal(cfg.Rulesets, cur.Rulesets) {
+		// The triage, the detector and the chart hold the maps read at start.
+		fixed = append(fixed, "rulesets")
 	}
 	if len(fixed) > 0 {
 		return fmt.Errorf("reload: %s cannot change without a restart", strings.Join(fixed, ", "))
