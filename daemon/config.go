@@ -482,8 +482,9 @@ func (p *problems) wrap(key string, err error) {
 	*p = append(*p, fmt.Errorf("%s: %w", key, err))
 }
 
-// validateSource checks the engine and, for a fleet daemon, its Prometheus
-// and the keys a fleet daemon has no use for.
+// validateSource checks the user's engine maps, the engine (one a map
+// names) and, for a fleet daemon, its Prometheus and the keys a fleet
+// daemon has no use for.
 func (c Config) validateSource(p *problems) {
 	maps, errs := c.loadMaps()
 	*p = append(*p, errs...)
@@ -492,7 +493,7 @@ func (c Config) validateSource(p *problems) {
 		if len(c.Rulesets) == 0 {
 			hint = "; a map for another engine is listed under rulesets:"
 		}
-		p.add("engine", "unknown engine %q (want %s%s)", c.Engine, rulesets.OneOf(append([]string{"auto"}, maps.Engines()...)...), hint)
+		p.add("engine", "unknown engine %q (want %s)%s", c.Engine, rulesets.OneOf(append([]string{"auto"}, maps.Engines()...)...), hint)
 	}
 	prom := c.Source.Prometheus
 	if prom == nil {

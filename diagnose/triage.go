@@ -460,11 +460,13 @@ func bucketBounds(ctx context.Context, opts *Options, rs *rules.Ruleset, win str
 		s := rs.Declared(name)
 		_, okN := now[name]
 		_, okB := base[name]
-		if s == nil || s.Expr == "" || (!okN && !okB) || !strings.Contains(s.Expr, "histogram_quantile") {
+		if s == nil || s.Expr == "" || (!okN && !okB) {
 			continue
 		}
+		// The rendered query, not the template: a map may write the
+		// quantile with {{.Quantile}}.
 		expr, err := s.Render(opts.Selector, win, nil)
-		if err != nil {
+		if err != nil || !strings.Contains(expr, "histogram_quantile") {
 			continue
 		}
 		var sels []string

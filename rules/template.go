@@ -108,6 +108,36 @@ func (d SignalData) By(labels ...string) string {
 	return "by (" + strings.Join(all, ", ") + ")"
 }
 
+// Quantile renders the histogram quantile the maps write for most latency
+// and size signals, so that a map names its histogram once:
+// `{{.Quantile 0.95 .Window "vllm:e2e_request_latency_seconds"}}` is
+//
+//	histogram_quantile(0.95, sum by (le) (rate(vllm:e2e_request_latency_seconds_bucket{ SELECTOR }[5m])))
+//
+// grouped as {{.By "le"}} groups (per target too). Several families (one
+// histogram under its names across versions, newest first) are read with
+// `or`, one a line.
+func (d SignalData) Quantile(q float64, window string, families ...string) (string, error) {
+	if q < 0 || q > 1 || math.IsNaN(q) {
+		return "", fmt.Errorf("quantile %v is outside [0, 1]", q)
+	}
+	if len(families) == 0 {
+		return "", fmt.Errorf("no histogram given: write {{.Quantile %v .Window \"family\"}}", q)
+	}
+	rates := make([]string, len(families))
+	for i, f := range families {
+		if strings.HasSuffix(f, "_bucket") {
+			return "", fmt.Errorf("give the histogram's family, %q, not its _bucket series", strings.TrimSuffix(f, "_bucket"))
+		}
+		rates[i] = fmt.Sprintf("rate(%s_bucket{ %s }[%s])", f, d.Selector, window)
+	}
+	inner := rates[0]
+	if len(rates) > 1 {
+		inner = "\n  " + strings.Join(rates, "\n  or ")
+	}
+	return fmt.Sprintf("histogram_quantile(%s, sum %s (%s))", strconv.FormatFloat(q, 'f', -1, 64), d.By("le"), inner), nil
+}
+
 // Render fills the signal's template for the scope (targetLabels nil) or per
 // target (targetLabels the labels that identify a target, e.g. ["pod"]).
 func (s *Signal) Render(selector, window string, targetLabels []string) (string, error) {
