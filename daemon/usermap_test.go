@@ -4,16 +4,24 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/whyslow/whyslow/collectors/bundle"
 	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/daemon/web"
+	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/notifiers"
+	"github.com/whyslow/whyslow/query"
+	"github.com/whyslow/whyslow/rulesets"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -62,6 +70,99 @@ func TestDaemonEngineFromMap(t *testing.T) {
 	if len(res.Notifications) != 0 || res.NoData == nil {
 		t.Errorf("auto without the map: %d notifications, no-data %v; want none, and no engine data", len(res.Notifications), res.NoData)
 	}
+}
+
+// TestFleetDaemonEngineFromMap: a fleet daemon (NewStack over a
+// Prometheus) given the map under `rulesets:` opens an incident on the
+// engine's series, its verdict names the engine, and the verdict page
+// draws the map's curves; without the key it sees no engine at all.
+func TestFleetDaemonEngineFromMap(t *testing.T) {
+	ctx := context.Background()
+	prom := httptest.NewServer(promAPI{renamedIncident(t, "arrival_surge", "vllm:", "myengine_")})
+	defer prom.Close()
+	// The verdict page's curves with data, drawn from the daemon's maps
+	// and, for contrast, from the shipped ones alone.
+	var charts, shippedCharts int
+	drawn := func(s web.VerdictSection) int {
+		n := 0
+		for _, c := range s.Charts {
+			if !c.Empty {
+				n++
+			}
+		}
+		return n
+	}
+	run := func(maps ...string) []incident.Incident {
+		t.Helper()
+		cfg := Config{Source: SourceConfig{Prometheus: &PrometheusSource{URL: prom.URL}}, Listen: "127.0.0.1:0",
+			OTLP: OTLPDisabled(), Rulesets: maps}
+		stack, err := NewStack(StackOptions{Config: cfg, Logger: quietLogger(), LogWriter: io.Discard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stack.Close(ctx)
+		for at := time.Date(2026, 1, 1, 1, 14, 0, 0, time.UTC); !at.After(time.Date(2026, 1, 1, 1, 19, 0, 0, time.UTC)); at = at.Add(15 * time.Second) {
+			if err := stack.Daemon.Tick(ctx, at); err != nil {
+				t.Fatal(err)
+			}
+		}
+		in := stack.Daemon.Incidents()
+		if len(in) == 1 && in[0].Verdict != nil {
+			d := stack.Daemon
+			charts = drawn(d.verdictSection(ctx, d.Config(), in[0].Verdict, time.Time{}))
+			shippedCharts = drawn(web.Section(ctx, d.opts.Metrics, in[0].Verdict, time.Time{}, rulesets.Shipped()))
+		}
+		return in
+	}
+	in := run(myEngineMap)
+	if len(in) != 1 || in[0].Verdict == nil || in[0].Verdict.Engine != "myengine" || in[0].Verdict.Status != verdict.StatusAnomaly {
+		t.Fatalf("with the map: incidents %+v; want one, triaged as myengine", in)
+	}
+	if charts < 4 || shippedCharts != 0 {
+		t.Errorf("verdict page: %d curves from the daemon's maps, %d from the shipped ones; want the map's latency, KV, queue and request curves, and none", charts, shippedCharts)
+	}
+	if in := run(); len(in) != 0 {
+		t.Errorf("without the map: %d incidents, want none", len(in))
+	}
+}
+
+// promAPI answers the Prometheus query API (/api/v1/query and
+// /api/v1/query_range, all a fleet daemon asks) from a store.
+type promAPI struct{ m query.Metrics }
+
+func (p promAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	at := func(key string) time.Time {
+		f, _ := strconv.ParseFloat(r.Form.Get(key), 64)
+		return time.Unix(0, int64(f*1e9)).UTC()
+	}
+	var (
+		kind   string
+		result any
+		err    error
+	)
+	switch r.URL.Path {
+	case "/api/v1/query":
+		kind = "vector"
+		result, _, err = p.m.Query(r.Context(), r.Form.Get("query"), at("time"))
+	case "/api/v1/query_range":
+		step, _ := strconv.ParseFloat(r.Form.Get("step"), 64)
+		kind = "matrix"
+		result, _, err = p.m.QueryRange(r.Context(), r.Form.Get("query"), at("start"), at("end"), time.Duration(step*float64(time.Second)))
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if err != nil {
+		w.WriteHeader(http.StatusBadRequest)
+		_ = json.NewEncoder(w).Encode(map[string]string{"status": "error", "errorType": "bad_data", "error": err.Error()})
+		return
+	}
+	_ = json.NewEncoder(w).Encode(map[string]any{"status": "success", "data": map[string]any{"resultType": kind, "result": result}})
 }
 
 // TestUserMapErrors: a map that does not load is refused with its entry
