@@ -15,10 +15,13 @@ import (
 // ready, scraping successfully, and never see an incident.
 const problemBlind = "engine_series"
 
-// blindMessage is the problem and its fix, for /readyz and the log.
-const blindMessage = "no series of a known engine (vllm, sglang, trtllm) in what the daemon reads: " +
-	"point engine_urls at the engine's own /metrics (vLLM's API server port, SGLang's, TensorRT-LLM's), " +
-	"or source.prometheus at a Prometheus that scrapes it"
+// blindMessage is the problem and its fix, for /readyz and the log: the
+// engines are those of the loaded maps (the user's included).
+func blindMessage(maps *rulesets.Maps) string {
+	return "no series of a known engine (" + strings.Join(maps.Engines(), ", ") + ") in what the daemon reads: " +
+		"point engine_urls at the engine's own /metrics (vLLM's API server port, SGLang's, TensorRT-LLM's), " +
+		"or source.prometheus at a Prometheus that scrapes it"
+}
 
 // engineRecheck is how often a daemon that found engine series looks
 // again (while blind it looks every cycle).
@@ -70,8 +73,8 @@ func (d *Daemon) checkEngineSeries(ctx context.Context, at time.Time) {
 	d.engineChecked = at
 	d.stats.setEngineSeries(found)
 	if found == 0 {
-		if d.setProblem(problemBlind, blindMessage) {
-			d.log.Error("No engine series found", "fix", blindMessage)
+		if msg := blindMessage(d.opts.Maps); d.setProblem(problemBlind, msg) {
+			d.log.Error("No engine series found", "fix", msg)
 		}
 		return
 	}

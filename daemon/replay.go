@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -146,7 +147,7 @@ func Replay(ctx context.Context, o ReplayOptions) (*ReplayResult, error) {
 // runs it, has nothing to judge.
 func noDataReason(ctx context.Context, m query.Metrics, maps *rulesets.Maps, engine string, baseline time.Duration, from, to time.Time) *verdict.InsufficientReason {
 	generic := &verdict.InsufficientReason{Code: verdict.InsufficientNoEngine, Message: fmt.Sprintf(
-		"no series of a known engine (vllm, sglang, trtllm) between %s and %s", from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))}
+		"no series of a known engine (%s) between %s and %s", strings.Join(maps.Engines(), ", "), from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))}
 	rss, err := maps.For(engine)
 	if err != nil {
 		return generic
