@@ -200,8 +200,10 @@ func (d *diagnosis) presentNear(sels []string) bool {
 // without the scope's). A range query over the whole search range finds
 // it to one step (a point at t stands for samples in (t - step, t], so a
 // coarse span can end a step after the data, past --at); the first and
-// the last point are then searched again, a step at a time, at a finer
-// step until it is a second.
+// the last point are then searched again, a step back from each, at a
+// finer step until it is a second. The finer points end on the coarse
+// one, so their windows tile the coarse window: each search finds the
+// same second whatever the steps on the way.
 func (d *diagnosis) spanOf(m query.Metrics, sels []string) (dataSpan, bool, error) {
 	if len(sels) == 0 {
 		return dataSpan{}, false, nil
@@ -213,10 +215,11 @@ func (d *diagnosis) spanOf(m query.Metrics, sels []string) (dataSpan, bool, erro
 	}
 	for step > time.Second {
 		fine := max(time.Second, (step / spanPoints).Round(time.Second))
-		if f, _, err := d.pointsOf(m, sels, first.Add(-step), first, fine); err == nil && !f.IsZero() {
+		back := (step + fine - 1) / fine * fine // whole fine steps, at least a coarse one
+		if f, _, err := d.pointsOf(m, sels, first.Add(-back), first, fine); err == nil && !f.IsZero() {
 			first = f
 		}
-		if _, l, err := d.pointsOf(m, sels, last.Add(-step), last, fine); err == nil && !l.IsZero() {
+		if _, l, err := d.pointsOf(m, sels, last.Add(-back), last, fine); err == nil && !l.IsZero() {
 			last = l
 		}
 		step = fine
@@ -231,8 +234,12 @@ func (d *diagnosis) spanOf(m query.Metrics, sels []string) (dataSpan, bool, erro
 	return sp, true, nil
 }
 
-// spanPoints is how many points one query of a data-span search reads.
-const spanPoints = 2000
+// spanPoints is about how many points one query of a data-span search
+// reads. A range query costs about as much per point as an instant query
+// costs per series, so a few short queries (a week found to the second in
+// seven, ~300 points) cost less than one long one and two refinements
+// (2,700 points).
+const spanPoints = 60
 
 // pointsOf is the first and last point, from start to end at step, at
 // which any of the selectors has a sample in the step before it; zero
