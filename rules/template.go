@@ -6,6 +6,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"text/template"
 	"time"
 
@@ -160,16 +161,52 @@ func selectorHas(selector, label string) bool {
 	if !strings.Contains(selector, label) {
 		return false
 	}
-	ms, err := promqlParser.ParseMetricSelector("{" + selector + "}")
-	if err != nil {
-		return false
+	key := selectorLabel{selector, label}
+	if has, ok := selectorHasCache.get(key); ok {
+		return has
 	}
-	for _, m := range ms {
-		if m.Name == label && m.Type == labels.MatchEqual && m.Value != "" {
-			return true
+	has := false
+	if ms, err := promqlParser.ParseMetricSelector("{" + selector + "}"); err == nil {
+		for _, m := range ms {
+			if m.Name == label && m.Type == labels.MatchEqual && m.Value != "" {
+				has = true
+				break
+			}
 		}
 	}
-	return false
+	selectorHasCache.put(key, has)
+	return has
+}
+
+type selectorLabel struct{ selector, label string }
+
+// selectorHasCache keeps selectorHas's answers: every signal of a triage
+// renders with the scope's selector, and parsing it for each was a third
+// of rendering. When full it starts over; a fleet has a few hundred scopes.
+var selectorHasCache = selectorCache{max: 4096}
+
+// selectorCache is a map safe for concurrent use that is cleared when it
+// holds max entries.
+type selectorCache struct {
+	mu  sync.RWMutex
+	m   map[selectorLabel]bool
+	max int
+}
+
+func (c *selectorCache) get(k selectorLabel) (has, ok bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	has, ok = c.m[k]
+	return has, ok
+}
+
+func (c *selectorCache) put(k selectorLabel, has bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= c.max {
+		c.m = make(map[selectorLabel]bool)
+	}
+	c.m[k] = has
 }
 
 // DefaultTargetLabels tell targets apart when no target labels are given:
