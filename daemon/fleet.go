@@ -12,7 +12,6 @@ import (
 
 	"github.com/whyslow/whyslow/collectors/remote"
 	"github.com/whyslow/whyslow/detect"
-	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/incident"
 	"github.com/whyslow/whyslow/query"
 )
@@ -24,32 +23,13 @@ type QueryCounter struct {
 	n atomic.Int64
 }
 
-// CountedMetrics is a query.Metrics that counts its queries.
-type CountedMetrics interface {
-	query.Metrics
-	Queries() int64
-}
+// CountQueries wraps m.
+func CountQueries(m query.Metrics) *QueryCounter { return &QueryCounter{m: m} }
 
-// CountQueries wraps m. When m knows where its data lies (the embedded
-// store, a diagnose.DataSpanner) the wrapper says so too: hidden, every
-// insufficient-data verdict would search the week around its incident
-// (and say so) instead of the store's own span, as `why` does.
-func CountQueries(m query.Metrics) CountedMetrics {
-	c := &QueryCounter{m: m}
-	if ds, ok := m.(diagnose.DataSpanner); ok {
-		return spannedCounter{c, ds}
-	}
-	return c
-}
-
-// spannedCounter is a QueryCounter over a diagnose.DataSpanner.
-type spannedCounter struct {
-	*QueryCounter
-	span diagnose.DataSpanner
-}
-
-// DataSpan implements diagnose.DataSpanner.
-func (c spannedCounter) DataSpan() (start, end time.Time) { return c.span.DataSpan() }
+// Unwrap returns the source c counts the queries of: what it can do (say
+// where its data lies, diagnose.DataSpanner) stays in sight through the
+// counter (query.As).
+func (c *QueryCounter) Unwrap() query.Metrics { return c.m }
 
 // Query implements query.Metrics.
 func (c *QueryCounter) Query(ctx context.Context, expr string, at time.Time) (model.Vector, []string, error) {

@@ -238,7 +238,7 @@ func TestCycleVerdictsMatchPlainTriage(t *testing.T) {
 	}
 	cfg := Config{Listen: "127.0.0.1:0", OTLP: OTLPDisabled(), Engine: "vllm"}
 	cfg.Detect.GroupBy = []string{"namespace", "model_name"}
-	newDaemon := func(plain bool) (*Daemon, CountedMetrics) {
+	newDaemon := func(plain bool) (*Daemon, *QueryCounter) {
 		counted := CountQueries(st)
 		tri, err := TriageWith(counted, nil, cfg.Engine)
 		if err != nil {

@@ -18,8 +18,8 @@ import (
 )
 
 // DataSpanner is implemented by a metrics source that knows the time range
-// of every sample it holds (the embedded store of a bundle or a --scrape
-// sample). An insufficient-data verdict uses it to say where the data lies;
+// of every sample it holds (the embedded store of a bundle, a --scrape
+// sample or a sidecar; found through wrappers, query.As). An insufficient-data verdict uses it to say where the data lies;
 // other sources are searched from spanBefore before the incident time to
 // spanAfter after it.
 type DataSpanner interface {
@@ -53,7 +53,7 @@ type diagnosis struct {
 func diagnoseInsufficient(ctx context.Context, opts *Options, rs *rules.Ruleset, now, base map[string]float64) *verdict.InsufficientReason {
 	d := &diagnosis{ctx: ctx, opts: opts, rs: rs, now: now, base: base,
 		search: dataSpan{opts.At.Add(-spanBefore), opts.At.Add(spanAfter)}}
-	if ds, ok := opts.Metrics.(DataSpanner); ok {
+	if ds, ok := query.As[DataSpanner](opts.Metrics); ok {
 		start, end := ds.DataSpan()
 		if start.IsZero() && end.IsZero() {
 			return &verdict.InsufficientReason{Code: verdict.InsufficientNoEngine,
