@@ -19,8 +19,9 @@ import (
 
 // DataSpanner is implemented by a metrics source that knows the time range
 // of every sample it holds (the embedded store of a bundle, a --scrape
-// sample or a sidecar; found through wrappers, query.As). An insufficient-data verdict uses it to say where the data lies;
-// other sources are searched from spanBefore before the incident time to
+// sample or a sidecar; found through wrappers, query.As). An
+// insufficient-data verdict uses it to say where the data lies; other
+// sources are searched from spanBefore before the incident time to
 // spanAfter after it.
 type DataSpanner interface {
 	DataSpan() (start, end time.Time)
@@ -235,10 +236,9 @@ func (d *diagnosis) spanOf(m query.Metrics, sels []string) (dataSpan, bool, erro
 }
 
 // spanPoints is about how many points one query of a data-span search
-// reads. A range query costs about as much per point as an instant query
-// costs per series, so a few short queries (a week found to the second in
-// seven, ~300 points) cost less than one long one and two refinements
-// (2,700 points).
+// reads. A range query's cost grows with its points, so a few short
+// queries (a week found to the second in seven, ~320 points) cost less
+// than one long one and two refinements (2,700 points).
 const spanPoints = 60
 
 // pointsOf is the first and last point, from start to end at step, at
