@@ -94,13 +94,13 @@ func TestSelectorHas(t *testing.T) {
 		}
 	}
 	small := selectorCache{max: 2}
-	for i, sel := range []string{"a", "b", "c"} {
-		small.put(selectorLabel{sel, "namespace"}, i%2 == 0)
+	for _, sel := range []string{"a", "b", "c"} {
+		small.put(selectorLabel{sel, "namespace"}, labelValue{sel, true})
 	}
 	if _, ok := small.get(selectorLabel{"a", "namespace"}); ok || len(small.m) != 1 {
 		t.Errorf("a full cache kept %d entries, want it started over", len(small.m))
 	}
-	if has, ok := small.get(selectorLabel{"c", "namespace"}); !ok || !has {
-		t.Errorf("the entry after starting over: %v %v", has, ok)
+	if v, ok := small.get(selectorLabel{"c", "namespace"}); !ok || v.value != "c" {
+		t.Errorf("the entry after starting over: %v %v", v, ok)
 	}
 }
