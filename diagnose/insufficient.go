@@ -545,7 +545,7 @@ func (d *diagnosis) baselineReason(data dataSpan) *verdict.InsufficientReason {
 	} else {
 		msg += fmt.Sprintf("; a %s window needs at least %s of history for a baseline", shortDur(d.opts.Window), shortDur(2*d.opts.Window))
 	}
-	if !d.exact {
+	if !d.exact || d.opts.Daemon { // a daemon's own store grows; a bundle's does not
 		msg += ", or wait until " + stamp(data.start.Add(d.opts.Baseline+d.opts.Window))
 	}
 	return &verdict.InsufficientReason{Code: verdict.InsufficientBaseline, Message: msg}
