@@ -26,6 +26,11 @@ type QueryCounter struct {
 // CountQueries wraps m.
 func CountQueries(m query.Metrics) *QueryCounter { return &QueryCounter{m: m} }
 
+// Unwrap returns the source c counts the queries of: what it can do (say
+// where its data lies, diagnose.DataSpanner) stays in sight through the
+// counter (query.As).
+func (c *QueryCounter) Unwrap() query.Metrics { return c.m }
+
 // Query implements query.Metrics.
 func (c *QueryCounter) Query(ctx context.Context, expr string, at time.Time) (model.Vector, []string, error) {
 	c.n.Add(1)

@@ -18,9 +18,10 @@ import (
 )
 
 // DataSpanner is implemented by a metrics source that knows the time range
-// of every sample it holds (the embedded store of a bundle or a --scrape
-// sample). An insufficient-data verdict uses it to say where the data lies;
-// other sources are searched from spanBefore before the incident time to
+// of every sample it holds (the embedded store of a bundle, a --scrape
+// sample or a sidecar; found through wrappers, query.As). An
+// insufficient-data verdict uses it to say where the data lies; other
+// sources are searched from spanBefore before the incident time to
 // spanAfter after it.
 type DataSpanner interface {
 	DataSpan() (start, end time.Time)
@@ -53,7 +54,7 @@ type diagnosis struct {
 func diagnoseInsufficient(ctx context.Context, opts *Options, rs *rules.Ruleset, now, base map[string]float64) *verdict.InsufficientReason {
 	d := &diagnosis{ctx: ctx, opts: opts, rs: rs, now: now, base: base,
 		search: dataSpan{opts.At.Add(-spanBefore), opts.At.Add(spanAfter)}}
-	if ds, ok := opts.Metrics.(DataSpanner); ok {
+	if ds, ok := query.As[DataSpanner](opts.Metrics); ok {
 		start, end := ds.DataSpan()
 		if start.IsZero() && end.IsZero() {
 			return &verdict.InsufficientReason{Code: verdict.InsufficientNoEngine,
@@ -200,8 +201,10 @@ func (d *diagnosis) presentNear(sels []string) bool {
 // without the scope's). A range query over the whole search range finds
 // it to one step (a point at t stands for samples in (t - step, t], so a
 // coarse span can end a step after the data, past --at); the first and
-// the last point are then searched again, a step at a time, at a finer
-// step until it is a second.
+// the last point are then searched again, a step back from each, at a
+// finer step until it is a second. The finer points end on the coarse
+// one, so their windows tile the coarse window: each search finds the
+// same second whatever the steps on the way.
 func (d *diagnosis) spanOf(m query.Metrics, sels []string) (dataSpan, bool, error) {
 	if len(sels) == 0 {
 		return dataSpan{}, false, nil
@@ -213,10 +216,11 @@ func (d *diagnosis) spanOf(m query.Metrics, sels []string) (dataSpan, bool, erro
 	}
 	for step > time.Second {
 		fine := max(time.Second, (step / spanPoints).Round(time.Second))
-		if f, _, err := d.pointsOf(m, sels, first.Add(-step), first, fine); err == nil && !f.IsZero() {
+		back := (step + fine - 1) / fine * fine // whole fine steps, at least a coarse one
+		if f, _, err := d.pointsOf(m, sels, first.Add(-back), first, fine); err == nil && !f.IsZero() {
 			first = f
 		}
-		if _, l, err := d.pointsOf(m, sels, last.Add(-step), last, fine); err == nil && !l.IsZero() {
+		if _, l, err := d.pointsOf(m, sels, last.Add(-back), last, fine); err == nil && !l.IsZero() {
 			last = l
 		}
 		step = fine
@@ -231,8 +235,11 @@ func (d *diagnosis) spanOf(m query.Metrics, sels []string) (dataSpan, bool, erro
 	return sp, true, nil
 }
 
-// spanPoints is how many points one query of a data-span search reads.
-const spanPoints = 2000
+// spanPoints is about how many points one query of a data-span search
+// reads. A range query's cost grows with its points, so a few short
+// queries (a week found to the second in seven, ~320 points) cost less
+// than one long one and two refinements (2,700 points).
+const spanPoints = 60
 
 // pointsOf is the first and last point, from start to end at step, at
 // which any of the selectors has a sample in the step before it; zero
@@ -538,7 +545,7 @@ func (d *diagnosis) baselineReason(data dataSpan) *verdict.InsufficientReason {
 	} else {
 		msg += fmt.Sprintf("; a %s window needs at least %s of history for a baseline", shortDur(d.opts.Window), shortDur(2*d.opts.Window))
 	}
-	if !d.exact {
+	if !d.exact || d.opts.Daemon { // a daemon's own store grows; a bundle's does not
 		msg += ", or wait until " + stamp(data.start.Add(d.opts.Baseline+d.opts.Window))
 	}
 	return &verdict.InsufficientReason{Code: verdict.InsufficientBaseline, Message: msg}

@@ -261,3 +261,55 @@ func TestInsufficientReasonDaemonAdvice(t *testing.T) {
 		})
 	}
 }
+
+// TestSpanOfToTheSecond checks the data-span search against the samples
+// themselves: whatever the length of the search range (a few minutes of a
+// source's own span, the week around a remote source's incident, a long
+// bundle), it finds the first and the last sample to the second of its
+// range's points, clipped to the range.
+func TestSpanOfToTheSecond(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	// Samples at 7000 s, every 7 s to 7350 s; a lone one at 10500 s.
+	load := "load 7s\n  vllm:num_requests_running{model_name=\"a\"} _x1000 1+0x50 _x449 1\n"
+	m := querytest.Range{Metrics: querytest.New(t, load)}
+	first, last := t0.Add(7000*time.Second), t0.Add(10500*time.Second)
+	// The search's points are its start plus whole seconds: a sample at e
+	// is found at the first of them at or after it.
+	ceil := func(start, e time.Time) time.Time {
+		n := (e.Sub(start) + time.Second - 1) / time.Second
+		return start.Add(n * time.Second)
+	}
+	for _, tc := range []struct {
+		name       string
+		start, end time.Time
+	}{
+		{"the data's own span", first.Add(-300 * time.Millisecond), last.Add(200 * time.Millisecond)},
+		{"a week around", last.Add(-7*24*time.Hour + 500*time.Millisecond), last.Add(24*time.Hour + 500*time.Millisecond)},
+		{"sixty days", first.Add(-30*24*time.Hour - 250*time.Millisecond), last.Add(30 * 24 * time.Hour)},
+		{"starts inside the data", first.Add(10*time.Second + 400*time.Millisecond), last.Add(time.Hour)},
+		{"ends inside the data", first.Add(-time.Hour + 100*time.Millisecond), first.Add(100*time.Second + 100*time.Millisecond)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := &diagnosis{ctx: context.Background(), opts: &Options{}, search: dataSpan{tc.start, tc.end}}
+			got, ok, err := d.spanOf(m, []string{`vllm:num_requests_running{model_name="a"}`})
+			if err != nil || !ok {
+				t.Fatalf("found %v, err %v", ok, err)
+			}
+			want := dataSpan{maxTime(ceil(tc.start, first), tc.start), ceil(tc.start, last)}
+			if want.end.After(tc.end) {
+				// Clipped; or samples go on past the end.
+				want.end = tc.end
+			}
+			if !got.start.Equal(want.start) || !got.end.Equal(want.end) {
+				t.Errorf("span %s → %s, want %s → %s", got.start.UTC(), got.end.UTC(), want.start.UTC(), want.end.UTC())
+			}
+		})
+	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}

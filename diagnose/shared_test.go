@@ -35,6 +35,16 @@ func (c *countedMetrics) QueryRange(ctx context.Context, expr string, start, end
 	return c.Metrics.QueryRange(ctx, expr, start, end, step)
 }
 
+// Unwrap leaves the source's optional interfaces in sight, as the
+// daemon's query counter does.
+func (c *countedMetrics) Unwrap() query.Metrics { return c.Metrics }
+
+// instantOnly is the store asked one instant query at a time: it says its
+// range steps are not exact.
+type instantOnly struct{ *store.Store }
+
+func (instantOnly) ExactSteps() bool { return false }
+
 // TestSharedQueriesKeepVerdicts triages recorded incidents twice, on the
 // store one query at a time, and the way a daemon cycle does (4 queries at
 // once, one SharedQueries over every triage of the store as
@@ -103,6 +113,66 @@ func TestSharedQueriesKeepVerdicts(t *testing.T) {
 			}
 			if asked.n.Load() == 0 || under.n.Load() >= asked.n.Load() {
 				t.Errorf("shared queries: %d asked, %d run: none answered twice", asked.n.Load(), under.n.Load())
+			}
+		})
+	}
+}
+
+// TestExactStepsKeepVerdicts triages recorded incidents (and the
+// variants that reach the insufficient-data diagnosis) on the store one
+// instant query at a time, and with the queries of one expression at
+// evenly spaced times asked as one range query (the incident and baseline
+// windows, the baseline sub-windows), and wants the same verdict JSON
+// byte for byte, with fewer queries.
+func TestExactStepsKeepVerdicts(t *testing.T) {
+	rss, err := rulesets.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"kv_pressure", "gpu_throttle", "prompt_shift", "healthy", "sglang_kv_pressure",
+		"trtllm_kv_pressure", "dcgm_k8s_gpu_throttle"} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			b, err := bundle.Load(filepath.Join("..", "testdata", "incidents", name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := store.Open(store.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			if _, err := b.LoadMetrics(ctx, st); err != nil {
+				t.Fatal(err)
+			}
+			inc := b.Incident
+			base := diagnose.Options{Rulesets: rss, Engine: "auto", At: inc.At, Window: inc.Window, Baseline: inc.Baseline,
+				Selector: inc.Selector, GPU: inc.GPU, Explain: true}
+			if inc.Engine != "" {
+				base.Engine = inc.Engine
+			}
+			for _, edit := range []func(o *diagnose.Options){
+				func(*diagnose.Options) {},
+				func(o *diagnose.Options) { o.Window = 2 * time.Minute },
+				func(o *diagnose.Options) { o.GPU = "" }, // the GPU class inferred
+				func(o *diagnose.Options) { o.Selector = `model_name="no-such-model"` },
+				func(o *diagnose.Options) { o.At = o.At.Add(48 * time.Hour) },
+			} {
+				instant := &countedMetrics{Metrics: instantOnly{st}}
+				one := base
+				one.Metrics = instant
+				edit(&one)
+				want := verdictJSON(t, ctx, one)
+				stepped := &countedMetrics{Metrics: st}
+				grouped := base
+				grouped.Metrics = stepped
+				edit(&grouped)
+				if got := verdictJSON(t, ctx, grouped); !bytes.Equal(got, want) {
+					t.Errorf("verdict differs with range queries\n got %s\nwant %s", got, want)
+				}
+				if stepped.n.Load() >= instant.n.Load() {
+					t.Errorf("%d queries with range queries, %d without: none grouped", stepped.n.Load(), instant.n.Load())
+				}
 			}
 		})
 	}

@@ -166,33 +166,123 @@ type signalQuery struct {
 
 // runQueries evaluates the queries with bounded concurrency: n goroutines
 // take them in turn. A goroutine per query would grow a fresh stack for
-// every PromQL evaluation (a tenth of a fleet cycle's CPU).
+// every PromQL evaluation (a tenth of a fleet cycle's CPU). From a source
+// whose range steps are exact (query.ExactSteps) the queries of one
+// expression at evenly spaced times are one range query (queryGroups).
 func runQueries(ctx context.Context, m query.Metrics, qs []*signalQuery, n int) {
-	run := func(q *signalQuery) {
-		if q.err = ctx.Err(); q.err != nil {
+	groups := make([][]*signalQuery, 0, len(qs))
+	if es, ok := query.As[query.ExactSteps](m); ok && es.ExactSteps() {
+		groups = queryGroups(qs)
+	} else {
+		for _, q := range qs {
+			groups = append(groups, []*signalQuery{q})
+		}
+	}
+	run := func(g []*signalQuery) {
+		if err := ctx.Err(); err != nil {
+			for _, q := range g {
+				q.err = err
+			}
 			return
 		}
-		q.result, q.warns, q.err = m.Query(ctx, q.expr, q.at)
-		q.success = q.err == nil
+		if len(g) == 1 {
+			q := g[0]
+			q.result, q.warns, q.err = m.Query(ctx, q.expr, q.at)
+			q.success = q.err == nil
+			return
+		}
+		first, last := g[0].at, g[len(g)-1].at
+		mat, warns, err := m.QueryRange(ctx, g[0].expr, first, last, g[1].at.Sub(first))
+		for _, q := range g {
+			q.warns, q.err, q.success = warns, err, err == nil
+			if err == nil {
+				q.result = vectorAt(mat, q.at)
+			}
+		}
 	}
 	if n == 1 {
-		for _, q := range qs {
-			run(q)
+		for _, g := range groups {
+			run(g)
 		}
 		return
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range min(n, len(qs)) {
+	for range min(n, len(groups)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := next.Add(1) - 1; i < int64(len(qs)); i = next.Add(1) - 1 {
-				run(qs[i])
+			for i := next.Add(1) - 1; i < int64(len(groups)); i = next.Add(1) - 1 {
+				run(groups[i])
 			}
 		}()
 	}
 	wg.Wait()
+}
+
+// queryGroups puts the queries of one expression whose times are evenly
+// spaced (a signal's incident and baseline windows; its baseline
+// sub-windows) in one group, in time order, and every other query in a
+// group of its own. A range query over a group costs about what one of
+// its instant queries does: the expression is parsed and its series
+// selected once. Per-target queries stay alone: their results are ranked
+// in the order an instant query gives.
+func queryGroups(qs []*signalQuery) [][]*signalQuery {
+	var groups [][]*signalQuery
+	byExpr := map[string]int{} // expr → its group
+	for _, q := range qs {
+		i, ok := byExpr[q.expr]
+		if !ok || q.window == "targets" {
+			byExpr[q.expr] = len(groups)
+			groups = append(groups, []*signalQuery{q})
+			continue
+		}
+		groups[i] = append(groups[i], q)
+	}
+	out := groups[:0:0]
+	for _, g := range groups {
+		if len(g) > 1 {
+			sort.SliceStable(g, func(a, b int) bool { return g[a].at.Before(g[b].at) })
+			if evenlySpaced(g) {
+				out = append(out, g)
+				continue
+			}
+		}
+		for _, q := range g {
+			out = append(out, []*signalQuery{q})
+		}
+	}
+	return out
+}
+
+// evenlySpaced reports whether the (time-ordered) queries' times are
+// distinct and one step apart, a whole millisecond (a range query's
+// points are milliseconds).
+func evenlySpaced(g []*signalQuery) bool {
+	step := g[1].at.Sub(g[0].at)
+	if step <= 0 || step%time.Millisecond != 0 {
+		return false
+	}
+	for i := 2; i < len(g); i++ {
+		if g[i].at.Sub(g[i-1].at) != step {
+			return false
+		}
+	}
+	return true
+}
+
+// vectorAt is the instant vector at t of a range query's result: each
+// series' point at t, as the instant query at t answers.
+func vectorAt(mat model.Matrix, t time.Time) model.Vector {
+	ts := model.TimeFromUnixNano(t.UnixNano())
+	var out model.Vector
+	for _, ss := range mat {
+		i := sort.Search(len(ss.Values), func(i int) bool { return ss.Values[i].Timestamp >= ts })
+		if i < len(ss.Values) && ss.Values[i].Timestamp == ts {
+			out = append(out, &model.Sample{Metric: ss.Metric, Value: ss.Values[i].Value, Timestamp: ts})
+		}
+	}
+	return out
 }
 
 // scalar reduces a scope-level result to one number; NaN and ±Inf count as no data.

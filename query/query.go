@@ -22,6 +22,39 @@ type Metrics interface {
 	QueryRange(ctx context.Context, expr string, start, end time.Time, step time.Duration) (model.Matrix, []string, error)
 }
 
+// Unwrapper is a Metrics that wraps another (a query counter, a cache):
+// As looks through it for what the source it wraps can do.
+type Unwrapper interface {
+	Unwrap() Metrics
+}
+
+// As returns the first of m and the sources it wraps (Unwrapper) that is
+// a T: a wrapper that counts or caches queries leaves its source's
+// optional interfaces (diagnose.DataSpanner, ExactSteps) in sight.
+func As[T any](m Metrics) (T, bool) {
+	for m != nil {
+		if t, ok := m.(T); ok {
+			return t, true
+		}
+		u, ok := m.(Unwrapper)
+		if !ok {
+			break
+		}
+		m = u.Unwrap()
+	}
+	var none T
+	return none, false
+}
+
+// ExactSteps is implemented by a source whose range query evaluates each
+// step exactly as an instant query at that time does (the embedded store),
+// so the same expression at evenly spaced times may be asked as one range
+// query. A remote Prometheus is no such source: a query frontend may align
+// a range query's start to its step (Thanos's does by default) or split it.
+type ExactSteps interface {
+	ExactSteps() bool
+}
+
 // SharedQueries is a Metrics that runs each distinct query once (same
 // expression and time, or same range and step) and gives every later
 // caller that answer. The daemon hands one to the triages of a cycle
@@ -55,6 +88,9 @@ type sharedAnswer struct {
 func NewSharedQueries(m Metrics) *SharedQueries {
 	return &SharedQueries{m: m, answers: map[sharedKey]*sharedAnswer{}}
 }
+
+// Unwrap returns the source s wraps.
+func (s *SharedQueries) Unwrap() Metrics { return s.m }
 
 // Query implements Metrics.
 func (s *SharedQueries) Query(ctx context.Context, expr string, at time.Time) (model.Vector, []string, error) {

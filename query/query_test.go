@@ -115,3 +115,27 @@ func TestSharedQueriesKeepErrorsButNotCancelled(t *testing.T) {
 		t.Errorf("%d queries, want 2 (the cancelled answer not kept)", n)
 	}
 }
+
+// steppedMetrics is a source with exact range steps.
+type steppedMetrics struct{ gateMetrics }
+
+func (*steppedMetrics) ExactSteps() bool { return true }
+
+// opaque wraps a source without Unwrap.
+type opaque struct{ Metrics }
+
+// TestAsLooksThroughWrappers: what a source can do is found through the
+// wrappers that unwrap (SharedQueries, the daemon's counter), and hidden
+// by one that does not.
+func TestAsLooksThroughWrappers(t *testing.T) {
+	src := &steppedMetrics{}
+	if es, ok := As[ExactSteps](NewSharedQueries(NewSharedQueries(src))); !ok || !es.ExactSteps() {
+		t.Error("two SharedQueries hid the source's ExactSteps")
+	}
+	if _, ok := As[ExactSteps](NewSharedQueries(opaque{src})); ok {
+		t.Error("found ExactSteps through a wrapper without Unwrap")
+	}
+	if _, ok := As[ExactSteps](NewSharedQueries(&gateMetrics{})); ok {
+		t.Error("found ExactSteps on a source without it")
+	}
+}

@@ -71,3 +71,36 @@ func TestFrontendSelector(t *testing.T) {
 		}
 	}
 }
+
+// TestSelectorHas checks the namespace test joins use, asked twice (the
+// second answer is the cache's) and with the cache starting over.
+func TestSelectorHas(t *testing.T) {
+	for _, tc := range []struct {
+		selector string
+		want     bool
+	}{
+		{`namespace="a",model_name="m"`, true},
+		{`model_name="m"`, false},
+		{`namespace=~"a|b"`, false},
+		{`namespace=""`, false},
+		{`exported_namespace="a"`, false},
+		{`namespace="a"`, true},
+		{`namespace=`, false}, // does not parse
+	} {
+		for i := range 2 {
+			if got := selectorHas(tc.selector, "namespace"); got != tc.want {
+				t.Errorf("selectorHas(%q) call %d = %v, want %v", tc.selector, i+1, got, tc.want)
+			}
+		}
+	}
+	small := selectorCache{max: 2}
+	for _, sel := range []string{"a", "b", "c"} {
+		small.put(selectorLabel{sel, "namespace"}, labelValue{sel, true})
+	}
+	if _, ok := small.get(selectorLabel{"a", "namespace"}); ok || len(small.m) != 1 {
+		t.Errorf("a full cache kept %d entries, want it started over", len(small.m))
+	}
+	if v, ok := small.get(selectorLabel{"c", "namespace"}); !ok || v.value != "c" {
+		t.Errorf("the entry after starting over: %v %v", v, ok)
+	}
+}

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"text/template"
 	"time"
 
@@ -101,6 +103,46 @@ func (d SignalData) GPUJoin() (string, error) {
 	return d.Join(d.gpuJoin), nil
 }
 
+// GPUScope renders a GPU counter's (whyslow's, which carries the pod's
+// namespace) label matchers: the given ones, and the scope's namespace
+// when {{.GPUJoin}} joins on it (the scope names one):
+// `{reason="x",namespace="a"}`, or nothing without either. The join drops
+// every other namespace's counters anyway; restricted, a scope's query
+// reads its own instead of the fleet's.
+func (d SignalData) GPUScope(matchers ...string) string {
+	if ns, ok := d.joinNamespace(); ok {
+		matchers = append(matchers, "namespace="+strconv.Quote(ns))
+	}
+	return braces(matchers)
+}
+
+// DCGMScope is GPUScope for dcgm-exporter's counters, whose pod's
+// namespace is exported_namespace (label_replace makes it the namespace
+// when set): `{exported_namespace=~"a|"}` keeps the counters that name the
+// scope's namespace and those that name none (their own namespace joins).
+func (d SignalData) DCGMScope(matchers ...string) string {
+	if ns, ok := d.joinNamespace(); ok {
+		matchers = append(matchers, "exported_namespace=~"+strconv.Quote(regexp.QuoteMeta(ns)+"|"))
+	}
+	return braces(matchers)
+}
+
+func braces(matchers []string) string {
+	if len(matchers) == 0 {
+		return ""
+	}
+	return "{" + strings.Join(matchers, ",") + "}"
+}
+
+// joinNamespace is the scope's namespace when other exporters' series
+// join on it (joinLabels).
+func (d SignalData) joinNamespace() (string, bool) {
+	if d.join != "namespace, pod" {
+		return "", false
+	}
+	return selectorValue(d.Selector, "namespace")
+}
+
 // By renders a grouping clause: `{{.By "le"}}` is `by (le)` for the scope and
 // `by (le, pod)` when the signal is evaluated per target.
 func (d SignalData) By(labels ...string) string {
@@ -187,19 +229,67 @@ func joinLabels(selector, target string) string {
 
 // selectorHas reports whether selector has an equality matcher on label.
 func selectorHas(selector, label string) bool {
+	_, ok := selectorValue(selector, label)
+	return ok
+}
+
+// selectorValue is the value of selector's equality matcher on label, if
+// it has one with a value.
+func selectorValue(selector, label string) (string, bool) {
 	if !strings.Contains(selector, label) {
-		return false
+		return "", false
 	}
-	ms, err := promqlParser.ParseMetricSelector("{" + selector + "}")
-	if err != nil {
-		return false
+	key := selectorLabel{selector, label}
+	if v, ok := selectorValues.get(key); ok {
+		return v.value, v.ok
 	}
-	for _, m := range ms {
-		if m.Name == label && m.Type == labels.MatchEqual && m.Value != "" {
-			return true
+	var v labelValue
+	if ms, err := promqlParser.ParseMetricSelector("{" + selector + "}"); err == nil {
+		for _, m := range ms {
+			if m.Name == label && m.Type == labels.MatchEqual && m.Value != "" {
+				v = labelValue{m.Value, true}
+				break
+			}
 		}
 	}
-	return false
+	selectorValues.put(key, v)
+	return v.value, v.ok
+}
+
+type selectorLabel struct{ selector, label string }
+
+type labelValue struct {
+	value string
+	ok    bool
+}
+
+// selectorValues keeps selectorValue's answers: every signal of a triage
+// renders with the scope's selector, and parsing it for each was a third
+// of rendering. When full it starts over; a fleet has a few hundred scopes.
+var selectorValues = selectorCache{max: 4096}
+
+// selectorCache is a map safe for concurrent use that is cleared when it
+// holds max entries.
+type selectorCache struct {
+	mu  sync.RWMutex
+	m   map[selectorLabel]labelValue
+	max int
+}
+
+func (c *selectorCache) get(k selectorLabel) (labelValue, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	v, ok := c.m[k]
+	return v, ok
+}
+
+func (c *selectorCache) put(k selectorLabel, v labelValue) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= c.max {
+		c.m = make(map[selectorLabel]labelValue)
+	}
+	c.m[k] = v
 }
 
 // DefaultTargetLabels tell targets apart when no target labels are given:

@@ -100,7 +100,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		defer st.Close()
 		// A DataSpanner: a replay over no data says where the data lies, as why does.
-		o.Metrics, o.HistoryStart = spannedStore{st}, stats.MinTime
+		o.Metrics, o.HistoryStart = st, stats.MinTime
 		if o.Config.Engine == "" && b.Incident != nil && b.Incident.Engine != "" {
 			o.Config.Engine = b.Incident.Engine
 		}

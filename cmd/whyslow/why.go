@@ -338,7 +338,7 @@ func whyBundle(ctx context.Context, dir string, maxSeries int, opts diagnose.Opt
 			// No incident.yaml time: the end of the recorded data is the natural "now".
 			o.At = stats.MaxTime
 		}
-		o.Metrics = spannedStore{st}
+		o.Metrics = st
 		err = knownEngine(maps, filepath.Join(dir, "incident.yaml")+": engine", o.Engine)
 		if err == nil {
 			err = shippedRulesets(&o)
@@ -362,16 +362,6 @@ func whyBundle(ctx context.Context, dir string, maxSeries int, opts diagnose.Opt
 		}
 		return v, nil
 	}
-}
-
-// spannedStore is the embedded store as a diagnose.DataSpanner: an
-// insufficient-data verdict can say where its data lies.
-type spannedStore struct{ *store.Store }
-
-// DataSpan returns the time range of the stored samples.
-func (s spannedStore) DataSpan() (time.Time, time.Time) {
-	st := s.Stats()
-	return st.MinTime, st.MaxTime
 }
 
 // applyIncident fills options the user did not set from the bundle's incident.yaml.

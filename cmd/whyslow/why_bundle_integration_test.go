@@ -51,7 +51,7 @@ func TestWhyBundleKeepSameVerdict(t *testing.T) {
 			}
 			defer st.Close()
 			applyIncident(&opts, b.Incident)
-			opts.Metrics = spannedStore{st}
+			opts.Metrics = st
 			want, err := triageThen(t.Context(), opts, nil)
 			if err != nil {
 				t.Fatal(err)

@@ -115,7 +115,7 @@ func runWhyFleet(ctx context.Context, f *whyFlags, stdout, stderr io.Writer) int
 		if opts.At.IsZero() {
 			opts.At = stats.MaxTime
 		}
-		opts.Metrics, since = spannedStore{st}, stats.MinTime
+		opts.Metrics, since = st, stats.MinTime
 	} else {
 		c, err := remoteClient(f)
 		if err != nil {

@@ -70,7 +70,7 @@ func whyScrape(ctx context.Context, f *whyFlags, opts diagnose.Options) (*verdic
 	if err != nil {
 		return nil, err
 	}
-	opts.Metrics = spannedStore{st}
+	opts.Metrics = st
 	opts.At = last
 	opts.Window = window
 	opts.Baseline = last.Sub(baseEnd)

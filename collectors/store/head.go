@@ -112,10 +112,14 @@ func (s *series) add(t int64, v float64) {
 // head holds every series in memory. One lock guards it: appends take it
 // for the length of a commit, queries for the length of a Select.
 type head struct {
-	mu      sync.RWMutex
-	byRef   map[storage.SeriesRef]*series
-	byHash  map[uint64][]*series
-	byName  map[string][]*series
+	mu     sync.RWMutex
+	byRef  map[storage.SeriesRef]*series
+	byHash map[uint64][]*series
+	byName map[string][]*series
+	// byLabel lists the series of each label pair but the name: a
+	// selector of one scope (namespace="a") reads that scope's series,
+	// not every series of the metric in the fleet.
+	byLabel map[labels.Label][]*series
 	nextRef storage.SeriesRef
 	// minT and maxT bound the committed samples; minT > maxT when empty.
 	minT, maxT int64
@@ -127,10 +131,11 @@ type head struct {
 
 func newHead(window, retention int64) *head {
 	return &head{
-		byRef:  map[storage.SeriesRef]*series{},
-		byHash: map[uint64][]*series{},
-		byName: map[string][]*series{},
-		minT:   math.MaxInt64, maxT: math.MinInt64,
+		byRef:   map[storage.SeriesRef]*series{},
+		byHash:  map[uint64][]*series{},
+		byName:  map[string][]*series{},
+		byLabel: map[labels.Label][]*series{},
+		minT:    math.MaxInt64, maxT: math.MinInt64,
 		window: window, retention: retention,
 	}
 }
@@ -148,9 +153,19 @@ func (h *head) getOrCreate(lset labels.Labels) *series {
 	s := &series{ref: h.nextRef, lset: lset.Copy()}
 	h.byRef[s.ref] = s
 	h.byHash[hash] = append(h.byHash[hash], s)
-	name := s.lset.Get(labels.MetricName)
-	h.byName[name] = append(h.byName[name], s)
+	h.index(s)
 	return s
+}
+
+// index adds s to the name and label lists. The caller holds the write lock.
+func (h *head) index(s *series) {
+	s.lset.Range(func(l labels.Label) {
+		if l.Name == labels.MetricName {
+			h.byName[l.Value] = append(h.byName[l.Value], s)
+			return
+		}
+		h.byLabel[l] = append(h.byLabel[l], s)
+	})
 }
 
 func (h *head) lookup(lset labels.Labels) *series {
@@ -215,11 +230,11 @@ func (h *head) purge(cutoff int64) {
 func (h *head) rebuildIndex() {
 	clear(h.byHash)
 	clear(h.byName)
+	clear(h.byLabel)
 	for _, s := range h.byRef {
 		hash := s.lset.Hash()
 		h.byHash[hash] = append(h.byHash[hash], s)
-		name := s.lset.Get(labels.MetricName)
-		h.byName[name] = append(h.byName[name], s)
+		h.index(s)
 	}
 }
 
@@ -348,15 +363,25 @@ type querier struct {
 }
 
 // matching returns the series the matchers select, sorted by labels, as
-// TSDB returns them. The caller holds the read lock.
+// TSDB returns them: the shortest list an equality matcher names (by
+// name, or by a label pair), filtered by every matcher; every series when
+// none names one. The caller holds the read lock.
 func (q *querier) matching(ms []*labels.Matcher) []*series {
-	candidates := q.h.byRef
-	var named []*series
+	var listed []*series
+	indexed := false
 	for _, m := range ms {
-		if m.Name == labels.MetricName && m.Type == labels.MatchEqual {
-			named = q.h.byName[m.Value]
-			candidates = nil
-			break
+		// name="" also matches the series without the label: no list has them.
+		if m.Type != labels.MatchEqual || m.Value == "" {
+			continue
+		}
+		var l []*series
+		if m.Name == labels.MetricName {
+			l = q.h.byName[m.Value]
+		} else {
+			l = q.h.byLabel[labels.Label{Name: m.Name, Value: m.Value}]
+		}
+		if !indexed || len(l) < len(listed) {
+			listed, indexed = l, true
 		}
 	}
 	var out []*series
@@ -368,11 +393,14 @@ func (q *querier) matching(ms []*labels.Matcher) []*series {
 		}
 		out = append(out, s)
 	}
-	for _, s := range named {
-		add(s)
-	}
-	for _, s := range candidates {
-		add(s)
+	if indexed {
+		for _, s := range listed {
+			add(s)
+		}
+	} else {
+		for _, s := range q.h.byRef {
+			add(s)
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return labels.Compare(out[i].lset, out[j].lset) < 0 })
 	return out

@@ -250,6 +250,19 @@ func (s *Store) Stats() Stats {
 	return st
 }
 
+// DataSpan returns the time range of the stored samples, zero times when
+// the store is empty: all a search for where the data lies need read (an
+// insufficient-data verdict's, diagnose.DataSpanner).
+func (s *Store) DataSpan() (start, end time.Time) {
+	st := s.Stats()
+	return st.MinTime, st.MaxTime
+}
+
+// ExactSteps reports that a range query's steps are exactly the instant
+// queries at their times (query.ExactSteps): the same engine evaluates
+// both, and nothing between caller and store moves a step.
+func (s *Store) ExactSteps() bool { return true }
+
 // Query runs an instant PromQL query at the given time. A scalar result is
 // returned as one sample without labels; a string result or a range vector
 // is an error. Warnings are PromQL's warning annotations.
