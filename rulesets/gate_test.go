@@ -146,3 +146,87 @@ func TestFrontendDelayBesideSlowerSteps(t *testing.T) {
 		t.Errorf("context per request ×5: gpu_throttling ranked %d, want unranked (causes %v)", r, out.Causes)
 	}
 }
+
+// TestGateTailAgreement: losing one of five replicas (reqsim, vLLM, no GPU
+// series) moved every inter-token statistic at once, each just under its
+// own bar: mean ×1.18 (z 3.1), p50 ×1.15 (z 3.2), p95 ×1.38 (z 2.9), p99
+// ×1.22 (z 3.2). Users feel the p95; statistics that agree outside the
+// noise count together. The same p95 alone, with the rest inside the noise,
+// stays healthy.
+func TestGateTailAgreement(t *testing.T) {
+	rs, err := Default("vllm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := map[string]float64{"samples": 30, "requests": 5310, "targets": 5, "serving_targets": 5, "ttft_mean": 0.139,
+		"ttft_p50": 0.128, "ttft_p95": 0.37, "ttft_p99": 0.497, "tpot_mean": 0.0317, "tpot_p50": 0.0185, "tpot_p95": 0.089,
+		"tpot_p99": 0.205, "arrival_rate": 17.6, "started_rate": 17.6, "request_rate": 17.7, "prompt_len_mean": 2260,
+		"prompt_len_p90": 4830, "gen_len_mean": 223, "prefill_tps": 21600, "prefix_hit_rate": 0.457, "kv_usage": 0.207,
+		"kv_usage_peak": 0.359, "success_rate": 0.999, "running": 127, "waiting": 0.2, "decode_batch": 25.4}
+	now := map[string]float64{"samples": 30, "requests": 5200, "targets": 4, "serving_targets": 4, "ttft_mean": 0.152,
+		"ttft_p50": 0.142, "ttft_p95": 0.414, "ttft_p99": 0.515, "tpot_mean": 0.0373, "tpot_p50": 0.0213, "tpot_p95": 0.123,
+		"tpot_p99": 0.251, "ttft_mean_recent": 0.158, "tpot_mean_recent": 0.0388, "ttft_p95_recent": 0.431,
+		"tpot_p95_recent": 0.13, "arrival_rate": 17.4, "started_rate": 17.4, "request_rate": 17.3, "prompt_len_mean": 2250,
+		"prompt_len_p90": 4830, "gen_len_mean": 219, "prefill_tps": 21500, "prefix_hit_rate": 0.449, "kv_usage": 0.279,
+		"kv_usage_peak": 0.436, "success_rate": 0.999, "running": 142, "waiting": 0.167, "decode_batch": 35.5}
+	z := map[string]float64{"ttft_mean": 2.55, "ttft_p50": 2.77, "ttft_p95": 1.99, "ttft_p99": 0.49, "tpot_mean": 3.07,
+		"tpot_p50": 3.16, "tpot_p95": 2.91, "tpot_p99": 3.17, "ttft_mean_recent": 2.67, "tpot_mean_recent": 3.0,
+		"ttft_p95_recent": 2.03, "tpot_p95_recent": 2.78}
+	out := rs.Walk(rules.Facts{Now: now, Base: base, Z: z})
+	if !out.Anomaly || !out.Decode || len(out.Errors) > 0 {
+		t.Fatalf("inter-token statistics agreeing at z 2.9–3.2: anomaly %v decode %v errors %v, want both", out.Anomaly, out.Decode, out.Errors)
+	}
+	if r := causeRank(out, "capacity_loss"); r != 1 {
+		t.Errorf("capacity_loss ranked %d, want first", r)
+	}
+	alone := map[string]float64{}
+	for k, v := range z {
+		alone[k] = v
+	}
+	alone["tpot_mean"], alone["tpot_p50"], alone["tpot_p99"], alone["tpot_mean_recent"] = 1.2, 1.1, 1.4, 1.0
+	out = rs.Walk(rules.Facts{Now: now, Base: base, Z: alone})
+	if out.Anomaly || out.Decode {
+		t.Errorf("inter-token p95 ×1.38 at z 2.9 alone: anomaly %v decode %v, want neither", out.Anomaly, out.Decode)
+	}
+}
+
+// TestMeanPromptCachedContext: TensorRT-LLM exports only the mean prompt.
+// Requests that carry 7× the context, 91% of it served from the prefix
+// cache (the computed part ~1k tokens, context iterations p99 5.3k), have
+// no prompt past the 8192-token budget; prompts ×4 with a third cached
+// (the computed mean 5.9k, most prompts past the budget) do.
+func TestMeanPromptCachedContext(t *testing.T) {
+	rs, err := Default("trtllm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sched := rules.Scheduler{Known: true, MaxNumBatchedTokens: 8192, KVAdmission: "reserve", Source: "engine"}
+	base := map[string]float64{"samples": 30, "requests": 4460, "targets": 2, "serving_targets": 2, "ttft_mean": 0.0647,
+		"tpot_mean": 0.0211, "prompt_len_mean": 1540, "prefix_hit_rate": 0.595, "prefill_tps": 9290, "arrival_rate": 14.8,
+		"started_rate": 14.9, "request_rate": 14.9, "ctx_tokens_p99": 3770, "gen_len_mean": 333, "kv_usage": 0.101}
+	now := map[string]float64{"samples": 30, "requests": 2220, "targets": 2, "serving_targets": 2, "ttft_mean": 134,
+		"tpot_mean": 0.0578, "prompt_len_mean": 10600, "prefix_hit_rate": 0.907, "prefill_tps": 7280, "arrival_rate": 15,
+		"started_rate": 7.4, "request_rate": 7.39, "ctx_tokens_p99": 5270, "gen_len_mean": 340, "kv_usage": 0.857,
+		"ttft_mean_recent": 176, "tpot_mean_recent": 0.0581}
+	out := rs.Walk(rules.Facts{Now: now, Base: base, Scheduler: sched})
+	if r := causeRank(out, "chunked_prefill_mismatch"); r != 0 {
+		t.Errorf("cached context ×7 (computed ~1k tokens): chunked_prefill_mismatch ranked %d, want unranked (causes %v)", r, out.Causes)
+	}
+	shifted := map[string]float64{}
+	for k, v := range now {
+		shifted[k] = v
+	}
+	delete(shifted, "ctx_tokens_p99")
+	shifted["prompt_len_mean"], shifted["prefix_hit_rate"], shifted["ttft_mean"], shifted["ttft_mean_recent"] = 8750, 0.327, 0.433, 0.43
+	shifted["kv_usage"], shifted["started_rate"], shifted["arrival_rate"] = 0.2, 7.37, 7.3
+	sbase := map[string]float64{}
+	for k, v := range base {
+		sbase[k] = v
+	}
+	delete(sbase, "ctx_tokens_p99")
+	sbase["prompt_len_mean"], sbase["prefix_hit_rate"], sbase["ttft_mean"], sbase["started_rate"], sbase["arrival_rate"] = 2190, 0.321, 0.143, 22.5, 22.8
+	out = rs.Walk(rules.Facts{Now: shifted, Base: sbase, Scheduler: sched})
+	if r := causeRank(out, "chunked_prefill_mismatch"); r != 1 {
+		t.Errorf("prompts ×4, a third cached: chunked_prefill_mismatch ranked %d, want first (causes %v)", r, out.Causes)
+	}
+}
