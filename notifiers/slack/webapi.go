@@ -1,10 +1,10 @@
 package slack
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"mime/multipart"
 	"net/http"
 	"net/url"
@@ -135,7 +135,7 @@ func (a *webAPI) uploadTo(ctx context.Context, rawURL, filename string, content 
 	if err := a.mayReceiveToken(rawURL); err != nil {
 		return err
 	}
-	var body strings.Builder
+	var body bytes.Buffer
 	mw := multipart.NewWriter(&body)
 	w, err := mw.CreateFormFile("file", filename)
 	if err != nil {
@@ -147,7 +147,7 @@ func (a *webAPI) uploadTo(ctx context.Context, rawURL, filename string, content 
 	if err := mw.Close(); err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rawURL, strings.NewReader(body.String()))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rawURL, &body)
 	if err != nil {
 		return err
 	}
@@ -185,13 +185,11 @@ func (a *webAPI) mayReceiveToken(rawURL string) error {
 
 // postForm posts values to the API method and decodes the answer into dst.
 func (a *webAPI) postForm(ctx context.Context, method string, values url.Values, dst any) error {
-	body := values.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.endpoint+method, strings.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.endpoint+method, strings.NewReader(values.Encode()))
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader(body)), nil }
 	return a.do(req, dst)
 }
 
