@@ -1,6 +1,6 @@
 // Package remote queries a Prometheus-compatible server (Prometheus, Thanos,
-// Mimir, VictoriaMetrics) over its HTTP API, with client_golang's api/v1
-// client. It answers the same PromQL as the embedded store, so a ruleset
+// Mimir, VictoriaMetrics) over its HTTP API (api.go: the query endpoints,
+// read as client_golang's api/v1 client reads them). It answers the same PromQL as the embedded store, so a ruleset
 // behaves the same on a bundle and on the fleet.
 //
 // Secrets never appear in errors: URLs are printed through the shared
@@ -19,8 +19,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/api"
-	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
 
 	"github.com/whyslow/whyslow/internal/redact"
@@ -44,13 +42,13 @@ type Options struct {
 	// Headers are added to every request (e.g. X-Scope-OrgID for Mimir).
 	Headers map[string]string
 	// RoundTripper carries the requests (TLS settings, tests); nil uses
-	// client_golang's default.
+	// the defaults client_golang's API client has.
 	RoundTripper http.RoundTripper
 }
 
 // Client runs PromQL on a remote server. It is safe for concurrent use.
 type Client struct {
-	api     v1.API
+	api     *httpAPI
 	url     string // redacted, for messages
 	timeout time.Duration
 	secrets *redact.Secrets
@@ -86,14 +84,13 @@ func New(opts Options) (*Client, error) {
 	}
 	rt := opts.RoundTripper
 	if rt == nil {
-		rt = api.DefaultRoundTripper
+		rt = defaultRoundTripper
 	}
 	rt = &authRoundTripper{next: rt, bearer: opts.BearerToken, user: user, pass: pass, headers: opts.Headers}
-	client, err := api.NewClient(api.Config{Address: u.String(), RoundTripper: rt})
+	c.api, err = newHTTPAPI(u.String(), rt)
 	if err != nil {
 		return nil, c.scrub(fmt.Errorf("prometheus %s: %w", c.url, err))
 	}
-	c.api = v1.NewAPI(client)
 	return c, nil
 }
 
@@ -106,7 +103,7 @@ func (c *Client) URL() string { return c.url }
 func (c *Client) Query(ctx context.Context, expr string, at time.Time) (model.Vector, []string, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	val, warnings, _, err := c.api.Query(ctx, expr, at, v1.WithTimeout(c.timeout))
+	val, warnings, err := c.api.query(ctx, expr, at, c.timeout)
 	if err != nil {
 		return nil, warnings, c.queryError(ctx, expr, err)
 	}
@@ -131,7 +128,7 @@ func (c *Client) QueryRange(ctx context.Context, expr string, start, end time.Ti
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	val, warnings, _, err := c.api.QueryRange(ctx, expr, v1.Range{Start: start, End: end, Step: step}, v1.WithTimeout(c.timeout))
+	val, warnings, err := c.api.queryRange(ctx, expr, start, end, step, c.timeout)
 	if err != nil {
 		return nil, warnings, c.queryError(ctx, expr, err)
 	}
@@ -157,7 +154,7 @@ func (e *unreachableError) Unwrap() error { return e.err }
 // queryError turns a client error into a message that names the server
 // and the query, says "unreachable" when it is, and holds no secret.
 func (c *Client) queryError(ctx context.Context, expr string, err error) error {
-	var apiErr *v1.Error
+	var apiErr *apiError
 	switch {
 	case errors.As(err, &apiErr):
 		msg := fmt.Sprintf("%s: %s", apiErr.Type, apiErr.Msg)

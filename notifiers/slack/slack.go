@@ -7,7 +7,6 @@
 package slack
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -72,7 +71,7 @@ type Options struct {
 type Notifier struct {
 	cfg     Config
 	o       Options
-	api     *slack.Client
+	api     *webAPI
 	hc      *http.Client
 	log     *slog.Logger
 	secrets []string
@@ -103,7 +102,7 @@ func New(cfg Config, o Options) (*Notifier, error) {
 		n.secrets = appendSecret(n.secrets, string(r.WebhookURL))
 	}
 	if cfg.Mode() == ModeBot {
-		n.api = slack.New(string(cfg.Token), slack.OptionAPIURL(cfg.APIURL), slack.OptionHTTPClient(hc))
+		n.api = &webAPI{token: string(cfg.Token), endpoint: cfg.APIURL, hc: hc}
 	}
 	return n, nil
 }
@@ -320,14 +319,13 @@ func (d *delivery) chart(ctx context.Context) (bool, error) {
 	name := "whyslow-" + safeName(d.notif.IncidentID) + "-" + strconv.Itoa(d.notif.Sequence) + ".png"
 	cctx, cancel = context.WithTimeout(ctx, d.n.cfg.Timeout)
 	defer cancel()
-	_, err = d.n.api.UploadFileContext(cctx, slack.UploadFileParameters{
-		Reader:          bytes.NewReader(png),
-		FileSize:        len(png),
-		Filename:        name,
-		Title:           "Latency, KV cache and queue: baseline vs incident",
-		AltTxt:          "TTFT p95, ITL p95, KV-cache usage, queue depth, request rate and preemptions over the baseline and incident windows",
-		Channel:         d.st.Get(StateChannel),
-		ThreadTimestamp: d.st.Get(StateTS),
+	err = d.n.api.uploadFile(cctx, upload{
+		Content:  png,
+		Filename: name,
+		Title:    "Latency, KV cache and queue: baseline vs incident",
+		AltText:  "TTFT p95, ITL p95, KV-cache usage, queue depth, request rate and preemptions over the baseline and incident windows",
+		Channel:  d.st.Get(StateChannel),
+		ThreadTS: d.st.Get(StateTS),
 	})
 	if err != nil {
 		return d.n.fail("upload chart", err)
@@ -355,20 +353,13 @@ func safeName(s string) string {
 func (d *delivery) post(ctx context.Context, channel, threadTS string, m Message) (string, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.n.cfg.Timeout)
 	defer cancel()
-	opts := []slack.MsgOption{slack.MsgOptionText(m.Text, false), slack.MsgOptionBlocks(m.Blocks...),
-		slack.MsgOptionDisableLinkUnfurl()}
-	if threadTS != "" {
-		opts = append(opts, slack.MsgOptionTS(threadTS))
-	}
-	return d.n.api.PostMessageContext(ctx, channel, opts...)
+	return d.n.api.postMessage(ctx, channel, threadTS, m.Text, m.Blocks)
 }
 
 func (d *delivery) update(ctx context.Context, m Message) error {
 	ctx, cancel := context.WithTimeout(ctx, d.n.cfg.Timeout)
 	defer cancel()
-	_, _, _, err := d.n.api.UpdateMessageContext(ctx, d.st.Get(StateChannel), d.st.Get(StateTS),
-		slack.MsgOptionText(m.Text, false), slack.MsgOptionBlocks(m.Blocks...))
-	return err
+	return d.n.api.updateMessage(ctx, d.st.Get(StateChannel), d.st.Get(StateTS), m.Text, m.Blocks)
 }
 
 // webhook posts one self-contained message to the route's incoming webhook.
