@@ -16,6 +16,7 @@ import (
 	"github.com/whyslow/whyslow/collectors/store"
 	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/query"
+	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/rulesets"
 )
 
@@ -77,24 +78,7 @@ func TestSharedQueriesKeepVerdicts(t *testing.T) {
 		"trtllm_kv_pressure", "dcgm_k8s_gpu_throttle"} {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			b, err := bundle.Load(filepath.Join("..", "testdata", "incidents", name))
-			if err != nil {
-				t.Fatal(err)
-			}
-			st, err := store.Open(store.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
-			if _, err := b.LoadMetrics(ctx, st); err != nil {
-				t.Fatal(err)
-			}
-			inc := b.Incident
-			base := diagnose.Options{Rulesets: rss, Engine: "auto", At: inc.At, Window: inc.Window, Baseline: inc.Baseline,
-				Selector: inc.Selector, GPU: inc.GPU, Explain: true}
-			if inc.Engine != "" {
-				base.Engine = inc.Engine
-			}
+			st, base := loadIncident(t, name, rss)
 			under := &countedMetrics{Metrics: st}
 			asked := &countedMetrics{Metrics: query.NewSharedQueries(under)}
 			for _, vt := range variants {
@@ -133,24 +117,7 @@ func TestExactStepsKeepVerdicts(t *testing.T) {
 		"trtllm_kv_pressure", "dcgm_k8s_gpu_throttle"} {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			b, err := bundle.Load(filepath.Join("..", "testdata", "incidents", name))
-			if err != nil {
-				t.Fatal(err)
-			}
-			st, err := store.Open(store.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
-			if _, err := b.LoadMetrics(ctx, st); err != nil {
-				t.Fatal(err)
-			}
-			inc := b.Incident
-			base := diagnose.Options{Rulesets: rss, Engine: "auto", At: inc.At, Window: inc.Window, Baseline: inc.Baseline,
-				Selector: inc.Selector, GPU: inc.GPU, Explain: true}
-			if inc.Engine != "" {
-				base.Engine = inc.Engine
-			}
+			st, base := loadIncident(t, name, rss)
 			for _, edit := range []func(o *diagnose.Options){
 				func(*diagnose.Options) {},
 				func(o *diagnose.Options) { o.Window = 2 * time.Minute },
@@ -189,4 +156,30 @@ func verdictJSON(t *testing.T, ctx context.Context, o diagnose.Options) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// loadIncident loads a recorded incident bundle into a store of its own
+// (closed with the test) and returns the triage options its incident.yaml
+// gives, with --explain.
+func loadIncident(t *testing.T, name string, rss []*rules.Ruleset) (*store.Store, diagnose.Options) {
+	t.Helper()
+	b, err := bundle.Load(filepath.Join("..", "testdata", "incidents", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if _, err := b.LoadMetrics(context.Background(), st); err != nil {
+		t.Fatal(err)
+	}
+	inc := b.Incident
+	o := diagnose.Options{Rulesets: rss, Engine: "auto", At: inc.At, Window: inc.Window, Baseline: inc.Baseline,
+		Selector: inc.Selector, GPU: inc.GPU, Explain: true}
+	if inc.Engine != "" {
+		o.Engine = inc.Engine
+	}
+	return st, o
 }
