@@ -157,7 +157,7 @@ func (m *Maps) Chart() []Panels {
 
 // For returns the rulesets a triage of engine needs: that engine's map's
 // alone, or every map's for "auto" (or "") to detect it from. A shipped
-// map is compiled on first use, as For (the package function) does.
+// map is compiled on first use (Default).
 func (m *Maps) For(engine string) ([]*rules.Ruleset, error) {
 	var out []*rules.Ruleset
 	for _, em := range m.list {

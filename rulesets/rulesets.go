@@ -164,35 +164,6 @@ func All() ([]*rules.Ruleset, error) {
 	return out, nil
 }
 
-// For returns the shipped rulesets a triage of engine needs: that
-// engine's alone, or every engine's for "auto" (or "") to detect it from.
-// Each is compiled on first use only.
-func For(engine string) ([]*rules.Ruleset, error) {
-	if engine == "" || engine == "auto" {
-		return All()
-	}
-	rs, err := Default(engine)
-	if err != nil {
-		return nil, err
-	}
-	return []*rules.Ruleset{rs}, nil
-}
-
-// Others returns the shipped rulesets of every engine but engine (for
-// diagnose.Options.OtherEngines); one that does not compile is left out.
-func Others(engine string) []*rules.Ruleset {
-	var out []*rules.Ruleset
-	for _, e := range Engines {
-		if e == engine {
-			continue
-		}
-		if rs, err := Default(e); err == nil {
-			out = append(out, rs)
-		}
-	}
-	return out
-}
-
 // Load parses user ruleset files on top of the shipped catalogue and
 // rulebook: a signal map for another engine (`engine:` and `signals:`
 // only), extra signals, steps and rules, or causes that override the

@@ -256,13 +256,14 @@ func shippedRulesets(opts *diagnose.Options) error {
 	if opts.Ruleset != nil || len(opts.Rulesets) > 0 {
 		return nil
 	}
-	rss, err := rulesets.For(opts.Engine)
+	shipped := rulesets.Shipped()
+	rss, err := shipped.For(opts.Engine)
 	if err != nil {
 		return fmt.Errorf("shipped rulesets: %w", err)
 	}
 	opts.Rulesets = rss
 	if engine := opts.Engine; engine != "" && engine != "auto" {
-		opts.OtherEngines = func() []*rules.Ruleset { return rulesets.Others(engine) }
+		opts.OtherEngines = func() []*rules.Ruleset { return shipped.Others(engine) }
 	}
 	return nil
 }

@@ -1,7 +1,8 @@
 // Package remote queries a Prometheus-compatible server (Prometheus, Thanos,
 // Mimir, VictoriaMetrics) over its HTTP API (api.go: the query endpoints,
-// read as client_golang's api/v1 client reads them). It answers the same PromQL as the embedded store, so a ruleset
-// behaves the same on a bundle and on the fleet.
+// read as client_golang's api/v1 client reads them). It answers the same
+// PromQL as the embedded store, so a ruleset behaves the same on a bundle
+// and on the fleet.
 //
 // Secrets never appear in errors: URLs are printed through the shared
 // redaction layer (internal/redact: password and query values hidden), and

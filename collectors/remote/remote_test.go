@@ -228,3 +228,40 @@ func assertNoSecret(t *testing.T, err error) {
 		}
 	}
 }
+
+// TestGetFallback: a proxy in front of Prometheus that refuses POST (403,
+// 405, 501) gets the query again as a GET with the form in the URL, as
+// client_golang's API client sends it; another error status is not
+// retried.
+func TestGetFallback(t *testing.T) {
+	for _, refuse := range []int{http.StatusForbidden, http.StatusMethodNotAllowed, http.StatusNotImplemented, http.StatusBadGateway} {
+		var methods []string
+		f := &fakeAPI{}
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			methods = append(methods, r.Method)
+			if r.Method == http.MethodPost {
+				w.WriteHeader(refuse)
+				return
+			}
+			if r.URL.Query().Get("query") != "up" {
+				t.Errorf("GET %s: the form is not in the URL", r.URL)
+			}
+			f.ServeHTTP(w, r)
+		}))
+		c, err := New(Options{URL: srv.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, _, err := c.Query(context.Background(), "up", t0)
+		srv.Close()
+		if refuse == http.StatusBadGateway {
+			if err == nil || !strings.Contains(err.Error(), "502") || len(methods) != 1 {
+				t.Errorf("POST answered 502: err %v after %v, want the server error and no GET", err, methods)
+			}
+			continue
+		}
+		if err != nil || len(v) != 1 || strings.Join(methods, ",") != "POST,GET" {
+			t.Errorf("POST answered %d: %v, %v after %v, want the vector after POST,GET", refuse, v, err, methods)
+		}
+	}
+}
