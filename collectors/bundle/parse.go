@@ -113,6 +113,12 @@ type TextParser struct {
 	series []byte
 	ts     *int64
 	val    float64
+
+	// nul is the offset of the first NUL byte in data, or -1. textparse's
+	// lexers take NUL for the end of the input, so without this a NUL would
+	// end the whole-buffer parse silently and only the block holding it in
+	// a stream.
+	nul int
 }
 
 // NewTextParser returns a parser for data; name prefixes every error (a file
@@ -156,7 +162,16 @@ func (p *TextParser) reset(data []byte, lineNo []int) error {
 	}
 	p.p, p.data, p.lineNo = tp, data, lineNo
 	p.cursor, p.lines, p.next = 0, 0, 0
+	p.nul = bytes.IndexByte(data, 0)
 	return nil
+}
+
+// nulError positions an error at the NUL byte textparse stopped at.
+func (p *TextParser) nulError() error {
+	start := bytes.LastIndexByte(p.data[:p.nul], '\n') + 1
+	p.setLine(start)
+	p.col = p.nul - start + 1
+	return p.Errorf("NUL byte: the text formats do not allow one")
 }
 
 // Format returns the format being parsed.
@@ -178,6 +193,9 @@ func (p *TextParser) Next() (bool, error) {
 		}
 		et, err := p.p.Next()
 		if errors.Is(err, io.EOF) {
+			if p.nul >= 0 {
+				return false, p.nulError()
+			}
 			if p.src == nil || p.src.done {
 				return false, nil
 			}
@@ -348,7 +366,7 @@ func (p *TextParser) parseError(err error) error {
 	}
 	p.setLine(start)
 	p.col = 1
-	msg := err.Error()
+	msg := firstLineQuoted(firstLineQuoted(err.Error(), ", got "), " while parsing: ")
 	line := p.data[start:]
 	if i := bytes.IndexByte(line, '\n'); i >= 0 {
 		line = line[:i+1]
@@ -370,17 +388,41 @@ func (p *TextParser) parseError(err error) error {
 	return &PosError{File: p.name, Line: p.line, Col: p.col, Msg: msg, Err: err}
 }
 
-// quotedAfter returns the Go-quoted string that follows the last occurrence
-// of marker in msg.
-func quotedAfter(msg, marker string) (string, bool) {
+// firstLineQuoted cuts the text quoted after marker in msg after its first
+// newline. Inside an unclosed label value textparse quotes every line up to
+// the end of what it was given: the whole input, or only a stream's block.
+func firstLineQuoted(msg, marker string) string {
+	s, ok := quotedAfter(msg, marker)
+	i := strings.IndexByte(s, '\n')
+	if !ok || i < 0 || i == len(s)-1 {
+		return msg
+	}
+	at := quotedAt(msg, marker)
+	q, _ := strconv.QuotedPrefix(msg[at:])
+	return msg[:at] + strconv.Quote(s[:i+1]) + msg[at+len(q):]
+}
+
+// quotedAt returns where the quoted text after marker starts in msg: the
+// last marker for " while parsing: ", the first for ", got ".
+func quotedAt(msg, marker string) int {
 	i := strings.LastIndex(msg, marker)
 	if marker == ", got " {
 		i = strings.Index(msg, marker)
 	}
 	if i < 0 {
+		return -1
+	}
+	return i + len(marker)
+}
+
+// quotedAfter returns the Go-quoted string that follows marker in msg
+// (quotedAt says which occurrence), unquoted.
+func quotedAfter(msg, marker string) (string, bool) {
+	i := quotedAt(msg, marker)
+	if i < 0 {
 		return "", false
 	}
-	q, err := strconv.QuotedPrefix(msg[i+len(marker):])
+	q, err := strconv.QuotedPrefix(msg[i:])
 	if err != nil {
 		return "", false
 	}

@@ -274,3 +274,37 @@ func TestErrorLineDeepInFile(t *testing.T) {
 		}
 	}
 }
+
+// TestNULByte: textparse reads a NUL at a line's start as the end of the
+// input; the parser reports it where it is instead of ending early without
+// an error (inside a line textparse already says where).
+func TestNULByte(t *testing.T) {
+	for in, want := range map[string]string{
+		"\x00\nA 0 0\n":             "metrics.prom:1:1: NUL byte",
+		"a 1 1000\n\x00b 2 1000\n":  "metrics.prom:2:1: NUL byte",
+		"a 1 1000\nb\x00 2 1000\n":  "metrics.prom:2:2: expected value",
+		"a 1 1\nb 2 1\x00\n# EOF\n": "metrics.om:2:6: expected next entry",
+	} {
+		name := "metrics.prom"
+		if strings.Contains(in, "# EOF") {
+			name = "metrics.om"
+		}
+		p, err := NewTextParser(name, []byte(in), FormatAuto)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			ok, err := p.Next()
+			if err != nil {
+				if !strings.HasPrefix(err.Error(), want) {
+					t.Errorf("%q: error %q, want prefix %q", in, err, want)
+				}
+				break
+			}
+			if !ok {
+				t.Errorf("%q: no error, want %q", in, want)
+				break
+			}
+		}
+	}
+}

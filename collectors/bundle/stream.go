@@ -86,7 +86,7 @@ func (p *TextParser) nextBlock() error {
 		return err
 	}
 	if p.src.inFast {
-		p.data, p.lineNo, p.fast = data, nil, p.src.fast
+		p.data, p.lineNo, p.fast, p.nul = data, nil, p.src.fast, -1
 		return nil
 	}
 	p.fast = nil
