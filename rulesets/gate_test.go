@@ -230,3 +230,47 @@ func TestMeanPromptCachedContext(t *testing.T) {
 		t.Errorf("prompts ×4, a third cached: chunked_prefill_mismatch ranked %d, want first (causes %v)", r, out.Causes)
 	}
 }
+
+// TestGateFleetShape: TensorRT-LLM exports per-request TPOT only, whose p95
+// stays inside one wide bucket when 2 of 7 replicas go (reqsim, no GPU
+// series): the mean moves ×1.15 at z 3.1, under the mean's own bar. A fleet
+// that lost targets is a mechanism, so that rise counts; the same rise with
+// the fleet unchanged stays inside the noise.
+func TestGateFleetShape(t *testing.T) {
+	rs, err := Default("trtllm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := map[string]float64{"samples": 30, "requests": 8390, "targets": 7, "serving_targets": 7, "ttft_mean": 0.0617,
+		"ttft_p50": 0.0524, "ttft_p95": 0.186, "ttft_p99": 0.242, "tpot_mean": 0.0163, "tpot_p50": 0.0175, "tpot_p95": 0.0243,
+		"tpot_p99": 0.0249, "request_rate": 28, "started_rate": 27.9, "arrival_rate": 28, "success_rate": 1,
+		"engine_token_budget": 8192, "engine_max_seqs": 256, "kv_usage": 0.139, "kv_usage_avg": 0.136, "kv_usage_peak": 0.276,
+		"decode_batch": 19.3, "waiting": 0.4, "running": 135, "prompt_len_mean": 1970, "prefill_tps": 23800, "gen_len_mean": 297,
+		"prefix_hit_rate": 0.569, "rate_spread": 1.03}
+	now := map[string]float64{"samples": 30, "requests": 8380, "targets": 5, "serving_targets": 5, "ttft_mean": 0.0653,
+		"ttft_p50": 0.0552, "ttft_p95": 0.196, "ttft_p99": 0.244, "tpot_mean": 0.0188, "tpot_p50": 0.0176, "tpot_p95": 0.0244,
+		"tpot_p99": 0.025, "ttft_mean_recent": 0.0651, "tpot_mean_recent": 0.0186, "ttft_p95_recent": 0.194,
+		"tpot_p95_recent": 0.0243, "request_rate": 27.9, "started_rate": 27.9, "arrival_rate": 27.9, "success_rate": 1,
+		"engine_token_budget": 8192, "engine_max_seqs": 256, "kv_usage": 0.212, "kv_usage_avg": 0.205, "kv_usage_peak": 0.329,
+		"decode_batch": 30.6, "waiting": 0.4, "running": 153, "prompt_len_mean": 1950, "prefill_tps": 23600, "gen_len_mean": 291,
+		"prefix_hit_rate": 0.567, "rate_spread": 1.02}
+	z := map[string]float64{"ttft_mean": 2.05, "ttft_p50": 1.97, "ttft_p95": 1.98, "ttft_p99": 0.39, "tpot_mean": 3.14,
+		"tpot_p50": 0.14, "tpot_p95": 0.19, "tpot_p99": 0.19, "ttft_mean_recent": 1.66, "tpot_mean_recent": 2.75,
+		"ttft_p95_recent": 1.36, "tpot_p95_recent": 0.13}
+	out := rs.Walk(rules.Facts{Now: now, Base: base, Z: z})
+	if !out.Anomaly || !out.Decode || len(out.Errors) > 0 {
+		t.Fatalf("7 → 5 targets, inter-token mean ×1.15 at z 3.1: anomaly %v decode %v errors %v, want both", out.Anomaly, out.Decode, out.Errors)
+	}
+	if r := causeRank(out, "capacity_loss"); r != 1 {
+		t.Errorf("capacity_loss ranked %d, want first", r)
+	}
+	steady := map[string]float64{}
+	for k, v := range now {
+		steady[k] = v
+	}
+	steady["targets"], steady["serving_targets"] = 7, 7
+	out = rs.Walk(rules.Facts{Now: steady, Base: base, Z: z})
+	if out.Anomaly || out.Decode {
+		t.Errorf("the same rise with 7 targets throughout: anomaly %v decode %v, want neither", out.Anomaly, out.Decode)
+	}
+}
