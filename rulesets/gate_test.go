@@ -172,22 +172,37 @@ func TestGateTailAgreement(t *testing.T) {
 	z := map[string]float64{"ttft_mean": 2.55, "ttft_p50": 2.77, "ttft_p95": 1.99, "ttft_p99": 0.49, "tpot_mean": 3.07,
 		"tpot_p50": 3.16, "tpot_p95": 2.91, "tpot_p99": 3.17, "ttft_mean_recent": 2.67, "tpot_mean_recent": 3.0,
 		"ttft_p95_recent": 2.03, "tpot_p95_recent": 2.78}
-	out := rs.Walk(rules.Facts{Now: now, Base: base, Z: z})
-	if !out.Anomaly || !out.Decode || len(out.Errors) > 0 {
-		t.Fatalf("inter-token statistics agreeing at z 2.9–3.2: anomaly %v decode %v errors %v, want both", out.Anomaly, out.Decode, out.Errors)
-	}
-	if r := causeRank(out, "capacity_loss"); r != 1 {
-		t.Errorf("capacity_loss ranked %d, want first", r)
-	}
-	alone := map[string]float64{}
-	for k, v := range z {
-		alone[k] = v
-	}
-	alone["tpot_mean"], alone["tpot_p50"], alone["tpot_p99"], alone["tpot_mean_recent"] = 1.2, 1.1, 1.4, 1.0
-	out = rs.Walk(rules.Facts{Now: now, Base: base, Z: alone})
+	decodeAnomaly(t, rs, rules.Facts{Now: now, Base: base, Z: z}, "capacity_loss", "inter-token statistics agreeing at z 2.9–3.2")
+	alone := withValues(z, map[string]float64{"tpot_mean": 1.2, "tpot_p50": 1.1, "tpot_p99": 1.4, "tpot_mean_recent": 1.0})
+	out := rs.Walk(rules.Facts{Now: now, Base: base, Z: alone})
 	if out.Anomaly || out.Decode {
 		t.Errorf("inter-token p95 ×1.38 at z 2.9 alone: anomaly %v decode %v, want neither", out.Anomaly, out.Decode)
 	}
+}
+
+// decodeAnomaly checks that f is an anomaly in the decode half with cause
+// ranked first.
+func decodeAnomaly(t *testing.T, rs *rules.Ruleset, f rules.Facts, cause, what string) {
+	t.Helper()
+	out := rs.Walk(f)
+	if !out.Anomaly || !out.Decode || len(out.Errors) > 0 {
+		t.Fatalf("%s: anomaly %v decode %v errors %v, want both", what, out.Anomaly, out.Decode, out.Errors)
+	}
+	if r := causeRank(out, cause); r != 1 {
+		t.Errorf("%s: %s ranked %d, want first", what, cause, r)
+	}
+}
+
+// withValues returns a copy of m with the values of set.
+func withValues(m, set map[string]float64) map[string]float64 {
+	out := make(map[string]float64, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	for k, v := range set {
+		out[k] = v
+	}
+	return out
 }
 
 // TestMeanPromptCachedContext: TensorRT-LLM exports only the mean prompt.
@@ -257,19 +272,9 @@ func TestGateFleetShape(t *testing.T) {
 	z := map[string]float64{"ttft_mean": 2.05, "ttft_p50": 1.97, "ttft_p95": 1.98, "ttft_p99": 0.39, "tpot_mean": 3.14,
 		"tpot_p50": 0.14, "tpot_p95": 0.19, "tpot_p99": 0.19, "ttft_mean_recent": 1.66, "tpot_mean_recent": 2.75,
 		"ttft_p95_recent": 1.36, "tpot_p95_recent": 0.13}
-	out := rs.Walk(rules.Facts{Now: now, Base: base, Z: z})
-	if !out.Anomaly || !out.Decode || len(out.Errors) > 0 {
-		t.Fatalf("7 → 5 targets, inter-token mean ×1.15 at z 3.1: anomaly %v decode %v errors %v, want both", out.Anomaly, out.Decode, out.Errors)
-	}
-	if r := causeRank(out, "capacity_loss"); r != 1 {
-		t.Errorf("capacity_loss ranked %d, want first", r)
-	}
-	steady := map[string]float64{}
-	for k, v := range now {
-		steady[k] = v
-	}
-	steady["targets"], steady["serving_targets"] = 7, 7
-	out = rs.Walk(rules.Facts{Now: steady, Base: base, Z: z})
+	decodeAnomaly(t, rs, rules.Facts{Now: now, Base: base, Z: z}, "capacity_loss", "7 → 5 targets, inter-token mean ×1.15 at z 3.1")
+	steady := withValues(now, map[string]float64{"targets": 7, "serving_targets": 7})
+	out := rs.Walk(rules.Facts{Now: steady, Base: base, Z: z})
 	if out.Anomaly || out.Decode {
 		t.Errorf("the same rise with 7 targets throughout: anomaly %v decode %v, want neither", out.Anomaly, out.Decode)
 	}
