@@ -3,6 +3,7 @@ package rulesets
 import (
 	"testing"
 
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/rules"
 )
 
@@ -277,5 +278,61 @@ func TestGateFleetShape(t *testing.T) {
 	out := rs.Walk(rules.Facts{Now: steady, Base: base, Z: z})
 	if out.Anomaly || out.Decode {
 		t.Errorf("the same rise with 7 targets throughout: anomaly %v decode %v, want neither", out.Anomaly, out.Decode)
+	}
+}
+
+// TestKVReservationQueueShare: TensorRT-LLM reserves KV for prompt +
+// max_tokens at admission, so outputs ×3 at steady traffic make requests
+// wait while the allocated share stays at a third (reqsim, 2 replicas, 5
+// req/s). By Little's law a slow fleet's queue is about one request deep,
+// yet it holds most of the TTFT rise (queue time ×8): that is the memory
+// wall, not a cache with room, and it outranks the bigger decode batch.
+func TestKVReservationQueueShare(t *testing.T) {
+	rs, err := Default("trtllm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := map[string]float64{"samples": 30, "requests": 1580, "targets": 2, "serving_targets": 2, "ttft_p50": 0.151,
+		"ttft_p95": 1.42, "ttft_p99": 3.78, "ttft_mean": 0.282, "tpot_p50": 0.0375, "tpot_p95": 0.0488,
+		"tpot_p99": 0.0498, "tpot_mean": 0.0338, "e2e_p95": 85.6, "e2e_mean": 24.3, "ttft_mean_recent": 0.25,
+		"tpot_mean_recent": 0.0343, "ttft_p95_recent": 0.955, "tpot_p95_recent": 0.0488,
+		"e2e_mean_recent": 25.5, "queue_mean": 0.156, "prefill_mean": 0.0984, "decode_mean": 24,
+		"request_rate": 5.27, "success_rate": 1, "abort_ratio": 0.0236, "http_error_ratio": 0,
+		"started_rate": 5.37, "inflight_growth": 0.0163, "arrival_rate": 5.29, "waiting_last": 4,
+		"running_last": 139, "engine_token_budget": 8192, "engine_max_seqs": 256, "kv_usage": 0.333,
+		"kv_usage_avg": 0.332, "kv_usage_peak": 0.389, "kv_per_running": 0.00509, "decode_batch": 65.2,
+		"decode_kv_usage": 0.332, "paused": 0, "waiting": 1.03, "running": 130, "running_peak": 75,
+		"prompt_len_mean": 1560, "prefill_tps": 5570, "gen_len_mean": 733, "prompt_tps": 8230,
+		"gen_tps": 3860, "decode_ctx_tokens": 1930, "ctx_tokens_p99": 4940, "ctx_tokens_max_frac": 0,
+		"prefix_hit_rate": 0.324, "ttft_spread": 1.19, "waiting_spread": 0.733, "running_spread": 1.02,
+		"rate_spread": 1, "dram_bw": 0.564, "sm_active": 0.492, "sm_clock": 1980, "sm_clock_frac": 1,
+		"throttled": 0, "gpu_temp": 70}
+	base := map[string]float64{"samples": 30, "requests": 1660, "targets": 2, "serving_targets": 2, "ttft_p50": 0.112,
+		"ttft_p95": 0.308, "ttft_p99": 0.472, "ttft_mean": 0.128, "tpot_p50": 0.0326, "tpot_p95": 0.0483,
+		"tpot_p99": 0.0497, "tpot_mean": 0.0267, "e2e_p95": 19.5, "e2e_mean": 6.45,
+		"ttft_mean_recent": 0.129, "tpot_mean_recent": 0.027, "ttft_p95_recent": 0.275,
+		"tpot_p95_recent": 0.0484, "e2e_mean_recent": 6.45, "queue_mean": 0.0186, "prefill_mean": 0.0938,
+		"decode_mean": 6.32, "request_rate": 5.54, "success_rate": 1, "abort_ratio": 0.0162,
+		"http_error_ratio": 0, "started_rate": 5.52, "inflight_growth": 0.00325, "arrival_rate": 5.54,
+		"waiting_last": 0, "running_last": 35, "engine_token_budget": 8192, "engine_max_seqs": 256,
+		"kv_usage": 0.0683, "kv_usage_avg": 0.0681, "kv_usage_peak": 0.116, "kv_per_running": 0.00396,
+		"decode_batch": 17.2, "decode_kv_usage": 0.0681, "paused": 0, "waiting": 0.233, "running": 34.4,
+		"running_peak": 30, "prompt_len_mean": 1590, "prefill_tps": 5980, "gen_len_mean": 236,
+		"prompt_tps": 8780, "gen_tps": 1310, "decode_ctx_tokens": 1700, "ctx_tokens_p99": 5120,
+		"ctx_tokens_max_frac": 0, "prefix_hit_rate": 0.318, "ttft_spread": 1, "waiting_spread": 0.133,
+		"running_spread": 1.01, "rate_spread": 1, "dram_bw": 0.598, "sm_active": 0.455, "sm_clock": 1980,
+		"sm_clock_frac": 1, "throttled": 0, "gpu_temp": 70}
+	z := map[string]float64{"ttft_p50": 2.21, "ttft_p95": 4.07, "ttft_p99": 5.48, "ttft_mean": 4.5, "tpot_p50": 2.17,
+		"tpot_p95": 0.482, "tpot_p99": 0.0872, "tpot_mean": 3.66, "ttft_mean_recent": 4.11,
+		"tpot_mean_recent": 3.44, "ttft_p95_recent": 3.5, "tpot_p95_recent": 0.374}
+	// The shipped map's scheduler facts (trtllm.yaml: LLM API defaults).
+	sched := rules.Scheduler{Known: true, MaxNumBatchedTokens: 8192, MaxNumSeqs: 2048, KVAdmission: "reserve"}
+	attr := diagnose.AttrMap(diagnose.Attribute(now, base, "", ""))
+	out := rs.Walk(rules.Facts{Now: now, Base: base, Z: z, Attr: attr, Scheduler: sched})
+	if !out.Anomaly || len(out.Errors) > 0 {
+		t.Fatalf("TTFT p95 ×4.6: anomaly %v errors %v, want an anomaly", out.Anomaly, out.Errors)
+	}
+	if r := causeRank(out, "kv_cache_pressure"); r != 1 {
+		t.Errorf("kv_cache_pressure ranked %d, want first", r)
 	}
 }
