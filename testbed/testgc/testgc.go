@@ -4,13 +4,16 @@
 // heap of tens of MB, so with Go's default GOGC=100 the collector runs
 // every few MB and took a fifth of their CPU (issue 23, item 7). Letting
 // the heap grow to five times the live heap instead changes no result and
-// nothing a test asserts; packages whose tests bound the heap in use (the
-// daemon's fleet bounds) do not call it.
+// nothing a test asserts; a test that bounds the heap in use runs under
+// Go's defaults (Default), and so do benchmarks.
 package testgc
 
 import (
+	"flag"
+	"math"
 	"os"
 	"runtime/debug"
+	"testing"
 )
 
 // gcPercent is the GOGC the tests run with: 5× the live heap before a
@@ -23,12 +26,41 @@ const gcPercent = 400
 const memoryLimit = 2 << 30
 
 // Relax applies gcPercent and memoryLimit, unless GOGC or GOMEMLIMIT is set
-// in the environment: a run that sets them (to measure, to reproduce) gets
-// what it asked for. Call it from TestMain, before m.Run.
+// in the environment (a run that sets them, to measure or to reproduce, gets
+// what it asked for) or benchmarks run (-test.bench: they report what the
+// binary spends, under Go's defaults). Call it from TestMain, before m.Run;
+// it parses the test flags.
 func Relax() {
-	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	if userSet() {
+		return
+	}
+	if b := flag.Lookup("test.bench"); b != nil && b.Value.String() != "" {
 		return
 	}
 	debug.SetGCPercent(gcPercent)
 	debug.SetMemoryLimit(memoryLimit)
 }
+
+// Default runs the rest of tb under Go's defaults (GOGC=100, no memory
+// limit), as the whyslow binary runs, and puts back what was set when tb
+// ends: for the tests that measure the heap or the CPU. The
+// setting is the process's: tb must not run in parallel with others. With
+// GOGC or GOMEMLIMIT set in the environment it changes nothing.
+func Default(tb testing.TB) {
+	tb.Helper()
+	if userSet() {
+		return
+	}
+	percent := debug.SetGCPercent(100)
+	limit := debug.SetMemoryLimit(math.MaxInt64)
+	tb.Cleanup(func() {
+		debug.SetGCPercent(percent)
+		debug.SetMemoryLimit(limit)
+	})
+}
+
+// userSet reports whether the environment sets the collector's settings.
+func userSet() bool { return os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" }
