@@ -1,11 +1,12 @@
-// Package testgc lets the simulation-heavy test packages spend less CPU in
-// the garbage collector. Their tests play hours of an engine model through
-// the daemon on simulated time: many short-lived allocations over a live
-// heap of tens of MB, so with Go's default GOGC=100 the collector runs
-// every few MB and took a fifth of their CPU (issue 23, item 7). Letting
-// the heap grow to five times the live heap instead changes no result and
-// nothing a test asserts; a test that bounds the heap in use runs under
-// Go's defaults (Default), and so do benchmarks.
+// Package testgc lets the test packages that play hours of simulated time
+// through the daemon (daemon, daemon/demo, cmd/whyslow) spend less CPU in
+// the garbage collector: many short-lived allocations over a live heap of
+// tens of MB, so with Go's default GOGC=100 the collector runs every few
+// MB. Letting the heap grow to five times the live heap took a third off
+// daemon/demo's end-to-end tests (issue 23, item 7) and changes no result
+// and nothing a test asserts; a test that bounds the heap in use runs under
+// Go's defaults (Default), and so do benchmarks. testbed/sim's tests gained
+// nothing from it and do not use it.
 package testgc
 
 import (
