@@ -24,6 +24,7 @@ import (
 	"github.com/whyslow/whyslow/notifiers/render"
 	"github.com/whyslow/whyslow/notifiers/slack"
 	"github.com/whyslow/whyslow/testbed/fleettest"
+	"github.com/whyslow/whyslow/testbed/testgc"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -43,6 +44,7 @@ func TestFleetCycleBounded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("decodes 200,000-series answers for a few seconds of CPU")
 	}
+	testgc.Default(t) // the heap bound is the binary's, under Go's defaults
 	const series = 200000
 	fake := &fleettest.ManySeries{N: series}
 	prom := httptest.NewServer(fake)

@@ -27,6 +27,8 @@ var parseCacheCases = []string{
 	`x{a="abc"} @ 100 offset 5m`,
 	`sum_over_time(rate(x{a="abc"}[1m])[5m:1m])`,
 	`count_values("value", x{a="abc"})`,
+	// No string literal: the query is its own shape.
+	`sum(rate(vllm:request_success_total[5m])) / sum(rate(vllm:request_success_total[1h] offset 5m))`, `x @ 100`, `1 + 2`,
 	// Invalid: the parser's own error.
 	`{a=~".*"}`, `{a=~"(("}`, `x{a="abc"`, `x{__name__="abc"}`, `x{"__name__"="abc"}`, `sum(x{a="abc"}) # comment`,
 	`x{a="abc\"def"}`, `x{a="ab` + "\n" + `c"}`,

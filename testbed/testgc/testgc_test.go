@@ -1,0 +1,27 @@
+package testgc
+
+import (
+	"math"
+	"runtime/debug"
+	"testing"
+)
+
+// TestDefaultRestores: Default runs a test under Go's defaults and puts
+// back the relaxed setting after it.
+func TestDefaultRestores(t *testing.T) {
+	if userSet() {
+		t.Skip("GOGC or GOMEMLIMIT set in the environment: Default changes nothing")
+	}
+	defer debug.SetGCPercent(debug.SetGCPercent(gcPercent))
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(memoryLimit))
+	t.Run("measured", func(t *testing.T) {
+		Default(t)
+		if p, l := debug.SetGCPercent(-1), debug.SetMemoryLimit(-1); p != 100 || l != math.MaxInt64 {
+			t.Errorf("under Default: GOGC %d, memory limit %d; want 100, none", p, l)
+		}
+		debug.SetGCPercent(100)
+	})
+	if p, l := debug.SetGCPercent(gcPercent), debug.SetMemoryLimit(-1); p != gcPercent || l != memoryLimit {
+		t.Errorf("after Default: GOGC %d, memory limit %d; want %d, %d", p, l, gcPercent, memoryLimit)
+	}
+}
