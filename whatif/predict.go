@@ -1,0 +1,375 @@
+package whatif
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// Calibration band: the replay of the incident's own inputs must land
+// within these factors of the observed TTFT p95 (and inter-token p95) for
+// the fit to be used.
+const (
+	CalibLow  = 0.8
+	CalibHigh = 1.25
+	// Unchanged is the relative change below which a prediction is "unchanged".
+	Unchanged = 0.10
+)
+
+// Seeds are the replay seeds per prediction (median and range).
+var Seeds = []uint64{1, 2, 3}
+
+// Fix is a change of the model's inputs; the zero value changes nothing.
+type Fix struct {
+	// Replicas sets the serving replicas; ReplicasFactor multiplies them.
+	Replicas       int
+	ReplicasFactor float64
+	// MaxNumBatchedTokens and MaxNumSeqs set the scheduler's token budget
+	// per step (TensorRT-LLM: max_num_tokens) and running-request bound.
+	MaxNumBatchedTokens, MaxNumSeqs int
+	// KVFactor multiplies the KV pool (gpu_memory_utilization,
+	// --mem-fraction-static, free_gpu_memory_fraction).
+	KVFactor float64
+	// RestorePrefix, RestoreClock and Rebalance put the baseline's prefix
+	// hit rate, the baseline's clocks and an even routing back.
+	RestorePrefix, RestoreClock, Rebalance bool
+	// PromptCap truncates prompts at the gateway to this many tokens.
+	PromptCap int
+}
+
+// String names the fix as the flags spell it.
+func (f Fix) String() string {
+	var parts []string
+	if f.Replicas > 0 {
+		parts = append(parts, fmt.Sprintf("replicas=%d", f.Replicas))
+	}
+	if f.ReplicasFactor > 0 {
+		parts = append(parts, fmt.Sprintf("replicas×%g", f.ReplicasFactor))
+	}
+	if f.MaxNumBatchedTokens > 0 {
+		parts = append(parts, fmt.Sprintf("max_num_batched_tokens=%d", f.MaxNumBatchedTokens))
+	}
+	if f.MaxNumSeqs > 0 {
+		parts = append(parts, fmt.Sprintf("max_num_seqs=%d", f.MaxNumSeqs))
+	}
+	if f.KVFactor > 0 {
+		parts = append(parts, fmt.Sprintf("kv×%g", f.KVFactor))
+	}
+	if f.RestorePrefix {
+		parts = append(parts, "prefix hits restored")
+	}
+	if f.RestoreClock {
+		parts = append(parts, "clocks restored")
+	}
+	if f.Rebalance {
+		parts = append(parts, "routing rebalanced")
+	}
+	if f.PromptCap > 0 {
+		parts = append(parts, fmt.Sprintf("prompt cap %d", f.PromptCap))
+	}
+	if len(parts) == 0 {
+		return "no change"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Range is a prediction's median and its range over the seeds.
+type Range struct{ Median, Low, High float64 }
+
+// Metrics are what the user feels: TTFT and inter-token p95 (seconds) and
+// output throughput (tokens/s over the scope).
+type Metrics struct{ TTFTP95, ITLP95, Throughput float64 }
+
+// Prediction is one fix's predicted effect.
+type Prediction struct {
+	Fix                        Fix
+	TTFTP95, ITLP95, Throughput Range
+	// Trade says the fix improves one latency and worsens the other.
+	Trade string
+}
+
+// Model is the fitted, calibrated model of one incident.
+type Model struct {
+	In       *Inputs
+	Fit      Fit
+	Observed Metrics
+	// Replayed is the replay of the incident's own inputs, before scaling.
+	Replayed Metrics
+	// ScaleTTFT and ScaleITL are observed over replayed; the fit is used
+	// only where both lie within the calibration band.
+	ScaleTTFT, ScaleITL float64
+	cfg                 Config // the incident's replica
+	replicas            float64
+	rate, hotRate       float64 // scope arrivals; the hot replica's (0: even)
+}
+
+// PoorFitError says the replay of the incident's own inputs does not
+// reproduce the observed tail within the calibration band.
+type PoorFitError struct{ ScaleTTFT, ScaleITL float64 }
+
+func (e *PoorFitError) Error() string {
+	return fmt.Sprintf("no prediction: the fit is poor (observed/replayed TTFT p95 %.2f, inter-token p95 %.2f; accepted %.2f–%.2f)",
+		e.ScaleTTFT, e.ScaleITL, CalibLow, CalibHigh)
+}
+
+// required are the incident window's series every prediction needs.
+var required = []string{sigArrival, sigPromptMean, sigGenMean, sigTargets, sigKVPerRun, sigCtx, sigTTFTP95, sigITLP95}
+
+// Build fits the step model, sizes the pool and the scheduler, and
+// calibrates against the incident. A *MissingError or *PoorFitError says
+// why nothing can be predicted.
+func Build(in *Inputs) (*Model, error) {
+	if err := need("the incident replay", required, in.Inc); err != nil {
+		return nil, err
+	}
+	if _, ok := prefillRate(in.Inc); !ok {
+		if _, ok := in.Inc.get(sigHit); !ok {
+			return nil, &MissingError{What: "the prefill work", Series: []string{sigHit, sigPrefillTPS}}
+		}
+	}
+	s := in.Scheduler
+	if !s.Known || s.MaxNumBatchedTokens <= 0 {
+		return nil, &MissingError{What: "the scheduler", Series: []string{"max_num_batched_tokens (incident.yaml scheduler, the engine's configuration gauges, or a known GPU for the engine default)"}}
+	}
+	obs := in.Obs
+	if len(obs) == 0 {
+		obs = []Window{in.Base, in.Inc}
+	}
+	fit, err := FitStep(obs)
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{In: in, Fit: fit}
+	w := in.Inc
+	v := func(n string) float64 { x, _ := w.get(n); return x }
+	m.replicas = math.Max(1, math.Round(v(sigTargets)))
+	m.rate = v(sigArrival)
+	if sp, ok := w.get(sigSpread); ok && sp >= 1.15 && m.replicas >= 2 {
+		m.hotRate = m.rate * math.Min(sp, m.replicas) / m.replicas
+	}
+	hit, ok := w.get(sigHit)
+	if !ok {
+		pre, _ := prefillRate(w)
+		hit = 1 - pre/math.Max(v(sigPromptTPS), 1e-9)
+	}
+	kv := kvTokens(in)
+	c := Config{Policy: policyOf(in.Engine), Step: fit.Model, Clock: 1,
+		PromptMean: v(sigPromptMean), PromptSigma: promptSigma(w), OutputMean: v(sigGenMean), OutputSigma: 0.8,
+		Hit: math.Max(0, math.Min(0.98, hit)), Budget: s.MaxNumBatchedTokens, MaxSeqs: s.MaxNumSeqs, KVTokens: kv}
+	if fit.ClockKnown {
+		c.Clock = v(sigClock)
+	}
+	tq, ok1 := w.get(sigTTFTMean)
+	q, ok2 := w.get(sigQueueMean)
+	p, ok3 := w.get(sigPrefill)
+	if ok1 && ok2 && ok3 {
+		c.Outside = math.Max(0, tq-q-p)
+	}
+	if c.Policy == PolicyTRT {
+		c.ReserveOut = int(4 * c.OutputMean)
+		run := v(sigRunning) / m.replicas
+		if wt, ok := w.get(sigWaiting); ok && wt/m.replicas >= 1 && run >= 1 {
+			c.ReserveOut = max(c.ReserveOut, int(float64(kv)/run-c.PromptMean))
+		}
+	}
+	m.cfg = c
+	m.Observed = Metrics{TTFTP95: v(sigTTFTP95), ITLP95: v(sigITLP95), Throughput: v(sigGenTPS)}
+	own := m.replay(Fix{})
+	m.Replayed = Metrics{TTFTP95: own.TTFTP95.Median, ITLP95: own.ITLP95.Median, Throughput: own.Throughput.Median}
+	m.ScaleTTFT = ratio(m.Observed.TTFTP95, m.Replayed.TTFTP95)
+	m.ScaleITL = ratio(m.Observed.ITLP95, m.Replayed.ITLP95)
+	if !inBand(m.ScaleTTFT) || !inBand(m.ScaleITL) {
+		return m, &PoorFitError{ScaleTTFT: m.ScaleTTFT, ScaleITL: m.ScaleITL}
+	}
+	return m, nil
+}
+
+func inBand(x float64) bool { return x >= CalibLow && x <= CalibHigh }
+
+func ratio(a, b float64) float64 {
+	if b <= 0 {
+		return math.Inf(1)
+	}
+	return a / b
+}
+
+// kvTokens is one replica's pool: the context a running request holds
+// over its share of the pool, averaged over the windows that have both.
+func kvTokens(in *Inputs) int {
+	var sum float64
+	n := 0
+	for _, w := range []Window{in.Inc, in.Base} {
+		ctx, ok1 := w.get(sigCtx)
+		per, ok2 := w.get(sigKVPerRun)
+		if ok1 && ok2 && per > 0 {
+			sum += ctx / per
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return int(sum / float64(n))
+}
+
+// promptSigma is the lognormal σ of the prompt lengths from their mean and
+// p90 (ln(p90/mean) = 1.2816σ − σ²/2), or 0.8 without a p90.
+func promptSigma(w Window) float64 {
+	mean, ok1 := w.get(sigPromptMean)
+	p90, ok2 := w.get(sigPromptP90)
+	if !ok1 || !ok2 || mean <= 0 || p90 <= 0 {
+		return 0.8
+	}
+	k := math.Log(p90 / mean)
+	d := 1.2816*1.2816 - 2*k
+	if d < 0 {
+		return 1.2816 // the p90 is as far above the mean as a lognormal goes
+	}
+	return math.Max(0.05, 1.2816-math.Sqrt(d))
+}
+
+func policyOf(engine string) string {
+	switch engine {
+	case "sglang":
+		return PolicySGLang
+	case "trtllm":
+		return PolicyTRT
+	}
+	return PolicyVLLM
+}
+
+// Check says whether the model can apply f: a *MissingError names the
+// series the fix needs.
+func (m *Model) Check(f Fix) error {
+	switch {
+	case f.RestorePrefix:
+		if err := need("prefix hits restored", []string{sigHit}, m.In.Base, m.In.Inc); err != nil {
+			return err
+		}
+	case f.RestoreClock:
+		if !m.Fit.ClockKnown {
+			return &MissingError{What: "clocks restored", Series: []string{sigClock}}
+		}
+		if err := need("clocks restored", []string{sigClock}, m.In.Base); err != nil {
+			return err
+		}
+	case f.Rebalance:
+		if err := need("routing rebalanced", []string{sigSpread}, m.In.Inc); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Predict replays the incident with f applied.
+func (m *Model) Predict(f Fix) (*Prediction, error) {
+	if err := m.Check(f); err != nil {
+		return nil, err
+	}
+	p := m.replay(f)
+	scale := func(r Range, s float64) Range { return Range{r.Median * s, r.Low * s, r.High * s} }
+	p.TTFTP95 = scale(p.TTFTP95, m.ScaleTTFT)
+	p.ITLP95 = scale(p.ITLP95, m.ScaleITL)
+	p.Fix = f
+	dt := p.TTFTP95.Median/m.Observed.TTFTP95 - 1
+	di := p.ITLP95.Median/m.Observed.ITLP95 - 1
+	switch {
+	case dt < -Unchanged && di > Unchanged:
+		p.Trade = fmt.Sprintf("trades inter-token latency for TTFT: TTFT p95 %+.0f%%, inter-token p95 %+.0f%%", 100*dt, 100*di)
+	case di < -Unchanged && dt > Unchanged:
+		p.Trade = fmt.Sprintf("trades TTFT for inter-token latency: inter-token p95 %+.0f%%, TTFT p95 %+.0f%%", 100*di, 100*dt)
+	}
+	return p, nil
+}
+
+// replay runs the replica classes under f with every seed.
+func (m *Model) replay(f Fix) *Prediction {
+	c := m.cfg
+	n := m.replicas
+	if f.Replicas > 0 {
+		n = float64(f.Replicas)
+	}
+	if f.ReplicasFactor > 0 {
+		n = math.Max(1, math.Round(n*f.ReplicasFactor))
+	}
+	if f.MaxNumBatchedTokens > 0 {
+		c.Budget = f.MaxNumBatchedTokens
+	}
+	if f.MaxNumSeqs > 0 {
+		c.MaxSeqs = f.MaxNumSeqs
+	}
+	if f.KVFactor > 0 {
+		c.KVTokens = int(float64(c.KVTokens) * f.KVFactor)
+	}
+	if f.RestorePrefix {
+		c.Hit, _ = m.In.Base.get(sigHit)
+	}
+	if f.RestoreClock {
+		c.Clock, _ = m.In.Base.get(sigClock)
+	}
+	if f.PromptCap > 0 {
+		c.PromptCap = f.PromptCap
+	}
+	type class struct {
+		rate, count float64
+	}
+	classes := []class{{m.rate / n, n}}
+	if m.hotRate > 0 && !f.Rebalance && n >= 2 {
+		// the hot replica keeps its traffic; the rest share what is left
+		classes = []class{{m.hotRate, 1}, {math.Max(0, m.rate-m.hotRate) / (n - 1), n - 1}}
+	}
+	var ttft, itl, thr []float64
+	for _, seed := range Seeds {
+		var ts, is, tw, iw []float64
+		tokens := 0.0
+		for ci, cl := range classes {
+			cc := c
+			cc.Rate = cl.rate
+			cc.Seed = seed*31 + uint64(ci)
+			r := Replay(cc)
+			for _, x := range r.TTFT {
+				ts, tw = append(ts, x), append(tw, cl.count)
+			}
+			for _, x := range r.ITL {
+				is, iw = append(is, x), append(iw, cl.count)
+			}
+			if r.Span > 0 {
+				tokens += float64(r.Tokens) / r.Span * cl.count
+			}
+		}
+		ttft = append(ttft, weightedP95(ts, tw))
+		itl = append(itl, weightedP95(is, iw))
+		thr = append(thr, tokens)
+	}
+	return &Prediction{TTFTP95: rangeOf(ttft), ITLP95: rangeOf(itl), Throughput: rangeOf(thr)}
+}
+
+func rangeOf(xs []float64) Range {
+	s := slices.Clone(xs)
+	sort.Float64s(s)
+	return Range{Median: s[len(s)/2], Low: s[0], High: s[len(s)-1]}
+}
+
+// weightedP95 is the 95th percentile of xs weighted by ws.
+func weightedP95(xs, ws []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	idx := make([]int, len(xs))
+	total := 0.0
+	for i := range idx {
+		idx[i] = i
+		total += ws[i]
+	}
+	sort.Slice(idx, func(a, b int) bool { return xs[idx[a]] < xs[idx[b]] })
+	acc := 0.0
+	for _, i := range idx {
+		acc += ws[i]
+		if acc >= 0.95*total {
+			return xs[i]
+		}
+	}
+	return xs[idx[len(idx)-1]]
+}

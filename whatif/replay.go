@@ -1,0 +1,361 @@
+package whatif
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+)
+
+// Replay bounds: simulated time, requests and steps per replay.
+const (
+	ReplaySeconds  = 420.0
+	ReplayWarmup   = 120.0
+	MaxReplayReqs  = 20000
+	MaxReplaySteps = 100000
+	kvBlock        = 16 // tokens per KV block (vLLM, SGLang page, TRT-LLM tokens_per_block default)
+)
+
+// Scheduler policies.
+const (
+	PolicyVLLM   = "vllm"   // mixed chunked batches, recompute preemption
+	PolicySGLang = "sglang" // prefill-first batches, retraction
+	PolicyTRT    = "trtllm" // in-flight batching, no chunking, reservation
+)
+
+// Config is one replica's replay.
+type Config struct {
+	Policy string
+	Step   StepModel
+	Clock  float64 // clock fraction (1: the fitted full clock)
+	// Rate is the requests per second this replica receives.
+	Rate                    float64
+	PromptMean, PromptSigma float64
+	OutputMean, OutputSigma float64
+	PromptCap               int     // 0: no cap
+	Hit                     float64 // mean share of a prompt served from the prefix cache
+	Budget, MaxSeqs         int
+	KVTokens                int
+	ReserveOut              int     // TensorRT-LLM: tokens reserved for the output
+	Outside                 float64 // seconds before the engine, added to TTFT
+	Seed                    uint64
+}
+
+// Result is a replay's measured window.
+type Result struct {
+	TTFT, ITL []float64 // samples from the measured window
+	Tokens    int       // output tokens emitted in the measured window
+	Requests  int
+	Steps     int
+	// Truncated names the bound that stopped the replay early, if any.
+	Truncated string
+	Span      float64 // seconds measured
+}
+
+type rreq struct {
+	arrive           float64
+	prompt, cached   int
+	out, gen         int
+	need, done       int // tokens to prefill before the next token, computed so far
+	blocks, reserved int
+	chunk            int
+	decoding         bool
+	admitted         bool
+	last             float64
+}
+
+type replica struct {
+	c                  Config
+	waiting, running   []*rreq
+	free, total, resvd int
+}
+
+func (r *rreq) ctxBase() int { return r.prompt + r.gen - r.need }
+
+func blocks(tokens int) int { return (tokens + kvBlock - 1) / kvBlock }
+
+func (rp *replica) grow(r *rreq, tokens int) bool {
+	n := blocks(tokens) - r.blocks
+	if n <= 0 {
+		return true
+	}
+	if n > rp.free {
+		return false
+	}
+	rp.free -= n
+	r.blocks += n
+	return true
+}
+
+func (rp *replica) release(r *rreq) {
+	rp.free += r.blocks
+	r.blocks = 0
+	rp.resvd -= r.reserved
+	r.reserved = 0
+}
+
+// preempt evicts r by recompute: it re-prefills its prompt and output so far.
+func (rp *replica) preempt(r *rreq) {
+	rp.release(r)
+	r.need, r.done = r.prompt+r.gen, 0
+	r.chunk, r.decoding = 0, false
+	rp.running = slices.DeleteFunc(rp.running, func(x *rreq) bool { return x == r })
+	rp.waiting = slices.Insert(rp.waiting, 0, r)
+}
+
+// growOrPreempt grows r to tokens, evicting the newest running request
+// while the pool is short; false when r itself went.
+func (rp *replica) growOrPreempt(r *rreq, tokens int) bool {
+	for !rp.grow(r, tokens) {
+		v := rp.running[len(rp.running)-1]
+		rp.preempt(v)
+		if v == r {
+			return false
+		}
+	}
+	return true
+}
+
+// firstNeed is what the head of the queue must prefill on admission.
+func firstNeed(r *rreq) int {
+	if r.admitted {
+		return r.need
+	}
+	return r.prompt - r.cached
+}
+
+func (rp *replica) admit(r *rreq) {
+	rp.waiting = rp.waiting[1:]
+	if !r.admitted {
+		r.admitted = true
+		r.need, r.done = r.prompt-r.cached, 0
+	}
+	rp.running = append(rp.running, r)
+}
+
+func (rp *replica) schedule() {
+	for _, r := range rp.running {
+		r.chunk, r.decoding = 0, false
+	}
+	switch rp.c.Policy {
+	case PolicySGLang:
+		rp.scheduleSGLang()
+	case PolicyTRT:
+		rp.scheduleTRT()
+	default:
+		rp.scheduleVLLM()
+	}
+}
+
+func (rp *replica) scheduleVLLM() {
+	budget := rp.c.Budget
+	for i := 0; i < len(rp.running) && budget > 0; i++ {
+		r := rp.running[i]
+		if r.need > 0 {
+			n := min(r.need-r.done, budget)
+			if !rp.growOrPreempt(r, r.ctxBase()+r.done+n) {
+				i--
+				continue
+			}
+			r.chunk, budget = n, budget-n
+			continue
+		}
+		if !rp.growOrPreempt(r, r.prompt+r.gen+1) {
+			i--
+			continue
+		}
+		r.decoding = true
+		budget--
+	}
+	for len(rp.waiting) > 0 && budget > 0 && len(rp.running) < rp.c.MaxSeqs {
+		r := rp.waiting[0]
+		need := firstNeed(r)
+		start := r.prompt + r.gen - need
+		n := min(need, budget)
+		if blocks(start+n)-r.blocks > rp.free {
+			break
+		}
+		rp.admit(r)
+		rp.grow(r, start+n)
+		r.chunk, budget = n, budget-n
+	}
+}
+
+func (rp *replica) scheduleSGLang() {
+	budget := rp.c.Budget
+	for _, r := range rp.running {
+		if r.need > 0 && budget > 0 {
+			n := min(r.need-r.done, budget)
+			if rp.grow(r, r.ctxBase()+r.done+n) {
+				r.chunk, budget = n, budget-n
+			}
+		}
+	}
+	headroom := rp.total / 10
+	for len(rp.waiting) > 0 && budget > 0 && len(rp.running) < rp.c.MaxSeqs {
+		r := rp.waiting[0]
+		need := firstNeed(r)
+		start := r.prompt + r.gen - need
+		n := min(need, budget)
+		if blocks(start+n)-r.blocks > rp.free-headroom {
+			break
+		}
+		rp.admit(r)
+		rp.grow(r, start+n)
+		r.chunk, budget = n, budget-n
+	}
+	if budget < rp.c.Budget {
+		return
+	}
+	for i := 0; i < len(rp.running); i++ {
+		r := rp.running[i]
+		if r.need > 0 {
+			continue
+		}
+		if !rp.growOrPreempt(r, r.prompt+r.gen+1) {
+			break
+		}
+		r.decoding = true
+	}
+}
+
+func (rp *replica) scheduleTRT() {
+	for _, r := range rp.running {
+		rp.grow(r, r.prompt+r.gen+1)
+		r.decoding = true
+	}
+	tok := 0
+	for len(rp.waiting) > 0 && len(rp.running) < rp.c.MaxSeqs {
+		r := rp.waiting[0]
+		res := blocks(r.prompt + rp.c.ReserveOut)
+		if rp.resvd+res > rp.total {
+			break
+		}
+		n := r.prompt - r.cached
+		if tok > 0 && tok+n > rp.c.Budget {
+			break
+		}
+		rp.admit(r)
+		r.reserved, rp.resvd = res, rp.resvd+res
+		rp.grow(r, r.prompt)
+		r.chunk, tok = n, tok+n
+	}
+}
+
+// Replay runs one replica under c and measures the window after the warm-up.
+func Replay(c Config) Result {
+	rng := rand.New(rand.NewPCG(c.Seed, 0x3a7))
+	total := max(c.KVTokens/kvBlock, 1)
+	rp := &replica{c: c, free: total, total: total}
+	if rp.c.MaxSeqs <= 0 {
+		rp.c.MaxSeqs = 1 << 30
+	}
+	if rp.c.Budget <= 0 {
+		rp.c.Budget = 1 << 30
+	}
+	clock := c.Clock
+	if clock <= 0 {
+		clock = 1
+	}
+	var res Result
+	draw := func(t float64) *rreq {
+		p := c.PromptMean * math.Exp(c.PromptSigma*rng.NormFloat64()-c.PromptSigma*c.PromptSigma/2)
+		if c.PromptCap > 0 {
+			p = math.Min(p, float64(c.PromptCap))
+		}
+		prompt := max(1, int(p))
+		o := c.OutputMean * math.Exp(c.OutputSigma*rng.NormFloat64()-c.OutputSigma*c.OutputSigma/2)
+		out := max(1, int(math.Round(o)))
+		if c.Policy == PolicyTRT && c.ReserveOut > 0 {
+			out = min(out, c.ReserveOut)
+		}
+		cached := int(math.Min(0.98, c.Hit*(0.4+1.2*rng.Float64()))*float64(prompt)) / kvBlock * kvBlock
+		cached = max(0, min(cached, prompt-1))
+		return &rreq{arrive: t, prompt: prompt, cached: cached, out: out}
+	}
+	next := math.Inf(1)
+	if c.Rate > 0 {
+		next = rng.ExpFloat64() / c.Rate
+	}
+	arrivals := 0
+	t := 0.0
+	for t < ReplaySeconds {
+		for next <= t && arrivals < MaxReplayReqs {
+			rp.waiting = append(rp.waiting, draw(next))
+			arrivals++
+			next += rng.ExpFloat64() / c.Rate
+		}
+		if arrivals >= MaxReplayReqs && next <= t {
+			res.Truncated = "requests"
+			break
+		}
+		if len(rp.waiting) == 0 && len(rp.running) == 0 {
+			if math.IsInf(next, 1) {
+				break
+			}
+			t = next
+			continue
+		}
+		rp.schedule()
+		pre, dec, ctx := 0, 0, 0
+		for _, r := range rp.running {
+			pre += r.chunk
+			if r.decoding {
+				dec++
+				ctx += r.prompt + r.gen
+			}
+		}
+		if pre == 0 && dec == 0 {
+			// nothing fits until something arrives (cannot happen with work
+			// running); wait for the next arrival
+			if math.IsInf(next, 1) {
+				break
+			}
+			t = math.Max(t, next)
+			continue
+		}
+		t += c.Step.Seconds(pre, dec, ctx, clock)
+		res.Steps++
+		if res.Steps >= MaxReplaySteps {
+			res.Truncated = "steps"
+			break
+		}
+		measured := t >= ReplayWarmup && t <= ReplaySeconds
+		keep := rp.running[:0]
+		for _, r := range rp.running {
+			emit := false
+			if r.chunk > 0 {
+				r.done += r.chunk
+				if r.done >= r.need {
+					r.need, r.done, emit = 0, 0, true
+				}
+			} else if r.decoding {
+				emit = true
+			}
+			r.chunk, r.decoding = 0, false
+			if !emit {
+				keep = append(keep, r)
+				continue
+			}
+			r.gen++
+			if measured {
+				res.Tokens++
+				if r.gen == 1 {
+					res.TTFT = append(res.TTFT, t-r.arrive+c.Outside)
+				} else {
+					res.ITL = append(res.ITL, t-r.last)
+				}
+			}
+			r.last = t
+			if r.gen >= r.out {
+				rp.release(r)
+				res.Requests++
+				continue
+			}
+			keep = append(keep, r)
+		}
+		clear(rp.running[len(keep):])
+		rp.running = keep
+	}
+	res.Span = math.Max(0, math.Min(t, ReplaySeconds)-ReplayWarmup)
+	return res
+}
