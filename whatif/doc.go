@@ -39,9 +39,9 @@
 // Predict replays the incident's own inputs and, for each fix, the inputs
 // the fix changes, with three seeds; the median and range are reported.
 // The replay of the incident's own inputs calibrates: its TTFT p95 over the
-// observed one is the fit's quality, accepted within 0.8–1.25 (a scale the
-// predictions take); outside it the fit is called poor and nothing is
-// predicted. Where a series a fit needs is missing, a MissingError names
+// observed one is the fit's quality, called good within 0.8–1.25; the
+// predictions take that scale, and outside the band they are labelled as
+// relative changes from a poor fit. Where a series a fit needs is missing, a MissingError names
 // it: a gap is never filled with a default.
 //
 // # Assumptions (stated, not measured)

@@ -97,29 +97,35 @@ type Model struct {
 	Observed Metrics
 	// Replayed is the replay of the incident's own inputs, before scaling.
 	Replayed Metrics
-	// ScaleTTFT and ScaleITL are observed over replayed; the fit is used
-	// only where both lie within the calibration band.
+	// ScaleTTFT and ScaleITL are observed over replayed: the predictions'
+	// scale (Poor when outside the calibration band).
 	ScaleTTFT, ScaleITL float64
 	cfg                 Config // the incident's replica
 	replicas            float64
 	rate, hotRate       float64 // scope arrivals; the hot replica's (0: even)
 }
 
-// PoorFitError says the replay of the incident's own inputs does not
-// reproduce the observed tail within the calibration band.
-type PoorFitError struct{ ScaleTTFT, ScaleITL float64 }
+// Poor says the replay of the incident's own inputs missed the observed
+// TTFT or inter-token p95 by more than the calibration band: the
+// predictions are then the replay's relative changes applied to the
+// observed values, and say so.
+func (m *Model) Poor() bool { return !inBand(m.ScaleTTFT) || !inBand(m.ScaleITL) }
 
-func (e *PoorFitError) Error() string {
-	return fmt.Sprintf("no prediction: the fit is poor (observed/replayed TTFT p95 %.2f, inter-token p95 %.2f; accepted %.2f–%.2f)",
-		e.ScaleTTFT, e.ScaleITL, CalibLow, CalibHigh)
+// Quality is the fit's quality in words.
+func (m *Model) Quality() string {
+	q := fmt.Sprintf("replayed incident / observed: TTFT p95 ×%.2f, inter-token p95 ×%.2f", 1/m.ScaleTTFT, 1/m.ScaleITL)
+	if m.Poor() {
+		return "poor (" + q + fmt.Sprintf(", outside %.2f–%.2f): the predictions are relative changes scaled to the observed values", CalibLow, CalibHigh)
+	}
+	return "good (" + q + ")"
 }
 
 // required are the incident window's series every prediction needs.
 var required = []string{sigArrival, sigPromptMean, sigGenMean, sigTargets, sigKVPerRun, sigCtx, sigTTFTP95, sigITLP95}
 
 // Build fits the step model, sizes the pool and the scheduler, and
-// calibrates against the incident. A *MissingError or *PoorFitError says
-// why nothing can be predicted.
+// calibrates against the incident. A *MissingError says why nothing can
+// be predicted.
 func Build(in *Inputs) (*Model, error) {
 	if err := need("the incident replay", required, in.Inc); err != nil {
 		return nil, err
@@ -180,8 +186,8 @@ func Build(in *Inputs) (*Model, error) {
 	m.Replayed = Metrics{TTFTP95: own.TTFTP95.Median, ITLP95: own.ITLP95.Median, Throughput: own.Throughput.Median}
 	m.ScaleTTFT = ratio(m.Observed.TTFTP95, m.Replayed.TTFTP95)
 	m.ScaleITL = ratio(m.Observed.ITLP95, m.Replayed.ITLP95)
-	if !inBand(m.ScaleTTFT) || !inBand(m.ScaleITL) {
-		return m, &PoorFitError{ScaleTTFT: m.ScaleTTFT, ScaleITL: m.ScaleITL}
+	if m.Replayed.TTFTP95 <= 0 || m.Replayed.ITLP95 <= 0 || m.Observed.TTFTP95 <= 0 || m.Observed.ITLP95 <= 0 {
+		return nil, &MissingError{What: "the calibration", Series: []string{sigTTFTP95, sigITLP95}}
 	}
 	return m, nil
 }
