@@ -100,6 +100,9 @@ type Model struct {
 	// ScaleTTFT and ScaleITL are observed over replayed: the predictions'
 	// scale (Poor when outside the calibration band).
 	ScaleTTFT, ScaleITL float64
+	// ScaleThroughput is observed over replayed throughput (not banded:
+	// a replay of arrivals below capacity serves what arrives).
+	ScaleThroughput float64
 	cfg                 Config // the incident's replica
 	replicas            float64
 	rate, hotRate       float64 // scope arrivals; the hot replica's (0: even)
@@ -186,6 +189,10 @@ func Build(in *Inputs) (*Model, error) {
 	m.Replayed = Metrics{TTFTP95: own.TTFTP95.Median, ITLP95: own.ITLP95.Median, Throughput: own.Throughput.Median}
 	m.ScaleTTFT = ratio(m.Observed.TTFTP95, m.Replayed.TTFTP95)
 	m.ScaleITL = ratio(m.Observed.ITLP95, m.Replayed.ITLP95)
+	m.ScaleThroughput = 1
+	if m.Observed.Throughput > 0 && m.Replayed.Throughput > 0 {
+		m.ScaleThroughput = m.Observed.Throughput / m.Replayed.Throughput
+	}
 	if m.Replayed.TTFTP95 <= 0 || m.Replayed.ITLP95 <= 0 || m.Observed.TTFTP95 <= 0 || m.Observed.ITLP95 <= 0 {
 		return nil, &MissingError{What: "the calibration", Series: []string{sigTTFTP95, sigITLP95}}
 	}
@@ -278,6 +285,7 @@ func (m *Model) Predict(f Fix) (*Prediction, error) {
 	scale := func(r Range, s float64) Range { return Range{r.Median * s, r.Low * s, r.High * s} }
 	p.TTFTP95 = scale(p.TTFTP95, m.ScaleTTFT)
 	p.ITLP95 = scale(p.ITLP95, m.ScaleITL)
+	p.Throughput = scale(p.Throughput, m.ScaleThroughput)
 	p.Fix = f
 	dt := p.TTFTP95.Median/m.Observed.TTFTP95 - 1
 	di := p.ITLP95.Median/m.Observed.ITLP95 - 1
