@@ -272,6 +272,9 @@ func (m *Model) Check(f Fix) error {
 		if err := need("routing rebalanced", []string{sigSpread}, m.In.Inc); err != nil {
 			return err
 		}
+		if m.replicas < 2 {
+			return fmt.Errorf("routing rebalanced: one replica serves the scope")
+		}
 	}
 	return nil
 }
