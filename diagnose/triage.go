@@ -817,3 +817,32 @@ func besideEngineGaps(ctx context.Context, opts *Options, win string) []verdict.
 	}
 	return out
 }
+
+// BucketLayout returns the finite le bounds of the histogram a quantile
+// signal reads (its rendered query over win, at at), or nil when the
+// signal is no histogram_quantile or nothing answers. whatif uses it to
+// read a replay's samples the way the engine's histogram reads requests.
+func BucketLayout(ctx context.Context, m query.Metrics, rs *rules.Ruleset, signal, selector, win string, at time.Time) []float64 {
+	s := rs.Signal(signal)
+	if s == nil {
+		return nil
+	}
+	expr, err := s.Render(selector, win, nil)
+	if err != nil || !strings.Contains(expr, "histogram_quantile") {
+		return nil
+	}
+	var parts []string
+	for _, vs := range vectorSelectors(expr) {
+		if name, _, _ := strings.Cut(vs, "{"); strings.HasSuffix(name, "_bucket") {
+			parts = append(parts, fmt.Sprintf("count by (le) (last_over_time(%s[%s]))", vs, win))
+		}
+	}
+	if len(parts) == 0 {
+		return nil
+	}
+	vec, _, err := m.Query(ctx, strings.Join(parts, " or "), at)
+	if err != nil {
+		return nil
+	}
+	return bucketLes(vec)
+}

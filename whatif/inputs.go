@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/verdict"
@@ -60,6 +61,10 @@ type Inputs struct {
 	Base, Inc Window
 	// Obs are the sub-windows of both windows the step time is fitted on.
 	Obs []Window
+	// Buckets are the le bounds of the TTFT and inter-token histograms
+	// (by signal: ttft_p95, tpot_p95), nil where unknown: a replay's p95
+	// is read through them to compare with the observed one.
+	Buckets map[string][]float64
 }
 
 // Source is where Read gets the sub-window observations.
@@ -92,6 +97,13 @@ func Read(ctx context.Context, v *verdict.Verdict, sched rules.Scheduler, src So
 	}
 	if src.Metrics == nil || src.Ruleset == nil {
 		return in, nil
+	}
+	in.Buckets = map[string][]float64{}
+	win := promDuration(v.Incident.End.Sub(v.Incident.Start))
+	for _, name := range []string{sigTTFTP95, sigITLP95} {
+		if les := diagnose.BucketLayout(ctx, src.Metrics, src.Ruleset, name, src.Selector, win, v.Incident.End); len(les) > 0 {
+			in.Buckets[name] = les
+		}
 	}
 	sub := src.SubWindow
 	if sub <= 0 {

@@ -88,6 +88,8 @@ type Prediction struct {
 	TTFTP95, ITLP95, Throughput Range
 	// Trade says the fix improves one latency and worsens the other.
 	Trade string
+
+	histTTFT, histITL float64 // the replay's p95s read through the histograms' buckets
 }
 
 // Model is the fitted, calibrated model of one incident.
@@ -95,8 +97,11 @@ type Model struct {
 	In       *Inputs
 	Fit      Fit
 	Observed Metrics
-	// Replayed is the replay of the incident's own inputs, before scaling.
-	Replayed Metrics
+	// Replayed is the replay of the incident's own inputs, before scaling;
+	// Incident is after: what the changes of a fix are relative to (the
+	// observed p95s are interpolated inside histogram buckets, the
+	// predictions are not).
+	Replayed, Incident Metrics
 	// ScaleTTFT and ScaleITL are observed over replayed: the predictions'
 	// scale (Poor when outside the calibration band).
 	ScaleTTFT, ScaleITL float64
@@ -187,12 +192,16 @@ func Build(in *Inputs) (*Model, error) {
 	m.Observed = Metrics{TTFTP95: v(sigTTFTP95), ITLP95: v(sigITLP95), Throughput: v(sigGenTPS)}
 	own := m.replay(Fix{})
 	m.Replayed = Metrics{TTFTP95: own.TTFTP95.Median, ITLP95: own.ITLP95.Median, Throughput: own.Throughput.Median}
-	m.ScaleTTFT = ratio(m.Observed.TTFTP95, m.Replayed.TTFTP95)
-	m.ScaleITL = ratio(m.Observed.ITLP95, m.Replayed.ITLP95)
+	// the replay read as the engine's histograms read the requests, so
+	// that the interpolation inside a bucket does not count as misfit
+	m.ScaleTTFT = ratio(m.Observed.TTFTP95, own.histTTFT)
+	m.ScaleITL = ratio(m.Observed.ITLP95, own.histITL)
 	m.ScaleThroughput = 1
 	if m.Observed.Throughput > 0 && m.Replayed.Throughput > 0 {
 		m.ScaleThroughput = m.Observed.Throughput / m.Replayed.Throughput
 	}
+	m.Incident = Metrics{TTFTP95: m.Replayed.TTFTP95 * m.ScaleTTFT, ITLP95: m.Replayed.ITLP95 * m.ScaleITL,
+		Throughput: m.Replayed.Throughput * m.ScaleThroughput}
 	if m.Replayed.TTFTP95 <= 0 || m.Replayed.ITLP95 <= 0 || m.Observed.TTFTP95 <= 0 || m.Observed.ITLP95 <= 0 {
 		return nil, &MissingError{What: "the calibration", Series: []string{sigTTFTP95, sigITLP95}}
 	}
@@ -290,8 +299,8 @@ func (m *Model) Predict(f Fix) (*Prediction, error) {
 	p.ITLP95 = scale(p.ITLP95, m.ScaleITL)
 	p.Throughput = scale(p.Throughput, m.ScaleThroughput)
 	p.Fix = f
-	dt := p.TTFTP95.Median/m.Observed.TTFTP95 - 1
-	di := p.ITLP95.Median/m.Observed.ITLP95 - 1
+	dt := p.TTFTP95.Median/m.Incident.TTFTP95 - 1
+	di := p.ITLP95.Median/m.Incident.ITLP95 - 1
 	switch {
 	case dt < -Unchanged && di > Unchanged:
 		p.Trade = fmt.Sprintf("trades inter-token latency for TTFT: TTFT p95 %+.0f%%, inter-token p95 %+.0f%%", 100*dt, 100*di)
@@ -337,7 +346,7 @@ func (m *Model) replay(f Fix) *Prediction {
 		// the hot replica keeps its traffic; the rest share what is left
 		classes = []class{{m.hotRate, 1}, {math.Max(0, m.rate-m.hotRate) / (n - 1), n - 1}}
 	}
-	var ttft, itl, thr []float64
+	var ttft, itl, thr, hTTFT, hITL []float64
 	for _, seed := range Seeds {
 		var ts, is, tw, iw []float64
 		tokens := 0.0
@@ -358,9 +367,44 @@ func (m *Model) replay(f Fix) *Prediction {
 		}
 		ttft = append(ttft, weightedP95(ts, tw))
 		itl = append(itl, weightedP95(is, iw))
+		hTTFT = append(hTTFT, histP95(ts, tw, m.In.Buckets[sigTTFTP95]))
+		hITL = append(hITL, histP95(is, iw, m.In.Buckets[sigITLP95]))
 		thr = append(thr, tokens)
 	}
-	return &Prediction{TTFTP95: rangeOf(ttft), ITLP95: rangeOf(itl), Throughput: rangeOf(thr)}
+	return &Prediction{TTFTP95: rangeOf(ttft), ITLP95: rangeOf(itl), Throughput: rangeOf(thr),
+		histTTFT: rangeOf(hTTFT).Median, histITL: rangeOf(hITL).Median}
+}
+
+// histP95 is the 95th percentile of the weighted samples as
+// histogram_quantile reads them from buckets with the bounds les: linear
+// inside the bucket that holds the rank, the highest bound past the last.
+// Without bounds it is the samples' own p95.
+func histP95(xs, ws, les []float64) float64 {
+	if len(les) == 0 || len(xs) == 0 {
+		return weightedP95(xs, ws)
+	}
+	counts := make([]float64, len(les)+1)
+	total := 0.0
+	for i, x := range xs {
+		counts[sort.SearchFloat64s(les, x)] += ws[i]
+		total += ws[i]
+	}
+	rank := 0.95 * total
+	acc := 0.0
+	for i, c := range counts {
+		if acc+c >= rank && c > 0 {
+			if i == len(les) {
+				return les[len(les)-1]
+			}
+			lo := 0.0
+			if i > 0 {
+				lo = les[i-1]
+			}
+			return lo + (les[i]-lo)*(rank-acc)/c
+		}
+		acc += c
+	}
+	return les[len(les)-1]
 }
 
 func rangeOf(xs []float64) Range {

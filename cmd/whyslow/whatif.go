@@ -249,13 +249,15 @@ func (r whatifReport) text(w io.Writer) {
 		in.Scheduler.MaxNumBatchedTokens, in.Scheduler.MaxNumSeqs, in.Scheduler.Source)
 	fmt.Fprintf(w, "fit: %s\n", m.Fit)
 	fmt.Fprintf(w, "calibration: %s\n\n", m.Quality())
-	fmt.Fprintf(w, "%-34s %-22s %-22s %s\n", "", "TTFT p95", "inter-token p95", "throughput")
-	fmt.Fprintf(w, "%-34s %-22s %-22s %s\n", "observed (incident)", secs(m.Observed.TTFTP95), secs(m.Observed.ITLP95), tps(m.Observed.Throughput))
+	fmt.Fprintf(w, "%-30s %-32s %-28s %s\n", "", "TTFT p95", "inter-token p95", "throughput")
+	fmt.Fprintf(w, "%-30s %-32s %-28s %s\n", "observed (incident)", secs(m.Observed.TTFTP95), secs(m.Observed.ITLP95), tps(m.Observed.Throughput))
+	fmt.Fprintf(w, "%-30s %-32s %-28s %s\n", "model (incident, no change)", secs(m.Incident.TTFTP95), secs(m.Incident.ITLP95), tps(m.Incident.Throughput))
 	for _, p := range r.Predictions {
-		fmt.Fprintf(w, "%-34s %-22s %-22s %s\n", p.Fix.String(),
-			withRange(p.TTFTP95, secs, m.Observed.TTFTP95), withRange(p.ITLP95, secs, m.Observed.ITLP95),
+		fmt.Fprintf(w, "%-30s %-32s %-28s %s\n", p.Fix.String(),
+			withRange(p.TTFTP95, secs, m.Incident.TTFTP95), withRange(p.ITLP95, secs, m.Incident.ITLP95),
 			tps(p.Throughput.Median))
 	}
+	fmt.Fprintln(w, "\n(changes are against the model of the incident; ranges over 3 replay seeds)")
 	for _, p := range r.Predictions {
 		if p.Trade != "" {
 			fmt.Fprintf(w, "\n%s %s", p.Fix.String(), p.Trade)
@@ -316,6 +318,7 @@ type whatifJSON struct {
 	Calibration         string           `json:"calibration"`
 	PoorFit             bool             `json:"poor_fit"`
 	Observed            predictionJSON   `json:"observed"`
+	Incident            predictionJSON   `json:"model_incident"`
 	Predictions         []predictionJSON `json:"predictions"`
 	Declined            []declined       `json:"declined,omitempty"`
 }
@@ -329,6 +332,8 @@ func (r whatifReport) json() whatifJSON {
 		FitR2: round4(m.Fit.R2), Calibration: m.Quality(), PoorFit: m.Poor(),
 		Observed: predictionJSON{Fix: "none (observed)", TTFTP95: one(m.Observed.TTFTP95), ITLP95: one(m.Observed.ITLP95),
 			Throughput: one(m.Observed.Throughput)},
+		Incident: predictionJSON{Fix: "none (model)", TTFTP95: one(m.Incident.TTFTP95), ITLP95: one(m.Incident.ITLP95),
+			Throughput: one(m.Incident.Throughput)},
 		Declined: r.Declined}
 	for _, p := range r.Predictions {
 		out.Predictions = append(out.Predictions, predictionJSON{Fix: p.Fix.String(), TTFTP95: rg(p.TTFTP95),

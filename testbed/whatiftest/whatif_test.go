@@ -2,6 +2,8 @@ package whatiftest
 
 import (
 	"context"
+	"encoding/json"
+	"os"
 	"flag"
 	"fmt"
 	"sort"
@@ -16,6 +18,7 @@ var (
 	validate  = flag.Bool("whatif", false, "TestValidation: every fault × fix on the three engine models (minutes)")
 	perFault  = flag.Int("whatif.per", 1, "TestValidation: instances per (fault, engine)")
 	whatifPar = flag.Int("whatif.par", 2, "TestValidation: instances recorded at once")
+	dumpPairs = flag.String("whatif.dump", "", "TestValidation: also write every pair as JSON to `FILE`")
 )
 
 // faults are the injected faults the fixes are tried on.
@@ -81,6 +84,15 @@ func TestValidation(t *testing.T) {
 	}
 	wg.Wait()
 	t.Log("\n" + Report(pairs))
+	if *dumpPairs != "" {
+		data, err := json.MarshalIndent(pairs, "", " ")
+		if err == nil {
+			err = os.WriteFile(*dumpPairs, data, 0o644)
+		}
+		if err != nil {
+			t.Error(err)
+		}
+	}
 }
 
 // Report tabulates the pairs.

@@ -55,7 +55,8 @@ type Pair struct {
 	Seed                        int64
 	// Truth: the incident's exact p95s without and with the fix.
 	TruthTTFT, TruthITL, FixedTTFT, FixedITL float64
-	// Prediction: the observed (telemetry) p95s and the predicted ones.
+	// Prediction: the model's incident p95s (the replay of the incident's
+	// own inputs, calibrated to the telemetry) and the predicted ones.
 	ObsTTFT, ObsITL, PredTTFT, PredITL float64
 	// Declined says why whatif predicted nothing ("" when it did).
 	Declined string
@@ -118,7 +119,7 @@ func Incident(ctx context.Context, o reqsim.Options, cases []Case) ([]Pair, erro
 			out = append(out, p)
 			continue
 		}
-		p.ObsTTFT, p.ObsITL = model.Observed.TTFTP95, model.Observed.ITLP95
+		p.ObsTTFT, p.ObsITL = model.Incident.TTFTP95, model.Incident.ITLP95
 		p.PredTTFT, p.PredITL = pr.TTFTP95.Median, pr.ITLP95.Median
 		out = append(out, p)
 	}
