@@ -84,7 +84,7 @@ type Metrics struct{ TTFTP95, ITLP95, Throughput float64 }
 
 // Prediction is one fix's predicted effect.
 type Prediction struct {
-	Fix                        Fix
+	Fix                         Fix
 	TTFTP95, ITLP95, Throughput Range
 	// Trade says the fix improves one latency and worsens the other.
 	Trade string
@@ -108,9 +108,9 @@ type Model struct {
 	// ScaleThroughput is observed over replayed throughput (not banded:
 	// a replay of arrivals below capacity serves what arrives).
 	ScaleThroughput float64
-	cfg                 Config // the incident's replica
-	replicas            float64
-	rate, hotRate       float64 // scope arrivals; the hot replica's (0: even)
+	cfg             Config // the incident's replica
+	replicas        float64
+	rate, hotRate   float64 // scope arrivals; the hot replica's (0: even)
 }
 
 // Poor says the replay of the incident's own inputs missed the observed

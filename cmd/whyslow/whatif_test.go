@@ -57,7 +57,9 @@ func TestWhatifJSON(t *testing.T) {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
 	var out struct {
-		Observed    struct{ TTFT struct{ Median float64 } `json:"ttft_p95_seconds"` }
+		Observed struct {
+			TTFT struct{ Median float64 } `json:"ttft_p95_seconds"`
+		}
 		Predictions []struct {
 			Fix  string
 			TTFT struct{ Median, Low, High float64 } `json:"ttft_p95_seconds"`

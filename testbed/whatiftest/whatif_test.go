@@ -3,9 +3,9 @@ package whatiftest
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"flag"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"sync"

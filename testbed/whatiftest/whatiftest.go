@@ -80,7 +80,9 @@ func Direction(before, after float64) int {
 func (p Pair) RightTTFT() bool {
 	return Direction(p.TruthTTFT, p.FixedTTFT) == Direction(p.ObsTTFT, p.PredTTFT)
 }
-func (p Pair) RightITL() bool { return Direction(p.TruthITL, p.FixedITL) == Direction(p.ObsITL, p.PredITL) }
+func (p Pair) RightITL() bool {
+	return Direction(p.TruthITL, p.FixedITL) == Direction(p.ObsITL, p.PredITL)
+}
 
 // ErrTTFT and ErrITL are the relative errors of the predicted p95s.
 func (p Pair) ErrTTFT() float64 { return math.Abs(p.PredTTFT/p.FixedTTFT - 1) }
