@@ -49,7 +49,11 @@
 //   - arrivals are Poisson at the window's mean rate (no burstiness term);
 //   - output lengths are lognormal with σ 0.8 (engines export a mean, the
 //     histogram's buckets are too coarse for a spread);
-//   - a prompt's spread is σ 0.8 where no prompt-length p90 is exported;
+//   - a prompt's spread is σ 0.8 where no prompt-length p90 or p99 is
+//     exported, and prompts are cut at 1.2× the window's p99.9 (2× its p99);
+//     a prompt the whole pool cannot hold is refused (max_model_len);
+//   - a routing skew is a share of the arrivals pinned to one replica
+//     (from rate_spread), which more replicas do not spread;
 //   - TensorRT-LLM reserves prompt + max_tokens; max_tokens is read from the
 //     pool when requests waited at a full reservation, else 4× the mean
 //     output;

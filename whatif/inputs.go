@@ -19,6 +19,8 @@ const (
 	sigArrival    = "arrival_rate"
 	sigPromptMean = "prompt_len_mean"
 	sigPromptP90  = "prompt_len_p90"
+	sigPromptP99  = "prompt_len_p99"
+	sigPromptP999 = "prompt_len_p999"
 	sigGenMean    = "gen_len_mean"
 	sigHit        = "prefix_hit_rate"
 	sigTargets    = "serving_targets"

@@ -110,7 +110,10 @@ type Model struct {
 	ScaleThroughput float64
 	cfg             Config // the incident's replica
 	replicas        float64
-	rate, hotRate   float64 // scope arrivals; the hot replica's (0: even)
+	rate            float64 // scope arrivals
+	// pinned is the share of the arrivals pinned to one replica (session
+	// affinity, a hash ring) on top of its even share of the rest (0: even).
+	pinned float64
 }
 
 // Poor says the replay of the incident's own inputs missed the observed
@@ -161,7 +164,9 @@ func Build(in *Inputs) (*Model, error) {
 	m.replicas = math.Max(1, math.Round(v(sigTargets)))
 	m.rate = v(sigArrival)
 	if sp, ok := w.get(sigSpread); ok && sp >= 1.15 && m.replicas >= 2 {
-		m.hotRate = m.rate * math.Min(sp, m.replicas) / m.replicas
+		// the hottest replica gets pinned + (1 − pinned)/n of the arrivals,
+		// rate_spread (max over mean) times the mean share 1/n
+		m.pinned = (math.Min(sp, m.replicas) - 1) / (m.replicas - 1)
 	}
 	hit, ok := w.get(sigHit)
 	if !ok {
@@ -170,7 +175,7 @@ func Build(in *Inputs) (*Model, error) {
 	}
 	kv := kvTokens(in)
 	c := Config{Policy: policyOf(in.Engine), Step: fit.Model, Clock: 1,
-		PromptMean: v(sigPromptMean), PromptSigma: promptSigma(w), OutputMean: v(sigGenMean), OutputSigma: 0.8,
+		PromptMean: v(sigPromptMean), PromptSigma: promptSigma(w), PromptMax: promptMax(w), OutputMean: v(sigGenMean), OutputSigma: 0.8,
 		Hit: math.Max(0, math.Min(0.98, hit)), Budget: s.MaxNumBatchedTokens, MaxSeqs: s.MaxNumSeqs, KVTokens: kv}
 	if fit.ClockKnown {
 		c.Clock = v(sigClock)
@@ -237,19 +242,42 @@ func kvTokens(in *Inputs) int {
 }
 
 // promptSigma is the lognormal σ of the prompt lengths from their mean and
-// p90 (ln(p90/mean) = 1.2816σ − σ²/2), or 0.8 without a p90.
+// p90 (ln(p90/mean) = zσ − σ²/2, z = 1.2816), or from the p99 (z = 2.3263)
+// when no lognormal has that p90, or 0.8 without either.
 func promptSigma(w Window) float64 {
-	mean, ok1 := w.get(sigPromptMean)
-	p90, ok2 := w.get(sigPromptP90)
-	if !ok1 || !ok2 || mean <= 0 || p90 <= 0 {
+	mean, ok := w.get(sigPromptMean)
+	if !ok || mean <= 0 {
 		return 0.8
 	}
-	k := math.Log(p90 / mean)
-	d := 1.2816*1.2816 - 2*k
-	if d < 0 {
-		return 1.2816 // the p90 is as far above the mean as a lognormal goes
+	for _, q := range []struct {
+		name string
+		z    float64
+	}{{sigPromptP90, 1.2816}, {sigPromptP99, 2.3263}} {
+		v, ok := w.get(q.name)
+		if !ok || v <= 0 {
+			continue
+		}
+		d := q.z*q.z - 2*math.Log(v/mean)
+		if d >= 0 {
+			return math.Max(0.05, q.z-math.Sqrt(d))
+		}
 	}
-	return math.Max(0.05, 1.2816-math.Sqrt(d))
+	if _, ok := w.get(sigPromptP90); ok {
+		return 1.2816 // the p90 is as far above the mean as a lognormal's goes
+	}
+	return 0.8
+}
+
+// promptMax is the longest prompt the replay draws: 1.2× the window's
+// p99.9 prompt, or 2× its p99; 0 (no cap) without either.
+func promptMax(w Window) int {
+	if v, ok := w.get(sigPromptP999); ok && v > 0 {
+		return int(1.2 * v)
+	}
+	if v, ok := w.get(sigPromptP99); ok && v > 0 {
+		return int(2 * v)
+	}
+	return 0
 }
 
 func policyOf(engine string) string {
@@ -342,9 +370,10 @@ func (m *Model) replay(f Fix) *Prediction {
 		rate, count float64
 	}
 	classes := []class{{m.rate / n, n}}
-	if m.hotRate > 0 && !f.Rebalance && n >= 2 {
-		// the hot replica keeps its traffic; the rest share what is left
-		classes = []class{{m.hotRate, 1}, {math.Max(0, m.rate-m.hotRate) / (n - 1), n - 1}}
+	if m.pinned > 0 && !f.Rebalance && n >= 2 {
+		// the pinned share stays on one replica; the rest spreads evenly
+		even := m.rate * (1 - m.pinned) / n
+		classes = []class{{m.rate*m.pinned + even, 1}, {even, n - 1}}
 	}
 	var ttft, itl, thr, hTTFT, hITL []float64
 	for _, seed := range Seeds {
@@ -434,3 +463,6 @@ func weightedP95(xs, ws []float64) float64 {
 	}
 	return xs[idx[len(idx)-1]]
 }
+
+// Config is the incident's replica as the replay runs it.
+func (m *Model) Config() Config { return m.cfg }

@@ -32,6 +32,7 @@ type Config struct {
 	PromptMean, PromptSigma float64
 	OutputMean, OutputSigma float64
 	PromptCap               int     // 0: no cap
+	PromptMax               int     // the longest prompt the window saw (0: unknown); longer draws are cut
 	Hit                     float64 // mean share of a prompt served from the prefix cache
 	Budget, MaxSeqs         int
 	KVTokens                int
@@ -259,6 +260,9 @@ func Replay(c Config) Result {
 	var res Result
 	draw := func(t float64) *rreq {
 		p := c.PromptMean * math.Exp(c.PromptSigma*rng.NormFloat64()-c.PromptSigma*c.PromptSigma/2)
+		if c.PromptMax > 0 {
+			p = math.Min(p, float64(c.PromptMax))
+		}
 		if c.PromptCap > 0 {
 			p = math.Min(p, float64(c.PromptCap))
 		}
@@ -280,7 +284,11 @@ func Replay(c Config) Result {
 	t := 0.0
 	for t < ReplaySeconds {
 		for next <= t && arrivals < MaxReplayReqs {
-			rp.waiting = append(rp.waiting, draw(next))
+			// an engine refuses a prompt its whole pool cannot hold (past
+			// max_model_len) instead of holding its queue behind it
+			if r := draw(next); blocks(r.prompt+1) <= total {
+				rp.waiting = append(rp.waiting, r)
+			}
 			arrivals++
 			next += rng.ExpFloat64() / c.Rate
 		}
