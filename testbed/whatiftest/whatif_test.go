@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/whyslow/whyslow/testbed/reqsim"
+	"github.com/whyslow/whyslow/whatif"
 )
 
 var (
@@ -127,6 +128,7 @@ func Report(pairs []Pair) string {
 	group("engine", func(p Pair) string { return p.Engine })
 	group("band", func(p Pair) string { return p.Band })
 	group("fault", func(p Pair) string { return p.Scenario })
+	b.WriteString(fitQuality(pairs))
 	reasons := map[string]int{}
 	for _, p := range pairs {
 		if p.Declined != "" {
@@ -174,4 +176,31 @@ func line(name string, ps []Pair) string {
 		return fmt.Sprintf("%.1f%%", 100*xs[len(xs)/2])
 	}
 	return fmt.Sprintf("%-22s %5d %5d %5d %8s %8s %8s %8s\n", name, n+decl, decl, poor, pct(rt), pct(ri), med(et), med(ei))
+}
+
+// fitQuality sums up the fits, one per incident: the median R², and the
+// share of incidents whose replay lands within the calibration band.
+func fitQuality(pairs []Pair) string {
+	seen := map[int64]bool{}
+	var r2, st, si []float64
+	inT, inI := 0, 0
+	for _, p := range pairs {
+		if seen[p.Seed] || p.Fit == "" {
+			continue
+		}
+		seen[p.Seed] = true
+		r2, st, si = append(r2, p.R2), append(st, p.ScaleTTFT), append(si, p.ScaleITL)
+		if p.ScaleTTFT >= whatif.CalibLow && p.ScaleTTFT <= whatif.CalibHigh {
+			inT++
+		}
+		if p.ScaleITL >= whatif.CalibLow && p.ScaleITL <= whatif.CalibHigh {
+			inI++
+		}
+	}
+	if len(r2) == 0 {
+		return ""
+	}
+	med := func(xs []float64) float64 { sort.Float64s(xs); return xs[len(xs)/2] }
+	return fmt.Sprintf("fits: %d incidents, median R² %.2f; observed/replayed p95 median TTFT %.2f, ITL %.2f; within %.2f–%.2f: TTFT %d, ITL %d\n",
+		len(r2), med(r2), med(st), med(si), whatif.CalibLow, whatif.CalibHigh, inT, inI)
 }

@@ -61,8 +61,11 @@ type Pair struct {
 	// Declined says why whatif predicted nothing ("" when it did).
 	Declined string
 	Fit      string
-	// Poor says the calibration fell outside its band.
-	Poor bool
+	// Poor says the calibration fell outside its band; ScaleTTFT and
+	// ScaleITL are observed over replayed (read through the buckets), R2
+	// the step-time fit's.
+	Poor                    bool
+	ScaleTTFT, ScaleITL, R2 float64
 }
 
 // Direction is -1 better, +1 worse, 0 unchanged within whatif.Unchanged.
@@ -109,6 +112,7 @@ func Incident(ctx context.Context, o reqsim.Options, cases []Case) ([]Pair, erro
 		p.FixedTTFT, p.FixedITL = fb.Truth.Inc.TTFTP95, fb.Truth.Inc.ITLP95
 		if model != nil {
 			p.Fit, p.Poor = model.Fit.String(), model.Poor()
+			p.ScaleTTFT, p.ScaleITL, p.R2 = model.ScaleTTFT, model.ScaleITL, model.Fit.R2
 		}
 		if fitErr != nil {
 			p.Declined = fitErr.Error()
