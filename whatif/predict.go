@@ -175,8 +175,11 @@ func Build(in *Inputs) (*Model, error) {
 	}
 	kv := kvTokens(in)
 	c := Config{Policy: policyOf(in.Engine), Step: fit.Model, Clock: 1,
-		PromptMean: v(sigPromptMean), PromptSigma: promptSigma(w), PromptMax: promptMax(w), OutputMean: v(sigGenMean), OutputSigma: 0.8,
+		PromptMean: v(sigPromptMean), PromptSigma: promptSigma(w), PromptMax: promptMax(w), PromptTail: promptTail(w), OutputMean: v(sigGenMean), OutputSigma: 0.8,
 		Hit: math.Max(0, math.Min(0.98, hit)), Budget: s.MaxNumBatchedTokens, MaxSeqs: s.MaxNumSeqs, KVTokens: kv}
+	if len(c.PromptTail) > 0 {
+		c.PromptBody = fitBody(c.PromptTail, c.PromptMean)
+	}
 	if fit.ClockKnown {
 		c.Clock = v(sigClock)
 	}
@@ -266,6 +269,26 @@ func promptSigma(w Window) float64 {
 		return 1.2816 // the p90 is as far above the mean as a lognormal's goes
 	}
 	return 0.8
+}
+
+// promptTail is the window's prompt-length quantiles (p90, p99, p99.9,
+// as exported; increasing), or nil without a p90.
+func promptTail(w Window) []Quantile {
+	var q []Quantile
+	for _, a := range []struct {
+		name string
+		u    float64
+	}{{sigPromptP90, 0.9}, {sigPromptP99, 0.99}, {sigPromptP999, 0.999}} {
+		v, ok := w.get(a.name)
+		if !ok || v <= 0 || (len(q) > 0 && v <= q[len(q)-1].V) {
+			break
+		}
+		q = append(q, Quantile{U: a.u, V: v})
+	}
+	if len(q) == 0 || q[0].U != 0.9 {
+		return nil
+	}
+	return q
 }
 
 // promptMax is the longest prompt the replay draws: 1.2× the window's

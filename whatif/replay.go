@@ -30,6 +30,12 @@ type Config struct {
 	// Rate is the requests per second this replica receives.
 	Rate                    float64
 	PromptMean, PromptSigma float64
+	// PromptTail, when set, shapes the prompt lengths instead of
+	// PromptMean and PromptSigma: quantiles (ascending) the draws pass
+	// through, log-linear in the normal score between them, with a
+	// lognormal body of σ PromptBody below the first.
+	PromptTail              []Quantile
+	PromptBody              float64
 	OutputMean, OutputSigma float64
 	PromptCap               int     // 0: no cap
 	PromptMax               int     // the longest prompt the window saw (0: unknown); longer draws are cut
@@ -259,7 +265,12 @@ func Replay(c Config) Result {
 	}
 	var res Result
 	draw := func(t float64) *rreq {
-		p := c.PromptMean * math.Exp(c.PromptSigma*rng.NormFloat64()-c.PromptSigma*c.PromptSigma/2)
+		var p float64
+		if len(c.PromptTail) > 0 {
+			p = quantileAt(c.PromptTail, c.PromptBody, rng.NormFloat64())
+		} else {
+			p = c.PromptMean * math.Exp(c.PromptSigma*rng.NormFloat64()-c.PromptSigma*c.PromptSigma/2)
+		}
 		if c.PromptMax > 0 {
 			p = math.Min(p, float64(c.PromptMax))
 		}
@@ -366,4 +377,56 @@ func Replay(c Config) Result {
 	}
 	res.Span = math.Max(0, math.Min(t, ReplaySeconds)-ReplayWarmup)
 	return res
+}
+
+// Quantile is a length at a cumulative share U.
+type Quantile struct{ U, V float64 }
+
+// normalScore is the standard normal quantile of u.
+func normalScore(u float64) float64 { return math.Sqrt2 * math.Erfinv(2*u-1) }
+
+// quantileAt maps the normal score z through the anchors q: below the
+// first, a lognormal body of σ body; between two, log-linear in z; past
+// the last, the last segment's slope continued.
+func quantileAt(q []Quantile, body, z float64) float64 {
+	z0 := normalScore(q[0].U)
+	if z <= z0 {
+		return q[0].V * math.Exp(body*(z-z0))
+	}
+	for i := 1; i < len(q); i++ {
+		zi := normalScore(q[i].U)
+		if z <= zi {
+			f := (z - z0) / (zi - z0)
+			return math.Exp(math.Log(q[i-1].V) + f*(math.Log(q[i].V)-math.Log(q[i-1].V)))
+		}
+		z0 = zi
+	}
+	slope := body
+	if n := len(q); n >= 2 {
+		slope = (math.Log(q[n-1].V) - math.Log(q[n-2].V)) / (normalScore(q[n-1].U) - normalScore(q[n-2].U))
+	}
+	return q[len(q)-1].V * math.Exp(slope*(z-z0))
+}
+
+// fitBody is the body's σ that gives the anchored distribution the mean
+// (bisection; the mean falls as σ grows), within [0.05, 2.5].
+func fitBody(q []Quantile, mean float64) float64 {
+	meanOf := func(body float64) float64 {
+		const n = 2000
+		s := 0.0
+		for i := 0; i < n; i++ {
+			s += quantileAt(q, body, normalScore((float64(i)+0.5)/n))
+		}
+		return s / n
+	}
+	lo, hi := 0.05, 2.5
+	for i := 0; i < 40; i++ {
+		mid := (lo + hi) / 2
+		if meanOf(mid) > mean {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return (lo + hi) / 2
 }

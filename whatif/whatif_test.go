@@ -141,3 +141,24 @@ func TestPromptSigma(t *testing.T) {
 		t.Errorf("σ = %g, want 0.6", s)
 	}
 }
+
+func TestPromptTailKeepsQuantilesAndMean(t *testing.T) {
+	q := []Quantile{{0.9, 4000}, {0.99, 7700}, {0.999, 16000}}
+	body := fitBody(q, 1550)
+	const n = 200000
+	var xs []float64
+	sum := 0.0
+	for i := 0; i < n; i++ {
+		x := quantileAt(q, body, normalScore((float64(i)+0.5)/n))
+		xs = append(xs, x)
+		sum += x
+	}
+	if m := sum / n; math.Abs(m/1550-1) > 0.01 {
+		t.Errorf("mean %.0f, want 1550", m)
+	}
+	for _, a := range q {
+		if got := xs[int(a.U*n)]; math.Abs(got/a.V-1) > 0.01 {
+			t.Errorf("quantile %.3f = %.0f, want %.0f", a.U, got, a.V)
+		}
+	}
+}

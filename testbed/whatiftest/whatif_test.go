@@ -118,7 +118,10 @@ func Report(pairs []Pair) string {
 		b.WriteString("\n")
 	}
 	group("all", func(Pair) string { return "all" })
-	group("good fits only", func(p Pair) string {
+	group("calibration", func(p Pair) string {
+		if p.Declined != "" {
+			return "declined"
+		}
 		if p.Poor {
 			return "poor fit"
 		}
