@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/collectors/bundle"
+	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/notifiers/render"
 	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/rulesets"
@@ -139,7 +140,7 @@ func runWhatif(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return fail("%s", render.EscapeLines(err.Error()))
 	}
 	if fixes == nil {
-		fixes = catalogue(whatif.Fix{MaxNumBatchedTokens: model.In.Scheduler.MaxNumBatchedTokens, MaxNumSeqs: model.In.Scheduler.MaxNumSeqs})
+		fixes = whatif.Catalogue(whatif.Fix{MaxNumBatchedTokens: model.In.Scheduler.MaxNumBatchedTokens, MaxNumSeqs: model.In.Scheduler.MaxNumSeqs})
 	}
 	report := whatifReport{Model: model}
 	for _, fx := range fixes {
@@ -172,19 +173,6 @@ func runWhatif(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	report.text(stdout)
 	return exitOK
-}
-
-// catalogue is what whatif predicts without a fix flag: the verdicts'
-// usual remedies as input changes of the incident's scheduler s.
-func catalogue(s whatif.Fix) []whatif.Fix {
-	out := []whatif.Fix{{ReplicasFactor: 2}, {KVFactor: 1.5}}
-	if s.MaxNumBatchedTokens > 0 {
-		out = append(out, whatif.Fix{MaxNumBatchedTokens: 2 * s.MaxNumBatchedTokens})
-	}
-	if s.MaxNumSeqs >= 2 {
-		out = append(out, whatif.Fix{MaxNumSeqs: s.MaxNumSeqs / 2})
-	}
-	return append(out, whatif.Fix{RestorePrefix: true}, whatif.Fix{RestoreClock: true}, whatif.Fix{Rebalance: true})
 }
 
 // whatifFixes is the fixes to predict: the flags' fix, one per sweep
@@ -348,4 +336,45 @@ func round4(x float64) float64 {
 	}
 	mag := math.Pow(10, 3-math.Floor(math.Log10(math.Abs(x))))
 	return math.Round(x*mag) / mag
+}
+
+// predictFixes fills v.Predicted (why --predict): the triage again with
+// every signal value (Explain), on the same source, and the model over it.
+// Missing series are said in the verdict, not an error.
+func predictFixes(ctx context.Context, f *whyFlags, m query.Metrics, v *verdict.Verdict) error {
+	if v.Status == verdict.StatusInsufficientData || v.Engine == "" {
+		v.Predicted = &verdict.Predicted{Missing: "no prediction: the triage had too little data"}
+		return nil
+	}
+	rss, err := f.maps.For(v.Engine)
+	if err != nil {
+		return err
+	}
+	given := schedulerOf(bundle.Scheduler{})
+	if f.bundle != "" {
+		if b, err := bundle.Load(f.bundle); err == nil && b.Incident != nil {
+			given = schedulerOf(b.Incident.Scheduler)
+		}
+	}
+	o := diagnose.Options{Metrics: m, Rulesets: rss, Engine: v.Engine, At: v.Incident.End,
+		Window: v.Incident.End.Sub(v.Incident.Start), Baseline: v.Incident.End.Sub(v.Baseline.End),
+		Selector: v.Scope.Selector, Scheduler: given, Explain: true}
+	if v.GPU != nil {
+		o.GPU = v.GPU.Class
+	}
+	ev, err := diagnose.Run(ctx, o)
+	if err != nil {
+		return fmt.Errorf("--predict: %w", err)
+	}
+	model, err := whatif.FromVerdict(ctx, m, rss[0], ev, given)
+	var me *whatif.MissingError
+	switch {
+	case errors.As(err, &me):
+		v.Predicted = &verdict.Predicted{Missing: me.Error()}
+		return nil
+	case err != nil:
+		return fmt.Errorf("--predict: %w", err)
+	}
+	v.Predicted = model.Verdict()
+	return nil
 }

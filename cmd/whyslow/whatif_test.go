@@ -108,3 +108,39 @@ func TestWhatifTextGolden(t *testing.T) {
 		t.Errorf("text output differs from %s (rerun with -update if the change is intended):\n%s", path, lineDiff(string(want), r.stdout))
 	}
 }
+
+// TestWhyPredictGolden keeps the `predicted` part of `why --predict
+// --output json` on the shipped bundle in
+// testdata/why_predict_arrival_surge.golden (-update rewrites it).
+func TestWhyPredictGolden(t *testing.T) {
+	r := runShared(t, "why", "--bundle", filepath.Join(incidentsDir, whatifGoldenBundle), "--predict", "--output", "json")
+	if r.code == exitFailed {
+		t.Fatalf("exit 2: %s", r.stderr)
+	}
+	v := decodeVerdict(t, r.stdout)
+	if v.Predicted == nil || len(v.Predicted.Fixes) == 0 {
+		t.Fatalf("no predictions: %+v", v.Predicted)
+	}
+	got, err := json.MarshalIndent(v.Predicted, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join("testdata", "why_predict_"+whatifGoldenBundle+".golden")
+	if *update {
+		if err := os.WriteFile(path, append(got, '\n'), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if string(got)+"\n" != string(want) {
+		t.Errorf("predicted differs from %s (rerun with -update if the change is intended):\n%s", path, lineDiff(string(want), string(got)+"\n"))
+	}
+	// without --predict the verdict has no predictions
+	if v := decodeVerdict(t, runShared(t, "why", "--bundle", filepath.Join(incidentsDir, whatifGoldenBundle), "--output", "json").stdout); v.Predicted != nil {
+		t.Errorf("predicted without --predict")
+	}
+}
