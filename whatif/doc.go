@@ -26,12 +26,15 @@
 //
 // # Replay
 //
-// Replay runs one replica step by step under the engine's scheduler (vLLM
+// Replay runs up to four replicas behind a round-robin router (standing
+// for the scope's replicas: a gateway's even split is much smoother than
+// Poisson arrivals per replica), each step by step under the engine's scheduler (vLLM
 // V1 chunked mixed batches with recompute preemption; SGLang prefill-first
 // with retraction; TensorRT-LLM in-flight batching under
 // GUARANTEED_NO_EVICT), fed by a Poisson stream with lognormal prompt and
-// output lengths of the window's means (the prompt's spread from its p90
-// where exported). It is bounded: 420 s simulated (120 s warm-up, the
+// output lengths of the window's means (the prompts drawn from the
+// exported prompt-length histogram, else through its p90/p99/p99.9, else
+// lognormal). It is bounded: 420 s simulated (120 s warm-up, the
 // 300 s after it measured), 20,000 requests, 100,000 steps.
 //
 // # Prediction

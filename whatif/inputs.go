@@ -67,6 +67,10 @@ type Inputs struct {
 	// (by signal: ttft_p95, tpot_p95), nil where unknown: a replay's p95
 	// is read through them to compare with the observed one.
 	Buckets map[string][]float64
+	// PromptLes and PromptCounts are the incident window's prompt-length
+	// histogram (bounds, and observations per bucket with the one past
+	// the last bound), nil where not exported.
+	PromptLes, PromptCounts []float64
 }
 
 // Source is where Read gets the sub-window observations.
@@ -107,6 +111,7 @@ func Read(ctx context.Context, v *verdict.Verdict, sched rules.Scheduler, src So
 			in.Buckets[name] = les
 		}
 	}
+	in.PromptLes, in.PromptCounts = diagnose.BucketCounts(ctx, src.Metrics, src.Ruleset, sigPromptP90, src.Selector, win, v.Incident.End)
 	sub := src.SubWindow
 	if sub <= 0 {
 		sub = time.Minute

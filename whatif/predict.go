@@ -21,6 +21,11 @@ const (
 // Seeds are the replay seeds per prediction (median and range).
 var Seeds = []uint64{1, 2, 3}
 
+// SimReplicas is the most replicas a replay simulates behind its router;
+// more stand for the rest (each sample weighted), which keeps a replay's
+// cost flat in the fleet's size.
+const SimReplicas = 4
+
 // Fix is a change of the model's inputs; the zero value changes nothing.
 type Fix struct {
 	// Replicas sets the serving replicas; ReplicasFactor multiplies them.
@@ -180,6 +185,7 @@ func Build(in *Inputs) (*Model, error) {
 	if len(c.PromptTail) > 0 {
 		c.PromptBody = fitBody(c.PromptTail, c.PromptMean)
 	}
+	c.PromptHist = NewHistogram(in.PromptLes, in.PromptCounts)
 	if fit.ClockKnown {
 		c.Clock = v(sigClock)
 	}
@@ -389,38 +395,29 @@ func (m *Model) replay(f Fix) *Prediction {
 	if f.PromptCap > 0 {
 		c.PromptCap = f.PromptCap
 	}
-	type class struct {
-		rate, count float64
-	}
-	classes := []class{{m.rate / n, n}}
-	if m.pinned > 0 && !f.Rebalance && n >= 2 {
-		// the pinned share stays on one replica; the rest spreads evenly
-		even := m.rate * (1 - m.pinned) / n
-		classes = []class{{m.rate*m.pinned + even, 1}, {even, n - 1}}
+	// up to SimReplicas replicas behind the router stand for the n
+	c.Replicas = int(math.Min(n, SimReplicas))
+	c.Represents = n
+	k := float64(c.Replicas)
+	c.Rate = m.rate * k / n
+	if m.pinned > 0 && !f.Rebalance && n >= 2 && k >= 2 {
+		// the pinned share stays on the first replica; the rest is split
+		// evenly over all n
+		c.Rate = m.rate * (m.pinned + k*(1-m.pinned)/n)
+		c.Pinned = m.rate * m.pinned / c.Rate
 	}
 	var ttft, itl, thr, hTTFT, hITL []float64
 	for _, seed := range Seeds {
-		var ts, is, tw, iw []float64
+		c.Seed = seed
+		r := Replay(c)
+		ttft = append(ttft, weightedP95(r.TTFT, r.TTFTW))
+		itl = append(itl, weightedP95(r.ITL, r.ITLW))
+		hTTFT = append(hTTFT, histP95(r.TTFT, r.TTFTW, m.In.Buckets[sigTTFTP95]))
+		hITL = append(hITL, histP95(r.ITL, r.ITLW, m.In.Buckets[sigITLP95]))
 		tokens := 0.0
-		for ci, cl := range classes {
-			cc := c
-			cc.Rate = cl.rate
-			cc.Seed = seed*31 + uint64(ci)
-			r := Replay(cc)
-			for _, x := range r.TTFT {
-				ts, tw = append(ts, x), append(tw, cl.count)
-			}
-			for _, x := range r.ITL {
-				is, iw = append(is, x), append(iw, cl.count)
-			}
-			if r.Span > 0 {
-				tokens += float64(r.Tokens) / r.Span * cl.count
-			}
+		if r.Span > 0 {
+			tokens = r.Tokens / r.Span
 		}
-		ttft = append(ttft, weightedP95(ts, tw))
-		itl = append(itl, weightedP95(is, iw))
-		hTTFT = append(hTTFT, histP95(ts, tw, m.In.Buckets[sigTTFTP95]))
-		hITL = append(hITL, histP95(is, iw, m.In.Buckets[sigITLP95]))
 		thr = append(thr, tokens)
 	}
 	return &Prediction{TTFTP95: rangeOf(ttft), ITLP95: rangeOf(itl), Throughput: rangeOf(thr),

@@ -34,8 +34,12 @@ type Config struct {
 	// PromptMean and PromptSigma: quantiles (ascending) the draws pass
 	// through, log-linear in the normal score between them, with a
 	// lognormal body of σ PromptBody below the first.
-	PromptTail              []Quantile
-	PromptBody              float64
+	PromptTail []Quantile
+	PromptBody float64
+	// PromptHist, when set, draws the prompt lengths from a histogram
+	// instead: a bucket by its count, log-uniform inside it (the bucket
+	// past the last bound up to PromptMax, or 1.2× that bound).
+	PromptHist              *Histogram
 	OutputMean, OutputSigma float64
 	PromptCap               int     // 0: no cap
 	PromptMax               int     // the longest prompt the window saw (0: unknown); longer draws are cut
@@ -44,15 +48,22 @@ type Config struct {
 	KVTokens                int
 	ReserveOut              int     // TensorRT-LLM: tokens reserved for the output
 	Outside                 float64 // seconds before the engine, added to TTFT
-	Seed                    uint64
+	// Replicas are simulated behind a round-robin router (default one);
+	// Represents is how many real replicas they stand for (a sample's
+	// weight); Pinned is the share of arrivals pinned to the first.
+	Replicas   int
+	Represents float64
+	Pinned     float64
+	Seed       uint64
 }
 
 // Result is a replay's measured window.
 type Result struct {
-	TTFT, ITL []float64 // samples from the measured window
-	Tokens    int       // output tokens emitted in the measured window
-	Requests  int
-	Steps     int
+	TTFT, ITL   []float64 // samples from the measured window
+	TTFTW, ITLW []float64 // their weights (the real replicas a simulated one stands for)
+	Tokens      float64   // output tokens emitted in the measured window, weighted
+	Requests    int
+	Steps       int
 	// Truncated names the bound that stopped the replay early, if any.
 	Truncated string
 	Span      float64 // seconds measured
@@ -248,27 +259,48 @@ func (rp *replica) scheduleTRT() {
 	}
 }
 
-// Replay runs one replica under c and measures the window after the warm-up.
+// Replay runs c.Replicas replicas (at least one) behind a router under c
+// and measures the window after the warm-up.
 func Replay(c Config) Result {
 	rng := rand.New(rand.NewPCG(c.Seed, 0x3a7))
 	total := max(c.KVTokens/kvBlock, 1)
-	rp := &replica{c: c, free: total, total: total}
-	if rp.c.MaxSeqs <= 0 {
-		rp.c.MaxSeqs = 1 << 30
+	if c.MaxSeqs <= 0 {
+		c.MaxSeqs = 1 << 30
 	}
-	if rp.c.Budget <= 0 {
-		rp.c.Budget = 1 << 30
+	if c.Budget <= 0 {
+		c.Budget = 1 << 30
 	}
 	clock := c.Clock
 	if clock <= 0 {
 		clock = 1
 	}
+	k := max(1, c.Replicas)
+	reps := make([]*replica, k)
+	busy := make([]bool, k)
+	ends := make([]float64, k)
+	weight := make([]float64, k) // the real replicas each simulated one stands for
+	for i := range reps {
+		reps[i] = &replica{c: c, free: total, total: total}
+		weight[i] = 1
+		if n := c.Represents; n > float64(k) {
+			weight[i] = n / float64(k)
+			if c.Pinned > 0 && k > 1 {
+				weight[i] = (n - 1) / float64(k-1)
+			}
+		}
+	}
+	if c.Pinned > 0 && k > 1 {
+		weight[0] = 1
+	}
 	var res Result
 	draw := func(t float64) *rreq {
 		var p float64
-		if len(c.PromptTail) > 0 {
+		switch {
+		case c.PromptHist != nil:
+			p = c.PromptHist.draw(rng, float64(c.PromptMax))
+		case len(c.PromptTail) > 0:
 			p = quantileAt(c.PromptTail, c.PromptBody, rng.NormFloat64())
-		} else {
+		default:
 			p = c.PromptMean * math.Exp(c.PromptSigma*rng.NormFloat64()-c.PromptSigma*c.PromptSigma/2)
 		}
 		if c.PromptMax > 0 {
@@ -287,32 +319,12 @@ func Replay(c Config) Result {
 		cached = max(0, min(cached, prompt-1))
 		return &rreq{arrive: t, prompt: prompt, cached: cached, out: out}
 	}
-	next := math.Inf(1)
-	if c.Rate > 0 {
-		next = rng.ExpFloat64() / c.Rate
-	}
-	arrivals := 0
-	t := 0.0
-	for t < ReplaySeconds {
-		for next <= t && arrivals < MaxReplayReqs {
-			// an engine refuses a prompt its whole pool cannot hold (past
-			// max_model_len) instead of holding its queue behind it
-			if r := draw(next); blocks(r.prompt+1) <= total {
-				rp.waiting = append(rp.waiting, r)
-			}
-			arrivals++
-			next += rng.ExpFloat64() / c.Rate
-		}
-		if arrivals >= MaxReplayReqs && next <= t {
-			res.Truncated = "requests"
-			break
-		}
+	// start schedules replica i's next step at t; false when it idles.
+	start := func(i int, t float64) {
+		rp := reps[i]
+		busy[i] = false
 		if len(rp.waiting) == 0 && len(rp.running) == 0 {
-			if math.IsInf(next, 1) {
-				break
-			}
-			t = next
-			continue
+			return
 		}
 		rp.schedule()
 		pre, dec, ctx := 0, 0, 0
@@ -324,20 +336,14 @@ func Replay(c Config) Result {
 			}
 		}
 		if pre == 0 && dec == 0 {
-			// nothing fits until something arrives (cannot happen with work
-			// running); wait for the next arrival
-			if math.IsInf(next, 1) {
-				break
-			}
-			t = math.Max(t, next)
-			continue
+			return // nothing fits until something finishes or arrives
 		}
-		t += c.Step.Seconds(pre, dec, ctx, clock)
+		busy[i], ends[i] = true, t+c.Step.Seconds(pre, dec, ctx, clock)
 		res.Steps++
-		if res.Steps >= MaxReplaySteps {
-			res.Truncated = "steps"
-			break
-		}
+	}
+	// finish applies replica i's step at its end t.
+	finish := func(i int, t float64) {
+		rp := reps[i]
 		measured := t >= ReplayWarmup && t <= ReplaySeconds
 		keep := rp.running[:0]
 		for _, r := range rp.running {
@@ -357,11 +363,13 @@ func Replay(c Config) Result {
 			}
 			r.gen++
 			if measured {
-				res.Tokens++
+				res.Tokens += weight[i]
 				if r.gen == 1 {
 					res.TTFT = append(res.TTFT, t-r.arrive+c.Outside)
+					res.TTFTW = append(res.TTFTW, weight[i])
 				} else {
 					res.ITL = append(res.ITL, t-r.last)
+					res.ITLW = append(res.ITLW, weight[i])
 				}
 			}
 			r.last = t
@@ -374,6 +382,56 @@ func Replay(c Config) Result {
 		}
 		clear(rp.running[len(keep):])
 		rp.running = keep
+	}
+	next := math.Inf(1)
+	if c.Rate > 0 {
+		next = rng.ExpFloat64() / c.Rate
+	}
+	arrivals, rr := 0, 0
+	t := 0.0
+	for {
+		step := -1
+		tn := next
+		for i := range reps {
+			if busy[i] && ends[i] < tn {
+				step, tn = i, ends[i]
+			}
+		}
+		if tn > ReplaySeconds {
+			t = ReplaySeconds
+			break
+		}
+		t = tn
+		if step >= 0 {
+			finish(step, t)
+			start(step, t)
+			if res.Steps >= MaxReplaySteps {
+				res.Truncated = "steps"
+				break
+			}
+			continue
+		}
+		if arrivals >= MaxReplayReqs {
+			res.Truncated = "requests"
+			break
+		}
+		arrivals++
+		next += rng.ExpFloat64() / c.Rate
+		r := draw(t)
+		if blocks(r.prompt+1) > total {
+			// an engine refuses a prompt its whole pool cannot hold (past
+			// max_model_len) instead of holding its queue behind it
+			continue
+		}
+		i := 0
+		if k > 1 && !(c.Pinned > 0 && rng.Float64() < c.Pinned) {
+			rr = (rr + 1) % k // round-robin: the even split a gateway makes
+			i = rr
+		}
+		reps[i].waiting = append(reps[i].waiting, r)
+		if !busy[i] {
+			start(i, t)
+		}
 	}
 	res.Span = math.Max(0, math.Min(t, ReplaySeconds)-ReplayWarmup)
 	return res
@@ -429,4 +487,69 @@ func fitBody(q []Quantile, mean float64) float64 {
 		}
 	}
 	return (lo + hi) / 2
+}
+
+// Histogram is a length distribution as bucket bounds and the
+// observations per bucket (one more count than bounds: past the last).
+type Histogram struct {
+	Les, Counts []float64
+	total       float64
+}
+
+// NewHistogram checks the layout; nil when it holds no observation.
+func NewHistogram(les, counts []float64) *Histogram {
+	if len(les) == 0 || len(counts) != len(les)+1 {
+		return nil
+	}
+	h := &Histogram{Les: les, Counts: counts}
+	for _, c := range counts {
+		h.total += c
+	}
+	if h.total <= 0 {
+		return nil
+	}
+	return h
+}
+
+// Mean is the histogram's mean under draw's log-uniform buckets.
+func (h *Histogram) Mean(top float64) float64 {
+	s := 0.0
+	for i, c := range h.Counts {
+		lo, hi := h.bucket(i, top)
+		if hi > lo {
+			s += c * (hi - lo) / math.Log(hi/lo)
+		} else {
+			s += c * lo
+		}
+	}
+	return s / h.total
+}
+
+func (h *Histogram) bucket(i int, top float64) (lo, hi float64) {
+	switch {
+	case i == 0:
+		lo, hi = math.Min(1, h.Les[0]), h.Les[0]
+	case i == len(h.Les):
+		lo = h.Les[i-1]
+		hi = 1.2 * lo
+		if top > lo {
+			hi = top
+		}
+	default:
+		lo, hi = h.Les[i-1], h.Les[i]
+	}
+	return math.Max(lo, 1), math.Max(hi, 1)
+}
+
+func (h *Histogram) draw(rng *rand.Rand, top float64) float64 {
+	u := rng.Float64() * h.total
+	i := 0
+	for ; i < len(h.Counts)-1; i++ {
+		if u < h.Counts[i] {
+			break
+		}
+		u -= h.Counts[i]
+	}
+	lo, hi := h.bucket(i, top)
+	return lo * math.Exp(rng.Float64()*math.Log(hi/lo))
 }
