@@ -387,7 +387,11 @@ func (m *Model) replay(f Fix) *Prediction {
 		c.KVTokens = int(float64(c.KVTokens) * f.KVFactor)
 	}
 	if f.RestorePrefix {
-		c.Hit, _ = m.In.Base.get(sigHit)
+		// restoring puts back hits that were lost, never takes away ones
+		// the incident gained (a longer cached history)
+		if base, _ := m.In.Base.get(sigHit); base > c.Hit {
+			c.Hit = math.Min(0.98, base)
+		}
 	}
 	if f.RestoreClock {
 		c.Clock, _ = m.In.Base.get(sigClock)
