@@ -817,3 +817,84 @@ func besideEngineGaps(ctx context.Context, opts *Options, win string) []verdict.
 	}
 	return out
 }
+
+// BucketLayout returns the finite le bounds of the histogram a quantile
+// signal reads (its rendered query over win, at at), or nil when the
+// signal is no histogram_quantile or nothing answers. whatif uses it to
+// read a replay's samples the way the engine's histogram reads requests.
+func BucketLayout(ctx context.Context, m query.Metrics, rs *rules.Ruleset, signal, selector, win string, at time.Time) []float64 {
+	s := rs.Signal(signal)
+	if s == nil {
+		return nil
+	}
+	expr, err := s.Render(selector, win, nil)
+	if err != nil || !strings.Contains(expr, "histogram_quantile") {
+		return nil
+	}
+	var parts []string
+	for _, vs := range vectorSelectors(expr) {
+		if name, _, _ := strings.Cut(vs, "{"); strings.HasSuffix(name, "_bucket") {
+			parts = append(parts, fmt.Sprintf("count by (le) (last_over_time(%s[%s]))", vs, win))
+		}
+	}
+	if len(parts) == 0 {
+		return nil
+	}
+	vec, _, err := m.Query(ctx, strings.Join(parts, " or "), at)
+	if err != nil {
+		return nil
+	}
+	return bucketLes(vec)
+}
+
+// BucketCounts returns the histogram a quantile signal reads as its
+// finite le bounds and the observations in each bucket over win ending at
+// at (the last entry: past the last bound), or nil when the signal is no
+// histogram_quantile or nothing answers.
+func BucketCounts(ctx context.Context, m query.Metrics, rs *rules.Ruleset, signal, selector, win string, at time.Time) (les, counts []float64) {
+	s := rs.Signal(signal)
+	if s == nil {
+		return nil, nil
+	}
+	expr, err := s.Render(selector, win, nil)
+	if err != nil || !strings.Contains(expr, "histogram_quantile") {
+		return nil, nil
+	}
+	var parts []string
+	for _, vs := range vectorSelectors(expr) {
+		if name, _, _ := strings.Cut(vs, "{"); strings.HasSuffix(name, "_bucket") {
+			parts = append(parts, fmt.Sprintf("sum by (le) (increase(%s[%s]))", vs, win))
+		}
+	}
+	if len(parts) == 0 {
+		return nil, nil
+	}
+	vec, _, err := m.Query(ctx, strings.Join(parts, " or "), at)
+	if err != nil || len(vec) == 0 {
+		return nil, nil
+	}
+	cum := map[float64]float64{}
+	inf := math.NaN()
+	for _, sm := range vec {
+		f, err := strconv.ParseFloat(string(sm.Metric["le"]), 64)
+		switch {
+		case err != nil || math.IsNaN(f):
+		case math.IsInf(f, 1):
+			inf = float64(sm.Value)
+		default:
+			les = append(les, f)
+			cum[f] = float64(sm.Value)
+		}
+	}
+	if len(les) == 0 || math.IsNaN(inf) {
+		return nil, nil
+	}
+	sort.Float64s(les)
+	prev := 0.0
+	for _, le := range les {
+		counts = append(counts, math.Max(0, cum[le]-prev))
+		prev = math.Max(prev, cum[le])
+	}
+	counts = append(counts, math.Max(0, inf-prev))
+	return les, counts
+}

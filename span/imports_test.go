@@ -114,7 +114,8 @@ func TestNoDependencies(t *testing.T) {
 // TestLayers: the analysis packages import only the ones below them:
 // verdict, span and query nothing of the module; requests the data and
 // query; detect query and verdict; incident detect and verdict; the
-// diagnosis neither the detector nor incidents.
+// diagnosis neither the detector nor incidents; whatif the diagnosis and
+// what it reads.
 func TestLayers(t *testing.T) {
 	allowed := map[string][]string{
 		"verdict":  {},
@@ -124,6 +125,8 @@ func TestLayers(t *testing.T) {
 		"detect":   {"query", "verdict"},
 		"incident": {"detect", "verdict"},
 		"diagnose": {"query", "requests", "rules", "span", "verdict"},
+		// the what-if model reads a triage; no engine model, no collector
+		"whatif": {"diagnose", "query", "rules", "verdict"},
 	}
 	for dir, ok := range allowed {
 		for p, file := range imports(t, filepath.Join("..", dir), false) {

@@ -117,6 +117,61 @@ type Verdict struct {
 	Requests []Request `json:"requests,omitempty"`
 	// Signals holds every evaluated signal value; filled only when explaining.
 	Signals []SignalValue `json:"signals,omitempty"`
+	// Predicted is what the usual fixes are predicted to do (`why
+	// --predict`, the model of `whyslow whatif`); nil otherwise.
+	Predicted *Predicted `json:"predicted,omitempty"`
+}
+
+// Predicted is the what-if model's predictions for one incident.
+type Predicted struct {
+	// Fit is the step-time fit in words; Calibration how the replay of the
+	// incident's own inputs compares with the observed p95s; PoorFit says
+	// that is outside 0.8–1.25.
+	Fit         string `json:"fit,omitempty"`
+	Calibration string `json:"calibration,omitempty"`
+	PoorFit     bool   `json:"poor_fit"`
+	// Incident is the model's own incident, what the fixes' changes are
+	// relative to.
+	Incident *PredictedValues `json:"model_incident,omitempty"`
+	// Fixes are ordered by predicted TTFT p95, lowest first.
+	Fixes    []FixPrediction `json:"fixes"`
+	Declined []DeclinedFix   `json:"declined,omitempty"`
+	// Missing says why nothing was predicted ("no prediction: missing
+	// series …"); Fixes is then empty.
+	Missing string `json:"missing,omitempty"`
+}
+
+// PredictedValues are TTFT and inter-token p95 (seconds) and output
+// throughput (tokens/s).
+type PredictedValues struct {
+	TTFTP95    float64 `json:"ttft_p95_seconds"`
+	ITLP95     float64 `json:"inter_token_p95_seconds"`
+	Throughput float64 `json:"throughput_tokens_per_second"`
+}
+
+// FixPrediction is one fix's predicted effect, each value the median over
+// the replay seeds with their range.
+type FixPrediction struct {
+	Fix        string         `json:"fix"`
+	TTFTP95    PredictedRange `json:"ttft_p95_seconds"`
+	ITLP95     PredictedRange `json:"inter_token_p95_seconds"`
+	Throughput PredictedRange `json:"throughput_tokens_per_second"`
+	// Trade says the fix lowers one p95 and raises the other (each by
+	// more than 10%).
+	Trade string `json:"trade,omitempty"`
+}
+
+// PredictedRange is a prediction's median and range.
+type PredictedRange struct {
+	Median float64 `json:"median"`
+	Low    float64 `json:"low"`
+	High   float64 `json:"high"`
+}
+
+// DeclinedFix is a fix the model could not predict, with the reason.
+type DeclinedFix struct {
+	Fix    string `json:"fix"`
+	Reason string `json:"reason"`
 }
 
 // GPUClass is the GPU class a triage assumed and where it came from.

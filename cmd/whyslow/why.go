@@ -52,6 +52,7 @@ type whyFlags struct {
 	groupBy    string     // why_fleet.go
 	maxScopes  int        // why_fleet.go
 	traces     traceFlags // why_traces.go
+	predict    bool       // whatif.go
 
 	// maps are the engine maps of this run, the shipped ones and those of
 	// --ruleset, built once by whyOptions for every reader: the chart, the
@@ -85,6 +86,7 @@ func (f *whyFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.html, "html", "also write the verdict page (causes, attribution, curves) as one self-contained HTML `FILE`")
 	fs.StringVar(&f.groupBy, "group-by", "", "rank every scope by these labels (comma-separated, e.g. namespace,model_name) and triage each anomalous one")
 	fs.IntVar(&f.maxScopes, "max-scopes", defaultMaxScopes, "with --group-by: the most anomalous scopes triaged, the furthest from their baseline or bound first (the rest are named in one line)")
+	fs.BoolVar(&f.predict, "predict", false, "also predict what the usual fixes would do (the model of 'whyslow whatif'; JSON: predicted)")
 	f.traces.register(fs)
 }
 
@@ -286,6 +288,11 @@ type finishFunc func(ctx context.Context, m query.Metrics, v *verdict.Verdict) e
 
 // finish writes the --html and --chart files, if asked for.
 func (f *whyFlags) finish(ctx context.Context, m query.Metrics, v *verdict.Verdict) error {
+	if f.predict {
+		if err := predictFixes(ctx, f, m, v); err != nil {
+			return err
+		}
+	}
 	if err := f.html.write(ctx, m, v, f.maps); err != nil {
 		return err
 	}

@@ -24,6 +24,70 @@ type Options struct {
 	// Engine forces "vllm", "sglang" or "trtllm"; empty draws it from the
 	// seed (vLLM half the time, the others a quarter each).
 	Engine string
+	// Fix applies a remedy to the drawn instance (issue 28's ground truth
+	// for whyslow whatif); the zero value changes nothing.
+	Fix Fix
+}
+
+// Fix is a remedy applied inside the model, after the instance is drawn
+// (its arrival rate and fault are as without it).
+type Fix struct {
+	// Replicas sets the replicas serving during the incident (a
+	// replica_loss instance still loses its share on top);
+	// ReplicasFactor multiplies them.
+	Replicas       int
+	ReplicasFactor float64
+	// MaxNumBatchedTokens and MaxNumSeqs set the scheduler's token budget
+	// per step (TensorRT-LLM: max_num_tokens) and its running bound.
+	MaxNumBatchedTokens, MaxNumSeqs int
+	// KVFactor multiplies each replica's KV pool.
+	KVFactor float64
+	// RestorePrefix keeps the baseline's prefix hit rate in the incident;
+	// RestoreClock its clocks; Rebalance routes evenly.
+	RestorePrefix, RestoreClock, Rebalance bool
+	// PromptCap truncates prompts to this many tokens at the gateway.
+	PromptCap int
+}
+
+// apply changes the drawn plan; the zero Fix leaves it as it was.
+func (f Fix) apply(p *plan) {
+	if f == (Fix{}) {
+		return
+	}
+	serving := p.replicas - p.lose
+	if f.Replicas > 0 {
+		serving = f.Replicas
+	}
+	if f.ReplicasFactor > 0 {
+		serving = max(1, int(math.Round(float64(serving)*f.ReplicasFactor)))
+	}
+	p.replicas = serving + p.lose
+	if f.MaxNumBatchedTokens > 0 {
+		p.budget = f.MaxNumBatchedTokens
+	}
+	if f.MaxNumSeqs > 0 {
+		p.maxSeqs = f.MaxNumSeqs
+	}
+	if f.KVFactor > 0 {
+		p.hw.kvTokens = int(float64(p.hw.kvTokens) * f.KVFactor)
+	}
+	if f.RestorePrefix {
+		inc, hit := p.inc, p.base.hit
+		p.inc = func(t float64, m traffic) traffic {
+			m = inc(t, m)
+			m.hit = hit
+			return m
+		}
+	}
+	if f.RestoreClock {
+		p.clockF = 1
+	}
+	if f.Rebalance {
+		p.hot = 0
+	}
+	if f.PromptCap > 0 {
+		p.base.promptCap = f.PromptCap
+	}
 }
 
 // Bundle is one recorded instance: the exposition and what the incident
@@ -116,6 +180,7 @@ func recordOnce(ctx context.Context, o Options) (*Bundle, error) {
 	if err != nil {
 		return nil, err
 	}
+	o.Fix.apply(p)
 	s := &state{p: p}
 	s.eng = &engine{pol: p.pol, hw: p.hw, budget: p.budget, maxSeqs: p.maxSeqs, chunked: p.chunked,
 		onToken: s.onToken, onFinish: s.onFinish, onSched: func(*replica, *req, float64) {}}

@@ -22,6 +22,7 @@ type traffic struct {
 	errShare     float64
 	abortShare   float64
 	outside      float64 // mean API-server/tokenizer delay, s
+	promptCap    int     // the gateway truncates prompts to this (0: no cap)
 }
 
 // world is one segment's simulation: replicas, router, arrivals.
@@ -96,6 +97,9 @@ func (w *world) newRequest(t float64, m traffic) *req {
 	p += m.ctxExtra * (0.5 + rng.Float64())
 	maxLen := w.eng.hw.maxLen
 	prompt := int(math.Max(8, math.Min(p, float64(maxLen-m.maxTok-1))))
+	if m.promptCap > 0 {
+		prompt = min(prompt, max(8, m.promptCap))
+	}
 	outMedian := m.outMedian
 	if long {
 		// long documents in, short answers out (summaries, extraction, RAG)

@@ -1,0 +1,158 @@
+// Package whatiftest validates whyslow whatif (issue 28) against the
+// request-level engine model: for an injected fault, each catalogued fix
+// is applied inside testbed/reqsim (the ground truth) and predicted by
+// whatif from the recorded telemetry alone.
+package whatiftest
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/whyslow/whyslow/collectors/bundle"
+	"github.com/whyslow/whyslow/collectors/store"
+	"github.com/whyslow/whyslow/diagnose"
+	"github.com/whyslow/whyslow/rules"
+	"github.com/whyslow/whyslow/rulesets"
+	"github.com/whyslow/whyslow/testbed/reqsim"
+	"github.com/whyslow/whyslow/whatif"
+)
+
+// Case is one fix catalogued for the rig: how whatif and reqsim spell it.
+type Case struct {
+	Name    string
+	Predict func(b *reqsim.Bundle) whatif.Fix
+	Truth   func(b *reqsim.Bundle) reqsim.Fix
+}
+
+// Catalogue is the fixes every incident is tried with.
+var Catalogue = []Case{
+	{"replicas×2", func(*reqsim.Bundle) whatif.Fix { return whatif.Fix{ReplicasFactor: 2} },
+		func(*reqsim.Bundle) reqsim.Fix { return reqsim.Fix{ReplicasFactor: 2} }},
+	{"replicas×0.75", func(*reqsim.Bundle) whatif.Fix { return whatif.Fix{ReplicasFactor: 0.75} },
+		func(*reqsim.Bundle) reqsim.Fix { return reqsim.Fix{ReplicasFactor: 0.75} }},
+	{"budget×2", func(b *reqsim.Bundle) whatif.Fix { return whatif.Fix{MaxNumBatchedTokens: 2 * b.MaxNumBatchedTokens} },
+		func(b *reqsim.Bundle) reqsim.Fix { return reqsim.Fix{MaxNumBatchedTokens: 2 * b.MaxNumBatchedTokens} }},
+	{"budget÷4", func(b *reqsim.Bundle) whatif.Fix { return whatif.Fix{MaxNumBatchedTokens: b.MaxNumBatchedTokens / 4} },
+		func(b *reqsim.Bundle) reqsim.Fix { return reqsim.Fix{MaxNumBatchedTokens: b.MaxNumBatchedTokens / 4} }},
+	{"max_num_seqs=32", func(*reqsim.Bundle) whatif.Fix { return whatif.Fix{MaxNumSeqs: 32} },
+		func(*reqsim.Bundle) reqsim.Fix { return reqsim.Fix{MaxNumSeqs: 32} }},
+	{"kv×2", func(*reqsim.Bundle) whatif.Fix { return whatif.Fix{KVFactor: 2} },
+		func(*reqsim.Bundle) reqsim.Fix { return reqsim.Fix{KVFactor: 2} }},
+	{"prefix restored", func(*reqsim.Bundle) whatif.Fix { return whatif.Fix{RestorePrefix: true} },
+		func(*reqsim.Bundle) reqsim.Fix { return reqsim.Fix{RestorePrefix: true} }},
+	{"clocks restored", func(*reqsim.Bundle) whatif.Fix { return whatif.Fix{RestoreClock: true} },
+		func(*reqsim.Bundle) reqsim.Fix { return reqsim.Fix{RestoreClock: true} }},
+	{"rebalanced", func(*reqsim.Bundle) whatif.Fix { return whatif.Fix{Rebalance: true} },
+		func(*reqsim.Bundle) reqsim.Fix { return reqsim.Fix{Rebalance: true} }},
+	{"prompt cap budget/2", func(b *reqsim.Bundle) whatif.Fix { return whatif.Fix{PromptCap: b.MaxNumBatchedTokens / 2} },
+		func(b *reqsim.Bundle) reqsim.Fix { return reqsim.Fix{PromptCap: b.MaxNumBatchedTokens / 2} }},
+}
+
+// Pair is one (incident, fix) comparison.
+type Pair struct {
+	Scenario, Engine, Band, Fix string
+	Seed                        int64
+	// Truth: the incident's exact p95s without and with the fix.
+	TruthTTFT, TruthITL, FixedTTFT, FixedITL float64
+	// Prediction: the model's incident p95s (the replay of the incident's
+	// own inputs, calibrated to the telemetry) and the predicted ones.
+	ObsTTFT, ObsITL, PredTTFT, PredITL float64
+	// Declined says why whatif predicted nothing ("" when it did).
+	Declined string
+	Fit      string
+	// Poor says the calibration fell outside its band; ScaleTTFT and
+	// ScaleITL are observed over replayed (read through the buckets), R2
+	// the step-time fit's.
+	Poor                    bool
+	ScaleTTFT, ScaleITL, R2 float64
+}
+
+// Direction is -1 better, +1 worse, 0 unchanged within whatif.Unchanged.
+func Direction(before, after float64) int {
+	switch d := after/before - 1; {
+	case d < -whatif.Unchanged:
+		return -1
+	case d > whatif.Unchanged:
+		return 1
+	}
+	return 0
+}
+
+// RightTTFT and RightITL say the predicted direction is the truth's.
+func (p Pair) RightTTFT() bool {
+	return Direction(p.TruthTTFT, p.FixedTTFT) == Direction(p.ObsTTFT, p.PredTTFT)
+}
+func (p Pair) RightITL() bool {
+	return Direction(p.TruthITL, p.FixedITL) == Direction(p.ObsITL, p.PredITL)
+}
+
+// ErrTTFT and ErrITL are the relative errors of the predicted p95s.
+func (p Pair) ErrTTFT() float64 { return math.Abs(p.PredTTFT/p.FixedTTFT - 1) }
+func (p Pair) ErrITL() float64  { return math.Abs(p.PredITL/p.FixedITL - 1) }
+
+// Incident records one instance, triages it, builds the model and returns
+// the pairs of every catalogued fix.
+func Incident(ctx context.Context, o reqsim.Options, cases []Case) ([]Pair, error) {
+	b, err := reqsim.Record(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	model, fitErr := predictor(ctx, b)
+	var out []Pair
+	for _, c := range cases {
+		p := Pair{Scenario: o.Scenario, Engine: b.Engine, Band: b.Truth.Band, Fix: c.Name, Seed: o.Seed,
+			TruthTTFT: b.Truth.Inc.TTFTP95, TruthITL: b.Truth.Inc.ITLP95}
+		fo := o
+		fo.Fix = c.Truth(b)
+		fb, err := reqsim.Record(ctx, fo)
+		if err != nil {
+			return nil, err
+		}
+		p.FixedTTFT, p.FixedITL = fb.Truth.Inc.TTFTP95, fb.Truth.Inc.ITLP95
+		if model != nil {
+			p.Fit, p.Poor = model.Fit.String(), model.Poor()
+			p.ScaleTTFT, p.ScaleITL, p.R2 = model.ScaleTTFT, model.ScaleITL, model.Fit.R2
+		}
+		if fitErr != nil {
+			p.Declined = fitErr.Error()
+			out = append(out, p)
+			continue
+		}
+		pr, err := model.Predict(c.Predict(b))
+		if err != nil {
+			p.Declined = err.Error()
+			out = append(out, p)
+			continue
+		}
+		p.ObsTTFT, p.ObsITL = model.Incident.TTFTP95, model.Incident.ITLP95
+		p.PredTTFT, p.PredITL = pr.TTFTP95.Median, pr.ITLP95.Median
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// predictor triages the bundle as `whyslow whatif --bundle` does and
+// builds the model.
+func predictor(ctx context.Context, b *reqsim.Bundle) (*whatif.Model, error) {
+	st, err := store.Open(store.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	if _, err := bundle.ReadMetrics(ctx, "metrics.om", b.Metrics, st); err != nil {
+		return nil, fmt.Errorf("load: %w", err)
+	}
+	rss, err := rulesets.Shipped().For(b.Engine)
+	if err != nil {
+		return nil, err
+	}
+	given := rules.Scheduler{Known: true, ChunkedPrefill: b.ChunkedPrefill, MaxNumBatchedTokens: b.MaxNumBatchedTokens,
+		MaxNumSeqs: b.MaxNumSeqs, Source: "incident"}
+	v, err := diagnose.Run(ctx, diagnose.Options{Metrics: st, Rulesets: rss, Engine: b.Engine, At: b.At, Window: b.Window,
+		Baseline: b.Baseline, Selector: b.Selector, GPU: b.GPU, Scheduler: given, Explain: true})
+	if err != nil {
+		return nil, err
+	}
+	return whatif.FromVerdict(ctx, st, rss[0], v, given)
+}

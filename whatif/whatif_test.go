@@ -1,0 +1,164 @@
+package whatif
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/whyslow/whyslow/rules"
+)
+
+// obsFrom builds observations whose gaps follow m exactly.
+func obsFrom(m StepModel, rows [][3]float64) []Window {
+	var out []Window
+	for _, r := range rows {
+		prefillPerRep, batch, ctx := r[0], r[1], r[2]
+		// gap = a + b·(pre·gap) + c·batch + d·batch·ctx, solved for gap
+		gap := (m.Fixed + m.PerDecode*batch + m.PerContextToken*batch*ctx) / (1 - m.PerPrefillToken*prefillPerRep)
+		out = append(out, Window{sigITLMean: gap, sigBatch: batch, sigCtx: ctx, sigTargets: 2, sigPrefillTPS: 2 * prefillPerRep})
+	}
+	return out
+}
+
+func TestFitRecoversCoefficients(t *testing.T) {
+	want := StepModel{Fixed: 0.012, PerPrefillToken: 40e-6, PerDecode: 0.2e-3, PerContextToken: 50e-9}
+	rows := [][3]float64{{500, 10, 800}, {2000, 30, 1200}, {4000, 60, 900}, {1000, 80, 2500}, {6000, 20, 4000},
+		{3000, 45, 1500}, {800, 120, 1000}, {5000, 100, 3000}}
+	f, err := FitStep(obsFrom(want, rows))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := f.Model
+	for _, c := range []struct {
+		name      string
+		got, want float64
+	}{{"fixed", got.Fixed, want.Fixed}, {"prefill", got.PerPrefillToken, want.PerPrefillToken},
+		{"decode", got.PerDecode, want.PerDecode}, {"context", got.PerContextToken, want.PerContextToken}} {
+		if math.Abs(c.got/c.want-1) > 0.01 {
+			t.Errorf("%s: got %g, want %g", c.name, c.got, c.want)
+		}
+	}
+	if f.R2 < 0.999 || f.N != len(rows) {
+		t.Errorf("R² %.4f over %d observations, want ≈1 over %d", f.R2, f.N, len(rows))
+	}
+}
+
+func TestFitNeverNegative(t *testing.T) {
+	// gaps that fall as the batch grows would want a negative decode cost
+	obs := []Window{}
+	for i, b := range []float64{10, 20, 40, 80, 160} {
+		obs = append(obs, Window{sigITLMean: 0.05 - 0.002*float64(i), sigBatch: b, sigCtx: 1000, sigTargets: 1, sigPrefillTPS: 100})
+	}
+	f, err := FitStep(obs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := f.Model
+	if m.Fixed < 0 || m.PerPrefillToken < 0 || m.PerDecode < 0 || m.PerContextToken < 0 {
+		t.Errorf("negative coefficient: %+v", m)
+	}
+}
+
+func TestMissingSeriesNoPrediction(t *testing.T) {
+	obs := obsFrom(StepModel{Fixed: 0.01}, [][3]float64{{1, 1, 1}, {2, 2, 2}, {3, 3, 3}, {4, 4, 4}})
+	for _, o := range obs {
+		delete(o, sigBatch)
+	}
+	_, err := FitStep(obs)
+	var me *MissingError
+	if !errors.As(err, &me) {
+		t.Fatalf("err = %v, want a MissingError", err)
+	}
+	if !strings.HasPrefix(err.Error(), "no prediction: missing series") || !strings.Contains(err.Error(), sigBatch) {
+		t.Errorf("err = %q, want it to name %s", err, sigBatch)
+	}
+	// the incident replay needs the arrivals
+	in := &Inputs{Engine: "vllm", Scheduler: rules.Scheduler{Known: true, MaxNumBatchedTokens: 8192, MaxNumSeqs: 256},
+		Inc: Window{sigPromptMean: 1000}, Base: Window{}}
+	_, err = Build(in)
+	if !errors.As(err, &me) || !strings.Contains(err.Error(), sigArrival) {
+		t.Errorf("Build: err = %v, want a MissingError naming %s", err, sigArrival)
+	}
+}
+
+func TestReplayBounds(t *testing.T) {
+	base := Config{Policy: PolicyVLLM, Step: StepModel{Fixed: 0.01, PerPrefillToken: 50e-6, PerDecode: 1e-4},
+		PromptMean: 1000, PromptSigma: 0.5, OutputMean: 100, OutputSigma: 0.5, Budget: 8192, MaxSeqs: 256, KVTokens: 200000, Seed: 1}
+	// far past capacity: the request bound stops it
+	flood := base
+	flood.Rate = 1000
+	r := Replay(flood)
+	if r.Truncated != "requests" {
+		t.Errorf("flood: truncated %q, want requests", r.Truncated)
+	}
+	// a step of one microsecond with constant work: the step bound stops it
+	fast := base
+	fast.Step = StepModel{Fixed: 1e-6}
+	fast.Rate = 40
+	fast.OutputMean, fast.OutputSigma = 1e6, 0
+	r = Replay(fast)
+	if r.Truncated != "steps" || r.Steps != MaxReplaySteps {
+		t.Errorf("fast: truncated %q after %d steps, want steps after %d", r.Truncated, r.Steps, MaxReplaySteps)
+	}
+	// a light load runs its whole span
+	light := base
+	light.Rate = 2
+	r = Replay(light)
+	if r.Truncated != "" || r.Span != ReplaySeconds-ReplayWarmup || len(r.TTFT) == 0 {
+		t.Errorf("light: truncated %q, span %.0f, %d TTFTs", r.Truncated, r.Span, len(r.TTFT))
+	}
+}
+
+func TestReplayPoliciesRespond(t *testing.T) {
+	// more KV than a tight pool: preemption (vLLM, SGLang) or waiting
+	// (TensorRT-LLM) makes TTFT worse than with a roomy pool
+	for _, pol := range []string{PolicyVLLM, PolicySGLang, PolicyTRT} {
+		c := Config{Policy: pol, Step: StepModel{Fixed: 0.01, PerPrefillToken: 30e-6, PerDecode: 1e-4, PerContextToken: 20e-9},
+			Rate: 6, PromptMean: 1500, PromptSigma: 0.6, OutputMean: 400, OutputSigma: 0.6, Budget: 8192, MaxSeqs: 256,
+			KVTokens: 400000, ReserveOut: 1600, Seed: 3}
+		roomy := Replay(c)
+		c.KVTokens = 30000
+		tight := Replay(c)
+		if weightedP95(tight.TTFT, ones(len(tight.TTFT))) <= weightedP95(roomy.TTFT, ones(len(roomy.TTFT))) {
+			t.Errorf("%s: a tight pool did not raise TTFT p95", pol)
+		}
+	}
+}
+
+func ones(n int) []float64 {
+	w := make([]float64, n)
+	for i := range w {
+		w[i] = 1
+	}
+	return w
+}
+
+func TestPromptSigma(t *testing.T) {
+	// a lognormal with σ 0.6: p90/mean = exp(1.2816·0.6 − 0.18)
+	w := Window{sigPromptMean: 1000, sigPromptP90: 1000 * math.Exp(1.2816*0.6-0.18)}
+	if s := promptSigma(w); math.Abs(s-0.6) > 1e-6 {
+		t.Errorf("σ = %g, want 0.6", s)
+	}
+}
+
+func TestPromptTailKeepsQuantilesAndMean(t *testing.T) {
+	q := []Quantile{{0.9, 4000}, {0.99, 7700}, {0.999, 16000}}
+	body := fitBody(q, 1550)
+	const n = 200000
+	var xs []float64
+	sum := 0.0
+	for i := 0; i < n; i++ {
+		x := quantileAt(q, body, normalScore((float64(i)+0.5)/n))
+		xs = append(xs, x)
+		sum += x
+	}
+	if m := sum / n; math.Abs(m/1550-1) > 0.01 {
+		t.Errorf("mean %.0f, want 1550", m)
+	}
+	for _, a := range q {
+		if got := xs[int(a.U*n)]; math.Abs(got/a.V-1) > 0.01 {
+			t.Errorf("quantile %.3f = %.0f, want %.0f", a.U, got, a.V)
+		}
+	}
+}
