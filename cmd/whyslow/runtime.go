@@ -73,6 +73,14 @@ var (
 	runtimeUndo    func()
 )
 
+// heapSampling reports whether the runtime samples heap allocations (read
+// under runtimeMu: another serve in the process may be setting it).
+func heapSampling() bool {
+	runtimeMu.Lock()
+	defer runtimeMu.Unlock()
+	return runtime.MemProfileRate != 0
+}
+
 // applyRuntime applies s and returns the function that restores what was
 // there before; call it once, when serve returns.
 func applyRuntime(s runtimeSettings) (restore func()) {

@@ -158,7 +158,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	rt := serveRuntime(cfg, os.Getenv)
 	defer applyRuntime(rt)()
 	logger.Info("Go runtime (the GOMAXPROCS, GOGC and GODEBUG=memprofilerate variables override the daemon's choice)",
-		"gomaxprocs", runtime.GOMAXPROCS(0), "gogc", rt.gogc(os.Getenv), "heap_sampling", runtime.MemProfileRate != 0)
+		"gomaxprocs", runtime.GOMAXPROCS(0), "gogc", rt.gogc(os.Getenv), "heap_sampling", heapSampling())
 	stack, err := daemon.NewStack(daemon.StackOptions{Config: cfg, LogWriter: stdout, Logger: logger, Secrets: secrets})
 	if err != nil {
 		fmt.Fprintf(stderr, "serve: %v\n", secrets.Scrub(err.Error()))
