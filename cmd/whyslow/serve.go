@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -152,6 +153,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	// secrets; reloads add theirs to the same set.
 	secrets := daemon.ConfigSecrets(cfg)
 	logger := slog.New(redact.Handler(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}), secrets))
+	// Before the stack, so its receivers size themselves to the Ps it runs
+	// on and its allocations are not sampled.
+	rt := serveRuntime(cfg, os.Getenv)
+	defer applyRuntime(rt)()
+	logger.Info("Go runtime (the GOMAXPROCS, GOGC and GODEBUG=memprofilerate variables override the daemon's choice)",
+		"gomaxprocs", runtime.GOMAXPROCS(0), "gogc", rt.gogc(os.Getenv), "heap_sampling", heapSampling())
 	stack, err := daemon.NewStack(daemon.StackOptions{Config: cfg, LogWriter: stdout, Logger: logger, Secrets: secrets})
 	if err != nil {
 		fmt.Fprintf(stderr, "serve: %v\n", secrets.Scrub(err.Error()))

@@ -19,7 +19,9 @@ import (
 // copy with its own values put back. The engine annotates the tree it gets
 // (series, offsets), so a kept tree is never handed out. Anything the copy
 // does not know (a node type, a literal that is not plain, a value that
-// would not parse) is parsed as is. Safe for concurrent use.
+// would not parse) is parsed as is. A query without literals is its own
+// shape and is kept too: a sidecar's queries have none and were parsed
+// again every cycle. Safe for concurrent use.
 type parseCache struct {
 	parser.Parser
 	mu     sync.RWMutex
@@ -51,6 +53,10 @@ func (c *parseCache) ParseExpr(input string) (parser.Expr, error) {
 	if !found {
 		e, err := c.Parser.ParseExpr(shape)
 		if err != nil {
+			if len(values) == 0 {
+				// The shape is the query: this is the parser's own answer.
+				return e, err
+			}
 			return c.Parser.ParseExpr(input)
 		}
 		c.mu.Lock()
@@ -77,10 +83,9 @@ func (c *parseCache) ParseExpr(input string) (parser.Expr, error) {
 // queryShape returns input with its plain string literals (no escapes,
 // at least 3 bytes inside the quotes, valid UTF-8, not the metric name
 // label) replaced by placeholders of the same length, and their values in
-// order; false when input cannot be split safely (a NUL byte, a comment,
-// an unterminated string). A query without such a literal is its own shape
-// (the detector's queries of a single-scope daemon have none, and were
-// parsed anew every cycle: a tenth of its CPU).
+// order (input itself and no values when it has no such literal); false
+// when input cannot be split safely (a NUL byte, a comment, an
+// unterminated string).
 func queryShape(input string) (string, []string, bool) {
 	if strings.IndexByte(input, placeholderMark) >= 0 {
 		return "", nil, false

@@ -80,6 +80,58 @@ func withoutRegexps(e parser.Expr) parser.Expr {
 	return e
 }
 
+// countingParser counts the parses that reach the parser.
+type countingParser struct {
+	parser.Parser
+	parses int
+}
+
+func (p *countingParser) ParseExpr(input string) (parser.Expr, error) {
+	p.parses++
+	return p.Parser.ParseExpr(input)
+}
+
+// TestParseCacheKeepsLiteralFreeQueries: a sidecar's queries have no
+// string literals; each is parsed once, then answered from the cache, and
+// every answer is a tree of its own.
+func TestParseCacheKeepsLiteralFreeQueries(t *testing.T) {
+	plain := parser.NewParser(parser.Options{})
+	counting := &countingParser{Parser: plain}
+	cached := newParseCache(counting)
+	queries := []string{
+		`histogram_quantile(0.95, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket[5m])))`,
+		`sum(vllm:num_requests_waiting) / sum(vllm:num_requests_running)`,
+		`x{a=""} offset 5m`, // a literal too short to stand in for: the shape keeps it
+	}
+	for range 3 {
+		for _, q := range queries {
+			checkParseCache(t, plain, cached, q)
+		}
+	}
+	if counting.parses != len(queries) {
+		t.Fatalf("%d parses for %d queries asked three times each, want one each", counting.parses, len(queries))
+	}
+	a, err := cached.ParseExpr(queries[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := cached.ParseExpr(queries[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a == b {
+		t.Fatal("two parses of one query share a tree")
+	}
+	// An invalid literal-free query: the parser's error, every time, and
+	// nothing kept.
+	for range 2 {
+		checkParseCache(t, plain, cached, `sum(x`)
+	}
+	if len(cached.shapes) != len(queries) {
+		t.Fatalf("%d shapes kept, want %d", len(cached.shapes), len(queries))
+	}
+}
+
 // TestParseCacheCopies checks that queries answered from one kept shape do
 // not share what the engine writes into the tree.
 func TestParseCacheCopies(t *testing.T) {

@@ -124,10 +124,14 @@ func run(o options) error {
 scrape_interval: %s
 retention: %s
 listen: 127.0.0.1:%d
-api: {pprof: true}
 otlp: %s
 receivers: [{name: log, log: {format: json}}]
 `, engineURL, interval, o.retention, apiPort, otlpConf)
+	if heap != "" {
+		// Only then: with api.pprof the daemon samples its heap, which
+		// costs memory of its own.
+		conf += "api: {pprof: true}\n"
+	}
 	if dataDir != "" {
 		conf += fmt.Sprintf("data_dir: %q\n", dataDir)
 	}
