@@ -295,10 +295,10 @@ type drawPlan struct {
 // no rule or threshold is tuned on draws from this stream, and a stream is
 // scored once: 0x7a11d scored the rulebook of 2026-12-01, 0x7a11e that of
 // 2026-12-02 03:31, 0x7a11f that of 2026-12-02 07:40, 0x7a120 that of
-// 2026-12-02 10:30, 0x7a121 that of 2026-12-02 15:30 and 0x7a122 that of
-// 2026-12-03 02:30; each was then read for what it missed, so the rulebook
-// after that is scored on a new one.
-const validationStream = 0x7a122
+// 2026-12-02 10:30, 0x7a121 that of 2026-12-02 15:30, 0x7a122 that of
+// 2026-12-03 02:30 and 0x7a123 that of 2026-12-03 03:10; each was then read
+// for what it missed, so the rulebook after that is scored on a new one.
+const validationStream = 0x7a123
 
 func (p drawPlan) draws(models []engineModel, stream uint64) []Draw {
 	r := rand.New(rand.NewPCG(p.seed, stream))
