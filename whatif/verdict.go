@@ -25,8 +25,8 @@ func Catalogue(s Fix) []Fix {
 // TTFT p95, the fixes the data cannot support declined with the reason.
 func (m *Model) Verdict() *verdict.Predicted {
 	out := &verdict.Predicted{Fit: m.Fit.String(), Calibration: m.Quality(), PoorFit: m.Poor(),
-		Incident: &verdict.PredictedValues{TTFTP95: round4(m.Incident.TTFTP95), ITLP95: round4(m.Incident.ITLP95),
-			Throughput: round4(m.Incident.Throughput)}}
+		Incident: &verdict.PredictedValues{TTFTP95: Round4(m.Incident.TTFTP95), ITLP95: Round4(m.Incident.ITLP95),
+			Throughput: Round4(m.Incident.Throughput)}}
 	s := m.In.Scheduler
 	for _, f := range Catalogue(Fix{MaxNumBatchedTokens: s.MaxNumBatchedTokens, MaxNumSeqs: s.MaxNumSeqs}) {
 		p, err := m.Predict(f)
@@ -35,7 +35,7 @@ func (m *Model) Verdict() *verdict.Predicted {
 			continue
 		}
 		rg := func(r Range) verdict.PredictedRange {
-			return verdict.PredictedRange{Median: round4(r.Median), Low: round4(r.Low), High: round4(r.High)}
+			return verdict.PredictedRange{Median: Round4(r.Median), Low: Round4(r.Low), High: Round4(r.High)}
 		}
 		out.Fixes = append(out.Fixes, verdict.FixPrediction{Fix: f.String(), TTFTP95: rg(p.TTFTP95), ITLP95: rg(p.ITLP95),
 			Throughput: rg(p.Throughput), Trade: p.Trade})
@@ -44,8 +44,9 @@ func (m *Model) Verdict() *verdict.Predicted {
 	return out
 }
 
-// round4 keeps four significant digits.
-func round4(x float64) float64 {
+// Round4 keeps four significant digits (0 for a value that is not finite):
+// what predictions print and store.
+func Round4(x float64) float64 {
 	if x == 0 || math.IsNaN(x) || math.IsInf(x, 0) {
 		return 0
 	}

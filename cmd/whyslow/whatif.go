@@ -313,11 +313,13 @@ type whatifJSON struct {
 
 func (r whatifReport) json() whatifJSON {
 	m := r.Model
-	one := func(x float64) rangeJSON { return rangeJSON{round4(x), round4(x), round4(x)} }
-	rg := func(x whatif.Range) rangeJSON { return rangeJSON{round4(x.Median), round4(x.Low), round4(x.High)} }
+	one := func(x float64) rangeJSON { return rangeJSON{whatif.Round4(x), whatif.Round4(x), whatif.Round4(x)} }
+	rg := func(x whatif.Range) rangeJSON {
+		return rangeJSON{whatif.Round4(x.Median), whatif.Round4(x.Low), whatif.Round4(x.High)}
+	}
 	out := whatifJSON{Engine: m.In.Engine, MaxNumBatchedTokens: m.In.Scheduler.MaxNumBatchedTokens,
 		MaxNumSeqs: m.In.Scheduler.MaxNumSeqs, SchedulerSource: m.In.Scheduler.Source, Fit: m.Fit.String(),
-		FitR2: round4(m.Fit.R2), Calibration: m.Quality(), PoorFit: m.Poor(),
+		FitR2: whatif.Round4(m.Fit.R2), Calibration: m.Quality(), PoorFit: m.Poor(),
 		Observed: predictionJSON{Fix: "none (observed)", TTFTP95: one(m.Observed.TTFTP95), ITLP95: one(m.Observed.ITLP95),
 			Throughput: one(m.Observed.Throughput)},
 		Incident: predictionJSON{Fix: "none (model)", TTFTP95: one(m.Incident.TTFTP95), ITLP95: one(m.Incident.ITLP95),
@@ -328,14 +330,6 @@ func (r whatifReport) json() whatifJSON {
 			ITLP95: rg(p.ITLP95), Throughput: rg(p.Throughput), Trade: p.Trade})
 	}
 	return out
-}
-
-func round4(x float64) float64 {
-	if x == 0 || math.IsNaN(x) || math.IsInf(x, 0) {
-		return 0
-	}
-	mag := math.Pow(10, 3-math.Floor(math.Log10(math.Abs(x))))
-	return math.Round(x*mag) / mag
 }
 
 // predictFixes fills v.Predicted (why --predict): the triage again with

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -93,20 +92,7 @@ func TestWhatifTextGolden(t *testing.T) {
 	if r.code != exitOK {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
-	path := filepath.Join("testdata", "whatif_"+whatifGoldenBundle+".golden")
-	if *update {
-		if err := os.WriteFile(path, []byte(r.stdout), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if r.stdout != string(want) {
-		t.Errorf("text output differs from %s (rerun with -update if the change is intended):\n%s", path, lineDiff(string(want), r.stdout))
-	}
+	checkGolden(t, filepath.Join("testdata", "whatif_"+whatifGoldenBundle+".golden"), r.stdout)
 }
 
 // TestWhyPredictGolden keeps the `predicted` part of `why --predict
@@ -125,20 +111,7 @@ func TestWhyPredictGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join("testdata", "why_predict_"+whatifGoldenBundle+".golden")
-	if *update {
-		if err := os.WriteFile(path, append(got, '\n'), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if string(got)+"\n" != string(want) {
-		t.Errorf("predicted differs from %s (rerun with -update if the change is intended):\n%s", path, lineDiff(string(want), string(got)+"\n"))
-	}
+	checkGolden(t, filepath.Join("testdata", "why_predict_"+whatifGoldenBundle+".golden"), string(got)+"\n")
 	// without --predict the verdict has no predictions
 	if v := decodeVerdict(t, runShared(t, "why", "--bundle", filepath.Join(incidentsDir, whatifGoldenBundle), "--output", "json").stdout); v.Predicted != nil {
 		t.Errorf("predicted without --predict")

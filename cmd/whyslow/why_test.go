@@ -180,20 +180,7 @@ func TestWhyTextGolden(t *testing.T) {
 			if r.code == exitFailed {
 				t.Fatalf("exit 2: %s", r.stderr)
 			}
-			path := filepath.Join("testdata", tc.golden)
-			if *update {
-				if err := os.WriteFile(path, []byte(r.stdout), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create it)", err)
-			}
-			if r.stdout != string(want) {
-				t.Errorf("text output differs from %s (rerun with -update if the change is intended):\n%s", path, lineDiff(string(want), r.stdout))
-			}
+			checkGolden(t, filepath.Join("testdata", tc.golden), r.stdout)
 		})
 	}
 }
@@ -784,5 +771,24 @@ func TestWhyEscapesControlCharacters(t *testing.T) {
 	}
 	if !strings.Contains(r.stdout, `llama\x1b[2J\x1b]8;;https://evil.example/`) {
 		t.Errorf("the label is not shown escaped:\n%s", r.stdout)
+	}
+}
+
+// checkGolden compares got with the golden file at path; with -update it
+// writes got there instead.
+func checkGolden(t *testing.T, path, got string) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("output differs from %s (rerun with -update if the change is intended):\n%s", path, lineDiff(string(want), got))
 	}
 }
