@@ -1,6 +1,7 @@
 package store
 
 import (
+	"hash/maphash"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -21,11 +22,18 @@ import (
 // does not know (a node type, a literal that is not plain, a value that
 // would not parse) is parsed as is. A query without literals is its own
 // shape and is kept too: a sidecar's queries have none and were parsed
-// again every cycle. Safe for concurrent use.
+// again every cycle. A shape's tree is kept only the second time the
+// shape is asked: some triage queries hold numbers that change every cycle
+// (a range as long as the data seen so far), so their shapes never repeat,
+// and keeping each one's tree held thousands of dead trees, the sidecar's
+// live heap doubling once an incident opened. Safe for concurrent use.
 type parseCache struct {
 	parser.Parser
 	mu     sync.RWMutex
 	shapes map[string]parser.Expr
+	// seenOnce holds the hashes of shapes asked once and not kept.
+	seenOnce map[uint64]struct{}
+	seed     maphash.Seed
 }
 
 // maxShapes bounds the kept parses: when full the cache starts over. A
@@ -38,7 +46,7 @@ const maxShapes = 4096
 const placeholderMark = '\x00'
 
 func newParseCache(p parser.Parser) *parseCache {
-	return &parseCache{Parser: p, shapes: map[string]parser.Expr{}}
+	return &parseCache{Parser: p, shapes: map[string]parser.Expr{}, seenOnce: map[uint64]struct{}{}, seed: maphash.MakeSeed()}
 }
 
 // ParseExpr implements parser.Parser.
@@ -51,6 +59,10 @@ func (c *parseCache) ParseExpr(input string) (parser.Expr, error) {
 	kept, found := c.shapes[shape]
 	c.mu.RUnlock()
 	if !found {
+		if !c.admit(shape) {
+			// First sighting: parsed as is, nothing kept.
+			return c.Parser.ParseExpr(input)
+		}
 		e, err := c.Parser.ParseExpr(shape)
 		if err != nil {
 			if len(values) == 0 {
@@ -78,6 +90,23 @@ func (c *parseCache) ParseExpr(input string) (parser.Expr, error) {
 		}
 	}
 	return e, nil
+}
+
+// admit reports whether shape was asked before (and forgets that it was):
+// only then is its tree kept.
+func (c *parseCache) admit(shape string) bool {
+	h := maphash.String(c.seed, shape)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.seenOnce[h]; ok {
+		delete(c.seenOnce, h)
+		return true
+	}
+	if len(c.seenOnce) >= maxShapes {
+		clear(c.seenOnce)
+	}
+	c.seenOnce[h] = struct{}{}
+	return false
 }
 
 // queryShape returns input with its plain string literals (no escapes,
