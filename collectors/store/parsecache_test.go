@@ -38,8 +38,9 @@ func TestParseCacheMatchesParser(t *testing.T) {
 	plain := parser.NewParser(parser.Options{})
 	cached := newParseCache(plain)
 	for _, q := range parseCacheCases {
-		// Twice: the first parse keeps the shape, the second copies it.
-		for range 2 {
+		// Three times: the first is parsed as is, the second keeps the
+		// shape, the third copies it.
+		for range 3 {
 			checkParseCache(t, plain, cached, q)
 		}
 	}
@@ -133,6 +134,30 @@ func TestParseCacheKeepsLiteralFreeQueries(t *testing.T) {
 	}
 }
 
+// TestParseCacheKeepsNoOneOffShape: triage queries whose range grows with
+// the data seen have a new shape every cycle; their trees must not be kept
+// (they held half the sidecar's live heap), while a repeated one is.
+func TestParseCacheKeepsNoOneOffShape(t *testing.T) {
+	plain := parser.NewParser(parser.Options{})
+	cached := newParseCache(plain)
+	for i := range 2 * maxShapes {
+		checkParseCache(t, plain, cached, fmt.Sprintf(`count(last_over_time(vllm:num_requests_running{namespace="steady-001"}[%ds]))`, 60+i))
+	}
+	if len(cached.shapes) != 0 {
+		t.Fatalf("%d trees kept for shapes asked once each, want none", len(cached.shapes))
+	}
+	if len(cached.seenOnce) > maxShapes {
+		t.Fatalf("%d shapes remembered, want at most %d", len(cached.seenOnce), maxShapes)
+	}
+	repeated := `count(last_over_time(vllm:num_requests_running{namespace="steady-001"}[5m]))`
+	for range 2 {
+		checkParseCache(t, plain, cached, repeated)
+	}
+	if len(cached.shapes) != 1 {
+		t.Fatalf("%d trees kept after a shape asked twice, want 1", len(cached.shapes))
+	}
+}
+
 // TestParseCacheCopies checks that queries answered from one kept shape do
 // not share what the engine writes into the tree.
 func TestParseCacheCopies(t *testing.T) {
@@ -154,7 +179,7 @@ func TestParseCacheCopies(t *testing.T) {
 	if err := app.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	for range 2 {
+	for range 3 {
 		for i, ns := range []string{"aaa", "bbb"} {
 			v, _, err := st.Query(context.Background(), `sum(increase(up_total{namespace="`+ns+`"}[2m]))`, at)
 			if err != nil {
