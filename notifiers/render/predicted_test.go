@@ -9,24 +9,8 @@ import (
 	"github.com/whyslow/whyslow/verdict"
 )
 
-// predictedVerdict is the anomaly with a poor-fit prediction: a trade,
-// a spread between seeds, a declined fix.
-func predictedVerdict() *verdict.Verdict {
-	v := notifytest.Anomaly()
-	one := func(x float64) verdict.PredictedRange { return verdict.PredictedRange{Median: x, Low: x, High: x} }
-	v.Predicted = &verdict.Predicted{Calibration: "poor (…)", PoorFit: true,
-		Incident: &verdict.PredictedValues{TTFTP95: 150, ITLP95: 0.292, Throughput: 3000},
-		Fixes: []verdict.FixPrediction{
-			{Fix: "replicas×2", TTFTP95: verdict.PredictedRange{Median: 11, Low: 10, High: 12}, ITLP95: one(0.205), Throughput: one(4700)},
-			{Fix: "max_num_batched_tokens=4096", TTFTP95: one(45), ITLP95: one(0.4), Throughput: one(3000),
-				Trade: "trades inter-token latency for TTFT: TTFT p95 -70%, inter-token p95 +37%"},
-		},
-		Declined: []verdict.DeclinedFix{{Fix: "clocks restored", Reason: "no GPU clock series"}}}
-	return v
-}
-
 func TestPredictionsRendered(t *testing.T) {
-	v := predictedVerdict()
+	v := notifytest.Predicted()
 	want := []string{
 		"replicas×2: TTFT p95 2m30s → 11 s (−93%, seeds 10 s–12 s), inter-token 292 ms → 205 ms (−30%); poor fit",
 		"max_num_batched_tokens=4096: TTFT p95 2m30s → 45 s (−70%), inter-token 292 ms → 400 ms (+37%); trades inter-token latency for TTFT; poor fit",
