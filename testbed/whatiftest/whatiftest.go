@@ -149,6 +149,10 @@ type Order struct {
 	// applied; Unfixed the incident's own.
 	Truth   map[string]float64
 	Unfixed float64
+	// Pred is each predicted fix's TTFT p95 (the median over the seeds);
+	// Model the model's incident.
+	Pred  map[string]float64
+	Model float64
 }
 
 // Right says the verdict's first fix is the truth's best.
@@ -186,6 +190,10 @@ func FixOrder(ctx context.Context, o reqsim.Options) (Order, error) {
 		return out, nil
 	}
 	out.Predicted = pv.Fixes[0].Fix
+	out.Pred, out.Model = map[string]float64{}, pv.Incident.TTFTP95
+	for _, f := range pv.Fixes {
+		out.Pred[f.Fix] = f.TTFTP95.Median
+	}
 	s := model.In.Scheduler
 	for _, f := range whatif.Catalogue(whatif.Fix{MaxNumBatchedTokens: s.MaxNumBatchedTokens, MaxNumSeqs: s.MaxNumSeqs}) {
 		fo := o
@@ -249,11 +257,21 @@ func OrderReport(orders []Order) string {
 		case o.Declined != "":
 			fmt.Fprintf(&b, "declined: %s %s seed %#x: %s\n", o.Scenario, o.Engine, o.Seed, o.Declined)
 		case !o.Right():
-			fmt.Fprintf(&b, "miss: %s %s %s seed %#x: verdict first %s (true TTFT p95 %.3gs), best %s (%.3gs), unfixed %.3gs\n",
-				o.Scenario, o.Engine, o.Band, o.Seed, o.Predicted, o.Truth[o.Predicted], o.Best, o.Truth[o.Best], o.Unfixed)
+			fmt.Fprintf(&b, "miss: %s %s %s seed %#x: verdict first %s (true TTFT p95 %.3gs, predicted %.3gs), "+
+				"best %s (%.3gs, predicted %s), unfixed %.3gs (model %.3gs)\n",
+				o.Scenario, o.Engine, o.Band, o.Seed, o.Predicted, o.Truth[o.Predicted], o.Pred[o.Predicted],
+				o.Best, o.Truth[o.Best], predictedOrDeclined(o.Pred, o.Best), o.Unfixed, o.Model)
 		}
 	}
 	return b.String()
+}
+
+// predictedOrDeclined is a fix's predicted TTFT p95, or "declined".
+func predictedOrDeclined(pred map[string]float64, fix string) string {
+	if x, ok := pred[fix]; ok {
+		return fmt.Sprintf("%.3gs", x)
+	}
+	return "declined"
 }
 
 // predictor triages the bundle as `whyslow whatif --bundle` does and
