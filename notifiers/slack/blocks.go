@@ -450,8 +450,8 @@ func predictionsText(v *verdict.Verdict) string {
 		b.WriteString(" _(poor fit: relative changes scaled to the observed values)_")
 	}
 	if len(pr.Fixes) == 0 {
-		// nothing predicted: why (the missing series)
-		for _, n := range pr.Notes {
+		// nothing predicted: why (the missing series, each declined fix)
+		for _, n := range append(pr.Notes, pr.Declined...) {
 			b.WriteString("\n_" + esc(n) + "_")
 		}
 		return b.String()
