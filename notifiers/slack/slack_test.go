@@ -591,4 +591,10 @@ func TestPredictedGolden(t *testing.T) {
 	if strings.Contains(string(b), render.PredictedHeading) {
 		t.Errorf("predictions section without predictions:\n%s", b)
 	}
+	// nothing predicted: the message says why
+	v := notifytest.Anomaly()
+	v.Predicted = &verdict.Predicted{Missing: "no prediction: missing series kv_per_running"}
+	if s := predictionsText(v); !strings.Contains(s, "missing series kv_per_running") {
+		t.Errorf("missing series not said: %q", s)
+	}
 }
