@@ -117,3 +117,14 @@ func TestWhyPredictGolden(t *testing.T) {
 		t.Errorf("predicted without --predict")
 	}
 }
+
+// TestWhyPredictTextGolden keeps the text of `why --predict` on the
+// shipped bundle in testdata/why_predict_arrival_surge_text.golden
+// (-update rewrites it): the predictions where on-call reads them.
+func TestWhyPredictTextGolden(t *testing.T) {
+	r := runShared(t, "why", "--bundle", filepath.Join(incidentsDir, whatifGoldenBundle), "--predict")
+	if r.code == exitFailed {
+		t.Fatalf("exit 2: %s", r.stderr)
+	}
+	checkGolden(t, filepath.Join("testdata", "why_predict_"+whatifGoldenBundle+"_text.golden"), r.stdout)
+}

@@ -187,3 +187,20 @@ func Insufficient() *verdict.Verdict {
 		Warnings: []string{"target 10.0.4.2:8000 was down for 4m10s of the incident window"},
 	}
 }
+
+// Predicted returns Anomaly with the predictions of `why --predict` on a
+// poor fit: a seed spread, a fix that trades one latency for the other,
+// and a fix the data could not support.
+func Predicted() *verdict.Verdict {
+	v := Anomaly()
+	one := func(x float64) verdict.PredictedRange { return verdict.PredictedRange{Median: x, Low: x, High: x} }
+	v.Predicted = &verdict.Predicted{Calibration: "poor (…)", PoorFit: true,
+		Incident: &verdict.PredictedValues{TTFTP95: 150, ITLP95: 0.292, Throughput: 3000},
+		Fixes: []verdict.FixPrediction{
+			{Fix: "replicas×2", TTFTP95: verdict.PredictedRange{Median: 11, Low: 10, High: 12}, ITLP95: one(0.205), Throughput: one(4700)},
+			{Fix: "max_num_batched_tokens=4096", TTFTP95: one(45), ITLP95: one(0.4), Throughput: one(3000),
+				Trade: "trades inter-token latency for TTFT: TTFT p95 -70%, inter-token p95 +37%"},
+		},
+		Declined: []verdict.DeclinedFix{{Fix: "clocks restored", Reason: "no GPU clock series"}}}
+	return v
+}

@@ -131,6 +131,19 @@ func Markdown(w io.Writer, v *verdict.Verdict, opts Options) (err error) {
 		}
 	}
 
+	if pr := PredictionsOf(v); pr != nil {
+		p("\n#### %s\n\n", PredictedHeading)
+		for _, n := range pr.Notes {
+			p("*%s*\n\n", mdEscape(n))
+		}
+		for _, l := range pr.Fixes {
+			p("- %s\n", mdEscape(l))
+		}
+		for _, l := range pr.Declined {
+			p("- *%s*\n", mdEscape(l))
+		}
+	}
+
 	if len(v.Considered) > 0 {
 		p("\n#### Also considered (below the evidence bar)\n\n")
 		for _, c := range v.Considered {

@@ -299,6 +299,20 @@ func Text(w io.Writer, v *verdict.Verdict, opts Options) error {
 		}
 	}
 
+	if pr := PredictionsOf(v); pr != nil {
+		t.blank()
+		t.line(0, 0, ansiBold, PredictedHeading)
+		for _, n := range pr.Notes {
+			t.line(2, 2, ansiDim, n)
+		}
+		for _, l := range pr.Fixes {
+			t.line(2, 4, ansiGreen, "- "+l)
+		}
+		for _, l := range pr.Declined {
+			t.line(2, 4, ansiDim, "- "+l)
+		}
+	}
+
 	if len(v.Considered) > 0 {
 		t.blank()
 		t.line(0, 0, ansiBold, "Also considered (below the evidence bar)")

@@ -107,6 +107,9 @@ func Blocks(v *verdict.Verdict, o RenderOptions) Message {
 	}
 	bs = append(bs, slack.NewDividerBlock())
 	bs = append(bs, causeBlocks(v, o.MaxCauses)...)
+	if s := predictionsText(v); s != "" {
+		bs = append(bs, section(s))
+	}
 	if s := ruledOutText(v); s != "" {
 		bs = append(bs, section(s))
 	}
@@ -427,6 +430,40 @@ func causeBlocks(v *verdict.Verdict, maxCauses int) []slack.Block {
 		bs = append(bs, section(b.String()))
 	}
 	return bs
+}
+
+// maxPredictedFixes caps the fixes the message shows with their
+// predictions (the best first); the rest are in the verdict.
+const maxPredictedFixes = 3
+
+// predictionsText is the compact fixes section of `why --predict`: the
+// best predicted fixes, one line each, a poor fit said in the heading;
+// empty without predictions.
+func predictionsText(v *verdict.Verdict) string {
+	pr := render.PredictionsOf(v)
+	if pr == nil {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString(":crystal_ball: *" + render.PredictedHeading + "*")
+	if v.Predicted.PoorFit {
+		b.WriteString(" _(poor fit: relative changes scaled to the observed values)_")
+	}
+	if len(pr.Fixes) == 0 {
+		// nothing predicted: why (the missing series, each declined fix)
+		for _, n := range append(pr.Notes, pr.Declined...) {
+			b.WriteString("\n_" + esc(n) + "_")
+		}
+		return b.String()
+	}
+	for i, l := range pr.Fixes {
+		if i == maxPredictedFixes {
+			fmt.Fprintf(&b, "\n_…and %d more fixes in the verdict._", len(pr.Fixes)-maxPredictedFixes)
+			break
+		}
+		b.WriteString("\n• " + esc(strings.TrimSuffix(l, "; poor fit")))
+	}
+	return b.String()
 }
 
 // evidenceText is the evidence sentence with its numbers in brackets.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/whyslow/whyslow/notifiers"
 	"github.com/whyslow/whyslow/notifiers/notifytest"
+	"github.com/whyslow/whyslow/notifiers/render"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -567,5 +568,33 @@ func TestChartOpenedAt(t *testing.T) {
 	deliver(t, n, ns[:2])
 	if len(opened) != 2 || !opened[0].Equal(ns[0].CreatedAt) || !opened[1].Equal(ns[0].CreatedAt.Truncate(time.Second)) {
 		t.Errorf("charts told opened %v, want %s twice", opened, ns[0].CreatedAt)
+	}
+}
+
+// TestPredictedGolden keeps the message of a verdict with predictions
+// (why --predict) in testdata/predicted.golden.json; without them the
+// message has no fixes section.
+func TestPredictedGolden(t *testing.T) {
+	m := Blocks(notifytest.Predicted(), RenderOptions{Kind: KindParent, IncidentID: "inc-1"})
+	b, err := json.MarshalIndent(m.Blocks, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkGolden(t, "predicted.golden.json", append(unescapeHTML(b), '\n'))
+	if !strings.Contains(string(b), render.PredictedHeading) || !strings.Contains(string(b), "poor fit") {
+		t.Errorf("no predictions section:\n%s", b)
+	}
+	b, err = json.Marshal(Blocks(notifytest.Anomaly(), RenderOptions{Kind: KindParent}).Blocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), render.PredictedHeading) {
+		t.Errorf("predictions section without predictions:\n%s", b)
+	}
+	// nothing predicted: the message says why
+	v := notifytest.Anomaly()
+	v.Predicted = &verdict.Predicted{Missing: "no prediction: missing series kv_per_running"}
+	if s := predictionsText(v); !strings.Contains(s, "missing series kv_per_running") {
+		t.Errorf("missing series not said: %q", s)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"sort"
+	"strings"
 
 	"github.com/whyslow/whyslow/collectors/bundle"
 	"github.com/whyslow/whyslow/collectors/store"
@@ -130,6 +132,146 @@ func Incident(ctx context.Context, o reqsim.Options, cases []Case) ([]Pair, erro
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// Order is one incident's fix order: the fix the verdict puts first (the
+// lowest predicted TTFT p95 of whatif.Catalogue, `why --predict`) against
+// the fix that is best inside the engine model (the lowest TTFT p95 with
+// the fix applied, every catalogued fix tried, declined ones too).
+type Order struct {
+	Scenario, Engine, Band string
+	Seed                   int64
+	// Declined says why the verdict has no predictions ("" when it has).
+	Declined string
+	// Predicted is the verdict's first fix; Best the truth's.
+	Predicted, Best string
+	// Truth is each catalogued fix's true incident TTFT p95 with it
+	// applied; Unfixed the incident's own.
+	Truth   map[string]float64
+	Unfixed float64
+	// Pred is each predicted fix's TTFT p95 (the median over the seeds);
+	// Model the model's incident.
+	Pred  map[string]float64
+	Model float64
+}
+
+// Right says the verdict's first fix is the truth's best.
+func (o Order) Right() bool { return o.Declined == "" && o.Predicted == o.Best }
+
+// Close says the verdict's first fix is within whatif.Unchanged of the
+// truth's best TTFT p95: as good as the best, the two told apart by
+// less than what the model calls unchanged.
+func (o Order) Close() bool {
+	if o.Declined != "" {
+		return false
+	}
+	best, got := o.Truth[o.Best], o.Truth[o.Predicted]
+	return got <= best*(1+whatif.Unchanged)
+}
+
+// FixOrder records one instance, builds the verdict's predictions as `why
+// --predict` does and applies every fix of the verdict's catalogue inside
+// the engine model.
+func FixOrder(ctx context.Context, o reqsim.Options) (Order, error) {
+	b, err := reqsim.Record(ctx, o)
+	if err != nil {
+		return Order{}, err
+	}
+	out := Order{Scenario: o.Scenario, Engine: b.Engine, Band: b.Truth.Band, Seed: o.Seed,
+		Unfixed: b.Truth.Inc.TTFTP95, Truth: map[string]float64{}}
+	model, err := predictor(ctx, b)
+	if err != nil {
+		out.Declined = err.Error()
+		return out, nil
+	}
+	pv := model.Verdict()
+	if len(pv.Fixes) == 0 {
+		out.Declined = "every fix declined"
+		return out, nil
+	}
+	out.Predicted = pv.Fixes[0].Fix
+	out.Pred, out.Model = map[string]float64{}, pv.Incident.TTFTP95
+	for _, f := range pv.Fixes {
+		out.Pred[f.Fix] = f.TTFTP95.Median
+	}
+	s := model.In.Scheduler
+	for _, f := range whatif.Catalogue(whatif.Fix{MaxNumBatchedTokens: s.MaxNumBatchedTokens, MaxNumSeqs: s.MaxNumSeqs}) {
+		fo := o
+		fo.Fix = reqsim.Fix(f) // the same fields: the truth applies what the model predicts
+		fb, err := reqsim.Record(ctx, fo)
+		if err != nil {
+			return Order{}, err
+		}
+		name := f.String()
+		out.Truth[name] = fb.Truth.Inc.TTFTP95
+		if out.Best == "" || out.Truth[name] < out.Truth[out.Best] {
+			out.Best = name
+		}
+	}
+	return out, nil
+}
+
+// OrderReport tabulates the fix orders per engine: the share of incidents
+// whose verdict puts the truth's best fix first, and the share whose
+// first fix is as good as the best within whatif.Unchanged; then each
+// miss.
+func OrderReport(orders []Order) string {
+	var b strings.Builder
+	sort.SliceStable(orders, func(i, j int) bool { return orders[i].Seed < orders[j].Seed })
+	per := map[string][]Order{}
+	for _, o := range orders {
+		per[o.Engine] = append(per[o.Engine], o)
+		per["all"] = append(per["all"], o)
+	}
+	keys := make([]string, 0, len(per))
+	for k := range per {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	fmt.Fprintf(&b, "%-8s %9s %5s %12s %12s\n", "engine", "incidents", "decl", "best first", "within 10%")
+	for _, k := range keys {
+		var n, decl, right, near int
+		for _, o := range per[k] {
+			if o.Declined != "" {
+				decl++
+				continue
+			}
+			n++
+			if o.Right() {
+				right++
+			}
+			if o.Close() {
+				near++
+			}
+		}
+		pct := func(x int) string {
+			if n == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%d/%d %.0f%%", x, n, 100*float64(x)/float64(n))
+		}
+		fmt.Fprintf(&b, "%-8s %9d %5d %12s %12s\n", k, n+decl, decl, pct(right), pct(near))
+	}
+	for _, o := range orders {
+		switch {
+		case o.Declined != "":
+			fmt.Fprintf(&b, "declined: %s %s seed %#x: %s\n", o.Scenario, o.Engine, o.Seed, o.Declined)
+		case !o.Right():
+			fmt.Fprintf(&b, "miss: %s %s %s seed %#x: verdict first %s (true TTFT p95 %.3gs, predicted %.3gs), "+
+				"best %s (%.3gs, predicted %s), unfixed %.3gs (model %.3gs)\n",
+				o.Scenario, o.Engine, o.Band, o.Seed, o.Predicted, o.Truth[o.Predicted], o.Pred[o.Predicted],
+				o.Best, o.Truth[o.Best], predictedOrDeclined(o.Pred, o.Best), o.Unfixed, o.Model)
+		}
+	}
+	return b.String()
+}
+
+// predictedOrDeclined is a fix's predicted TTFT p95, or "declined".
+func predictedOrDeclined(pred map[string]float64, fix string) string {
+	if x, ok := pred[fix]; ok {
+		return fmt.Sprintf("%.3gs", x)
+	}
+	return "declined"
 }
 
 // predictor triages the bundle as `whyslow whatif --bundle` does and
