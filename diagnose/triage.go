@@ -547,43 +547,54 @@ func Run(ctx context.Context, opts Options) (*verdict.Verdict, error) {
 func bucketBounds(ctx context.Context, opts *Options, rs *rules.Ruleset, win string, now, base map[string]float64) map[string][]float64 {
 	out := map[string][]float64{}
 	for _, name := range headlineSignals(rs) {
-		s := rs.Declared(name)
 		_, okN := now[name]
 		_, okB := base[name]
-		if s == nil || s.Expr == "" || (!okN && !okB) {
-			continue
-		}
-		// The rendered query, not the template: a map may write the
-		// quantile with {{.Quantile}}.
-		expr, err := s.Render(opts.Selector, win, nil)
-		if err != nil || !strings.Contains(expr, "histogram_quantile") {
-			continue
-		}
-		var sels []string
-		for _, vs := range vectorSelectors(expr) {
-			if name, _, _ := strings.Cut(vs, "{"); strings.HasSuffix(name, "_bucket") {
-				sels = append(sels, vs)
-			}
-		}
+		sels := bucketSelectors(rs.Declared(name), opts.Selector, win)
 		for _, q := range []struct {
 			at time.Time
 			ok bool
 		}{{opts.At, okN}, {opts.At.Add(-opts.Baseline), okB}} {
-			if !q.ok || len(sels) == 0 || out[name] != nil {
-				continue
+			if q.ok && len(sels) > 0 && out[name] == nil {
+				out[name] = queryLes(ctx, opts.Metrics, sels, win, q.at)
 			}
-			parts := make([]string, len(sels))
-			for i, sel := range sels {
-				parts[i] = fmt.Sprintf("count by (le) (last_over_time(%s[%s]))", sel, win)
-			}
-			vec, _, err := opts.Metrics.Query(ctx, strings.Join(parts, " or "), q.at)
-			if err != nil {
-				continue
-			}
-			out[name] = bucketLes(vec)
 		}
 	}
 	return out
+}
+
+// bucketSelectors returns the *_bucket vector selectors of s's query
+// rendered over win (the rendered query, not the template: a map may write
+// the quantile with {{.Quantile}}), or nil when s reads no
+// histogram_quantile.
+func bucketSelectors(s *rules.Signal, selector, win string) []string {
+	if s == nil || s.Expr == "" {
+		return nil
+	}
+	expr, err := s.Render(selector, win, nil)
+	if err != nil || !strings.Contains(expr, "histogram_quantile") {
+		return nil
+	}
+	var sels []string
+	for _, vs := range vectorSelectors(expr) {
+		if name, _, _ := strings.Cut(vs, "{"); strings.HasSuffix(name, "_bucket") {
+			sels = append(sels, vs)
+		}
+	}
+	return sels
+}
+
+// queryLes returns the finite le bounds the bucket selectors hold over win
+// ending at at: one `count by (le)` query; nil when it fails.
+func queryLes(ctx context.Context, m query.Metrics, sels []string, win string, at time.Time) []float64 {
+	parts := make([]string, len(sels))
+	for i, sel := range sels {
+		parts[i] = fmt.Sprintf("count by (le) (last_over_time(%s[%s]))", sel, win)
+	}
+	vec, _, err := m.Query(ctx, strings.Join(parts, " or "), at)
+	if err != nil {
+		return nil
+	}
+	return bucketLes(vec)
 }
 
 // bucketLes returns the finite, sorted le bounds of a `count by (le)` result.
@@ -823,28 +834,11 @@ func besideEngineGaps(ctx context.Context, opts *Options, win string) []verdict.
 // signal is no histogram_quantile or nothing answers. whatif uses it to
 // read a replay's samples the way the engine's histogram reads requests.
 func BucketLayout(ctx context.Context, m query.Metrics, rs *rules.Ruleset, signal, selector, win string, at time.Time) []float64 {
-	s := rs.Signal(signal)
-	if s == nil {
+	sels := bucketSelectors(rs.Signal(signal), selector, win)
+	if len(sels) == 0 {
 		return nil
 	}
-	expr, err := s.Render(selector, win, nil)
-	if err != nil || !strings.Contains(expr, "histogram_quantile") {
-		return nil
-	}
-	var parts []string
-	for _, vs := range vectorSelectors(expr) {
-		if name, _, _ := strings.Cut(vs, "{"); strings.HasSuffix(name, "_bucket") {
-			parts = append(parts, fmt.Sprintf("count by (le) (last_over_time(%s[%s]))", vs, win))
-		}
-	}
-	if len(parts) == 0 {
-		return nil
-	}
-	vec, _, err := m.Query(ctx, strings.Join(parts, " or "), at)
-	if err != nil {
-		return nil
-	}
-	return bucketLes(vec)
+	return queryLes(ctx, m, sels, win, at)
 }
 
 // BucketCounts returns the histogram a quantile signal reads as its
@@ -852,22 +846,13 @@ func BucketLayout(ctx context.Context, m query.Metrics, rs *rules.Ruleset, signa
 // at (the last entry: past the last bound), or nil when the signal is no
 // histogram_quantile or nothing answers.
 func BucketCounts(ctx context.Context, m query.Metrics, rs *rules.Ruleset, signal, selector, win string, at time.Time) (les, counts []float64) {
-	s := rs.Signal(signal)
-	if s == nil {
+	sels := bucketSelectors(rs.Signal(signal), selector, win)
+	if len(sels) == 0 {
 		return nil, nil
 	}
-	expr, err := s.Render(selector, win, nil)
-	if err != nil || !strings.Contains(expr, "histogram_quantile") {
-		return nil, nil
-	}
-	var parts []string
-	for _, vs := range vectorSelectors(expr) {
-		if name, _, _ := strings.Cut(vs, "{"); strings.HasSuffix(name, "_bucket") {
-			parts = append(parts, fmt.Sprintf("sum by (le) (increase(%s[%s]))", vs, win))
-		}
-	}
-	if len(parts) == 0 {
-		return nil, nil
+	parts := make([]string, len(sels))
+	for i, sel := range sels {
+		parts[i] = fmt.Sprintf("sum by (le) (increase(%s[%s]))", sel, win)
 	}
 	vec, _, err := m.Query(ctx, strings.Join(parts, " or "), at)
 	if err != nil || len(vec) == 0 {
