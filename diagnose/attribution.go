@@ -376,7 +376,10 @@ func AttrMap(a *verdict.Attribution) map[string]float64 {
 			big = s
 		}
 	}
-	if big != nil {
+	// A remainder beside a part that was not measured (no prefill-time
+	// histogram, no computed-prompt counter, no clock series) may be that
+	// part: a gap the verdict lists, not a finding of its own.
+	if big != nil && len(big.Missing) == 0 {
 		m[rules.AttrUnexplained] = math.Max(0, math.Min(1, big.UnexplainedShare))
 	}
 	if a.ITL != nil {

@@ -25,7 +25,7 @@ const (
 	AttrITLRecompute    = "itl_recompute"    // share from recomputing preempted requests
 	AttrITLClock        = "itl_clock"        // share from lower GPU clocks
 	AttrITLUnexplained  = "itl_unexplained"  // share the step model does not explain
-	AttrUnexplained     = "unexplained"      // unexplained share of the larger symptom (TTFT or ITL, by relative rise)
+	AttrUnexplained     = "unexplained"      // unexplained share of the larger symptom (TTFT or ITL, by relative rise); absent when a part of its split was not measured
 	// AttrITLSymptom is the inter-token half's share of the slowdown users
 	// felt, by relative rise: ln(ITL ratio) over ln(ITL ratio) + ln(TTFT
 	// ratio), rises only. A mechanism on the decode path (context, bandwidth)

@@ -336,3 +336,69 @@ func TestKVReservationQueueShare(t *testing.T) {
 		t.Errorf("kv_cache_pressure ranked %d, want first", r)
 	}
 }
+
+// TestLongerPromptsWithoutPrefixCache: SGLang without its prefix-cache
+// families (no computed-prompt counter) and without a prefill-time
+// histogram (reqsim, 65% of requests bring prompts near the budget): the
+// mean prompt ×3.6 and TTFT ×3 outside the queue are prefill contention.
+// The attribution's remainder beside the unmeasured prefill is a gap, so
+// `unexplained` is not ranked first. The same prompt growth with a flat TTFT
+// is a cached context (decode reads more of it), not prefill.
+func TestLongerPromptsWithoutPrefixCache(t *testing.T) {
+	rs, err := Default("sglang")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := map[string]float64{
+		"samples": 30, "requests": 5120, "targets": 4, "serving_targets": 4, "ttft_p50": 0.179, "ttft_p95": 0.543,
+		"ttft_p99": 0.898, "ttft_mean": 0.214, "tpot_p50": 0.0185, "tpot_p95": 0.176, "tpot_p99": 0.604,
+		"tpot_mean": 0.0451, "e2e_p95": 21.8, "e2e_mean": 6.54, "ttft_mean_recent": 0.213, "tpot_mean_recent": 0.047,
+		"ttft_p95_recent": 0.533, "tpot_p95_recent": 0.185, "e2e_mean_recent": 6.86, "queue_mean": 0.048,
+		"request_rate": 17.1, "abort_ratio": 0.0113, "http_error_ratio": 0.000202, "started_rate": 17,
+		"inflight_growth": 0.0802, "arrival_rate": 17.1, "waiting_last": 1, "running_last": 90, "kv_usage": 0.189,
+		"kv_usage_avg": 0.174, "kv_usage_peak": 0.416, "kv_per_running": 0.0063, "decode_batch": 27.7,
+		"decode_kv_usage": 0.175, "preemption_rate": 0, "waiting": 0.9, "running": 111, "running_peak": 47,
+		"prompt_len_mean": 4700, "gen_len_mean": 142, "prompt_tps": 80100, "gen_tps": 2420,
+		"decode_ctx_tokens": 4770, "ttft_spread": 1.03, "waiting_spread": 0.367, "running_spread": 1.06,
+		"rate_spread": 1, "dram_bw": 0.365, "sm_active": 0.692, "sm_clock": 1980, "sm_clock_frac": 1, "throttled": 0,
+		"gpu_temp": 70,
+	}
+	base := map[string]float64{
+		"samples": 30, "requests": 5210, "targets": 4, "serving_targets": 4, "ttft_p50": 0.0591, "ttft_p95": 0.179,
+		"ttft_p99": 0.332, "ttft_mean": 0.0696, "tpot_p50": 0.0178, "tpot_p95": 0.0528, "tpot_p99": 0.129,
+		"tpot_mean": 0.0227, "e2e_p95": 17.6, "e2e_mean": 5.84, "ttft_mean_recent": 0.0687,
+		"tpot_mean_recent": 0.0225, "ttft_p95_recent": 0.176, "tpot_p95_recent": 0.0528, "e2e_mean_recent": 5.88,
+		"queue_mean": 0.0113, "request_rate": 17.4, "abort_ratio": 0.0113, "http_error_ratio": 0.000192,
+		"started_rate": 17.3, "inflight_growth": -0.0131, "arrival_rate": 17.4, "waiting_last": 0,
+		"running_last": 98, "kv_usage": 0.0749, "kv_usage_avg": 0.0718, "kv_usage_peak": 0.159,
+		"kv_per_running": 0.00282, "decode_batch": 25.4, "decode_kv_usage": 0.0718, "preemption_rate": 0,
+		"waiting": 0.133, "running": 102, "running_peak": 40, "prompt_len_mean": 1310, "gen_len_mean": 254,
+		"prompt_tps": 22800, "gen_tps": 4410, "decode_ctx_tokens": 1440, "ttft_spread": 1.02,
+		"waiting_spread": 0.0667, "running_spread": 1.03, "rate_spread": 1, "dram_bw": 0.619, "sm_active": 0.444,
+		"sm_clock": 1980, "sm_clock_frac": 1, "throttled": 0, "gpu_temp": 70,
+	}
+	z := map[string]float64{
+		"ttft_p50": 5.02, "ttft_p95": 4.7, "ttft_p99": 3.45, "ttft_mean": 4.66, "tpot_p50": 1.63, "tpot_p95": 5.08,
+		"tpot_p99": 4.2, "tpot_mean": 4.64, "ttft_mean_recent": 4.42, "tpot_mean_recent": 4.46,
+		"ttft_p95_recent": 4.45, "tpot_p95_recent": 4.9,
+	}
+	sched := rules.Scheduler{Known: true, ChunkedPrefill: true, MaxNumBatchedTokens: 8192, KVAdmission: "on_demand", Source: "default"}
+	attr := diagnose.AttrMap(diagnose.Attribute(now, base, "H200", ""))
+	if _, ok := attr["unexplained"]; ok {
+		t.Errorf("attribution beside an unmeasured prefill time: unexplained share %v, want absent (a gap)", attr["unexplained"])
+	}
+	out := rs.Walk(rules.Facts{Now: now, Base: base, Z: z, Attr: attr, Scheduler: sched})
+	if !out.Anomaly || len(out.Errors) > 0 {
+		t.Fatalf("TTFT p95 ×3: anomaly %v errors %v, want an anomaly", out.Anomaly, out.Errors)
+	}
+	if r := causeRank(out, "prefill_contention"); r != 1 {
+		t.Errorf("prompts ×3.6, TTFT ×3 outside the queue: prefill_contention ranked %d, want first (causes %v)", r, out.Causes)
+	}
+
+	cached := withValues(now, map[string]float64{"ttft_mean": 0.072, "ttft_p50": 0.06, "ttft_p95": 0.18, "ttft_mean_recent": 0.071, "ttft_p95_recent": 0.18})
+	attr = diagnose.AttrMap(diagnose.Attribute(cached, base, "H200", ""))
+	out = rs.Walk(rules.Facts{Now: cached, Base: base, Z: z, Attr: attr, Scheduler: sched})
+	if r := causeRank(out, "prefill_contention"); r == 1 {
+		t.Errorf("prompts ×3.6 with TTFT flat (a cached context): prefill_contention ranked first (causes %v)", out.Causes)
+	}
+}
