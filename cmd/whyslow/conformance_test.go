@@ -111,35 +111,85 @@ func TestConformanceScrape(t *testing.T) {
 			t.Errorf("fixture %s (%s) has no expectation here", name, f.Engine)
 		}
 	}
+	runs, err := conformanceRuns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range conformanceKeys() {
+		t.Run(strings.TrimSuffix(k.fixture, ".prom")+"/"+k.variant, func(t *testing.T) {
+			r := runs[k]
+			if r.code == exitFailed {
+				t.Fatalf("exit 2: %s", r.stderr)
+			}
+			v := decodeVerdict(t, r.stdout)
+			checkConformance(t, v, fixtureShapes[k.fixture], k.variant, hasStartTime(r.body))
+		})
+	}
+}
+
+// conformanceKey is one fixture served in one variant (newFixtureServer).
+type conformanceKey struct{ fixture, variant string }
+
+// conformanceResult is the `why --scrape` of one conformanceKey, with the
+// fixture's text.
+type conformanceResult struct {
+	cliResult
+	body string
+}
+
+// conformanceKeys are every fixture of fixtureShapes in every variant it has,
+// sorted.
+func conformanceKeys() []conformanceKey {
 	names := make([]string, 0, len(fixtureShapes))
 	for n := range fixtureShapes {
 		names = append(names, n)
 	}
 	slices.Sort(names)
+	var keys []conformanceKey
 	for _, name := range names {
-		want := fixtureShapes[name]
-		body, err := os.ReadFile(filepath.Join(conformanceDir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
 		for _, variant := range []string{"steady", "aborts", "failures"} {
-			if variant == "failures" && want.failure[0] == "" {
+			if variant == "failures" && fixtureShapes[name].failure[0] == "" {
 				continue
 			}
-			t.Run(strings.TrimSuffix(name, ".prom")+"/"+variant, func(t *testing.T) {
-				t.Parallel()
-				srv := httptest.NewServer(newFixtureServer(t, string(body), want, variant))
-				defer srv.Close()
-				r := runCLI(t, "why", "--scrape", srv.URL+"/metrics", "--sample", "4s", "--output", "json", "--explain")
-				if r.code == exitFailed {
-					t.Fatalf("exit 2: %s", r.stderr)
-				}
-				v := decodeVerdict(t, r.stdout)
-				checkConformance(t, v, want, variant, hasStartTime(string(body)))
-			})
+			keys = append(keys, conformanceKey{name, variant})
 		}
 	}
+	return keys
 }
+
+// conformanceRuns runs `why --scrape --sample 4s --output json --explain`
+// against every conformanceKey once per package run (TestConformanceScrape
+// checks them all, TestDataParallelKV compares two steady ones), all at the
+// same time: each run is 4 s of mostly idle sampling, which as parallel
+// subtests went -test.parallel (GOMAXPROCS, 2 on a small machine) at a time,
+// over a minute of the package's wall time.
+var conformanceRuns = sync.OnceValues(func() (map[conformanceKey]conformanceResult, error) {
+	keys := conformanceKeys()
+	runs := make([]conformanceResult, len(keys))
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		body, err := os.ReadFile(filepath.Join(conformanceDir, k.fixture))
+		if err != nil {
+			return nil, err
+		}
+		h, err := newFixtureServer(string(body), fixtureShapes[k.fixture], k.variant)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", k.fixture, err)
+		}
+		runs[i].body = string(body)
+		wg.Go(func() {
+			srv := httptest.NewServer(h)
+			defer srv.Close()
+			runs[i].cliResult = runArgs("why", "--scrape", srv.URL+"/metrics", "--sample", "4s", "--output", "json", "--explain")
+		})
+	}
+	wg.Wait()
+	out := map[conformanceKey]conformanceResult{}
+	for i, k := range keys {
+		out[k] = runs[i]
+	}
+	return out, nil
+})
 
 func checkConformance(t *testing.T, v *verdict.Verdict, want fixtureShape, variant string, hasStart bool) {
 	t.Helper()
@@ -225,7 +275,7 @@ func checkConformance(t *testing.T, v *verdict.Verdict, want fixtureShape, varia
 // (_total, _count, _sum, _bucket) grows in proportion, process_start_time_seconds
 // and *_created say when it started, gauges hold. Variants add 3% of the requests as
 // client aborts or server failures from the first scrape on.
-func newFixtureServer(t *testing.T, body string, fs fixtureShape, variant string) http.Handler {
+func newFixtureServer(body string, fs fixtureShape, variant string) (http.Handler, error) {
 	lifetime := 3600.0 / conformanceSpeed
 	var once sync.Once
 	var t0 time.Time
@@ -246,7 +296,7 @@ func newFixtureServer(t *testing.T, body string, fs fixtureShape, variant string
 		}
 	}
 	if requests0 == 0 {
-		t.Fatalf("fixture has no %s", fs.requests)
+		return nil, fmt.Errorf("fixture has no %s", fs.requests)
 	}
 	extra := map[string][3]string{"aborts": fs.abort, "failures": fs.failure}[variant]
 	// The variant's series, when the fixture already has it, grows by the
@@ -295,7 +345,7 @@ func newFixtureServer(t *testing.T, body string, fs fixtureShape, variant string
 		}
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 		_, _ = w.Write([]byte(out.String()))
-	})
+	}), nil
 }
 
 // splitSample returns a sample line's metric name and value.
@@ -350,14 +400,12 @@ func TestDataParallelKV(t *testing.T) {
 	if testing.Short() {
 		t.Skip("samples for 4 s per fixture; skipped with -short")
 	}
+	runs, err := conformanceRuns()
+	if err != nil {
+		t.Fatal(err)
+	}
 	read := func(name string) map[string]float64 {
-		body, err := os.ReadFile(filepath.Join(conformanceDir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := httptest.NewServer(newFixtureServer(t, string(body), fixtureShapes[name], "steady"))
-		defer srv.Close()
-		r := runCLI(t, "why", "--scrape", srv.URL+"/metrics", "--sample", "4s", "--output", "json", "--explain")
+		r := runs[conformanceKey{name, "steady"}]
 		if r.code == exitFailed {
 			t.Fatalf("%s: exit 2: %s", name, r.stderr)
 		}
@@ -453,7 +501,11 @@ func TestDynamoFrontendBesideWorker(t *testing.T) {
 		"dynamo_frontend_inter_token_latency_seconds_count{model=\"m\"} 4482000\n" +
 		// The endpoint picker's pool averages beside it.
 		"# TYPE inference_pool_average_queue_size gauge\ninference_pool_average_queue_size{name=\"pool\"} 0\n"
-	srv := httptest.NewServer(newFixtureServer(t, string(body)+frontend, fixtureShapes["vllm-v1.prom"], "steady"))
+	h, err := newFixtureServer(string(body)+frontend, fixtureShapes["vllm-v1.prom"], "steady")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
 	defer srv.Close()
 	r := runCLI(t, "why", "--scrape", srv.URL+"/metrics", "--sample", "4s", "--output", "json")
 	if r.code == exitFailed {

@@ -44,6 +44,12 @@ type cliResult struct {
 // runCLI runs whyslow in-process with args.
 func runCLI(t testing.TB, args ...string) cliResult {
 	t.Helper()
+	return runArgs(args...)
+}
+
+// runArgs is runCLI without a test, for a run started before the tests that
+// check it (conformanceRuns).
+func runArgs(args ...string) cliResult {
 	ctx, cancel := context.WithTimeout(context.Background(), cliHangGuard)
 	defer cancel()
 	var out, errb bytes.Buffer
