@@ -162,3 +162,34 @@ func TestPromptTailKeepsQuantilesAndMean(t *testing.T) {
 		}
 	}
 }
+
+func TestNoneHelps(t *testing.T) {
+	m := &Model{Incident: Metrics{TTFTP95: 2, ITLP95: 0.05}}
+	pred := func(ttft, ttftHigh, itl float64) *Prediction {
+		return &Prediction{TTFTP95: Range{Median: ttft, Low: ttft * 0.9, High: ttftHigh}, ITLP95: Range{Median: itl, Low: itl, High: itl}}
+	}
+	for _, c := range []struct {
+		name string
+		p    *Prediction
+		want bool
+	}{
+		{"TTFT −30%, seeds agree", pred(1.4, 1.6, 0.05), true},
+		{"TTFT −5%: inside the band", pred(1.9, 1.95, 0.05), false},
+		{"TTFT −20%, a seed above the incident", pred(1.6, 2.1, 0.05), false},
+		{"inter-token −40%", pred(2, 2.1, 0.03), true},
+		{"both worse", pred(3, 3.2, 0.06), false},
+	} {
+		if got := m.Helps(c.p); got != c.want {
+			t.Errorf("%s: Helps = %v, want %v", c.name, got, c.want)
+		}
+	}
+	if s := m.NoneHelps([]bool{false, false}); !strings.HasPrefix(s, "no catalogued fix is predicted to help: ") {
+		t.Errorf("NoneHelps(no help) = %q", s)
+	}
+	if s := m.NoneHelps([]bool{false, true}); s != "" {
+		t.Errorf("NoneHelps(one helps) = %q, want empty", s)
+	}
+	if s := m.NoneHelps(nil); s != "" {
+		t.Errorf("NoneHelps(nothing predicted) = %q, want empty", s)
+	}
+}
