@@ -193,3 +193,18 @@ func TestNoneHelps(t *testing.T) {
 		t.Errorf("NoneHelps(nothing predicted) = %q, want empty", s)
 	}
 }
+
+// The replay's prefix hits keep the window's measured rate: each request's
+// share spreads around it, and near the cap the spread narrows instead of
+// the cap cutting the top off (which served fewer tokens from the cache
+// than the counters said, and replayed prefill work that never ran).
+func TestReplayKeepsTheHitRate(t *testing.T) {
+	for _, hit := range []float64{0.3, 0.86, 0.95} {
+		c := Config{Policy: PolicyVLLM, Step: StepModel{Fixed: 0.01, PerPrefillToken: 30e-6}, Rate: 2, PromptMean: 2000,
+			PromptSigma: 0.3, OutputMean: 2, OutputSigma: 0.1, Hit: hit, Budget: 8192, MaxSeqs: 256, KVTokens: 1 << 20, Seed: 7}
+		res := Replay(c)
+		if r := res.CachedTokens / res.PromptTokens; math.Abs(r/hit-1) > 0.03 {
+			t.Errorf("hit rate %.2f: replayed %.3f", hit, r)
+		}
+	}
+}
