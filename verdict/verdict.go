@@ -136,6 +136,10 @@ type Predicted struct {
 	// Fixes are ordered by predicted TTFT p95, lowest first.
 	Fixes    []FixPrediction `json:"fixes"`
 	Declined []DeclinedFix   `json:"declined,omitempty"`
+	// NoneHelps says no fix is predicted to lower the TTFT or inter-token
+	// p95 by more than 10% beyond the replay seeds' range ("no catalogued
+	// fix is predicted to help: …"): the order of Fixes is then noise.
+	NoneHelps string `json:"none_helps,omitempty"`
 	// Missing says why nothing was predicted ("no prediction: missing
 	// series …"); Fixes is then empty.
 	Missing string `json:"missing,omitempty"`

@@ -60,5 +60,8 @@
 //   - TensorRT-LLM reserves prompt + max_tokens; max_tokens is read from the
 //     pool when requests waited at a full reservation, else 4× the mean
 //     output;
-//   - time outside the engine (TTFT − queue − prefill) is a constant.
+//   - time outside the engine (TTFT − queue − prefill) is a constant;
+//   - a request's prefix-cache share spreads uniformly around the window's
+//     hit rate (±60% of it, narrowed near the 0.98 cap so that the mean
+//     stays the measured rate).
 package whatif

@@ -62,8 +62,11 @@ type Result struct {
 	TTFT, ITL   []float64 // samples from the measured window
 	TTFTW, ITLW []float64 // their weights (the real replicas a simulated one stands for)
 	Tokens      float64   // output tokens emitted in the measured window, weighted
-	Requests    int
-	Steps       int
+	// PromptTokens and CachedTokens are the prompts drawn and their share
+	// served from the prefix cache, over the whole replay.
+	PromptTokens, CachedTokens float64
+	Requests                   int
+	Steps                      int
 	// Truncated names the bound that stopped the replay early, if any.
 	Truncated string
 	Span      float64 // seconds measured
@@ -315,7 +318,11 @@ func Replay(c Config) Result {
 		if c.Policy == PolicyTRT && c.ReserveOut > 0 {
 			out = min(out, c.ReserveOut)
 		}
-		cached := int(math.Min(0.98, c.Hit*(0.4+1.2*rng.Float64()))*float64(prompt)) / kvBlock * kvBlock
+		// each request's share spreads around the window's hit rate
+		// (±60%), narrowed near the top so that the cap at 0.98 does not
+		// pull the mean below the hit rate the counters measured
+		spread := math.Max(0, math.Min(0.6*c.Hit, 0.98-c.Hit))
+		cached := int((c.Hit+spread*(2*rng.Float64()-1))*float64(prompt)) / kvBlock * kvBlock
 		cached = max(0, min(cached, prompt-1))
 		return &rreq{arrive: t, prompt: prompt, cached: cached, out: out}
 	}
@@ -418,6 +425,8 @@ func Replay(c Config) Result {
 		arrivals++
 		next += rng.ExpFloat64() / c.Rate
 		r := draw(t)
+		res.PromptTokens += float64(r.prompt)
+		res.CachedTokens += float64(r.cached)
 		if blocks(r.prompt+1) > total {
 			// an engine refuses a prompt its whole pool cannot hold (past
 			// max_model_len) instead of holding its queue behind it

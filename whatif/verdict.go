@@ -1,6 +1,7 @@
 package whatif
 
 import (
+	"fmt"
 	"math"
 	"sort"
 
@@ -22,18 +23,21 @@ func Catalogue(s Fix) []Fix {
 }
 
 // Verdict predicts the catalogue for the verdict: ordered by predicted
-// TTFT p95, the fixes the data cannot support declined with the reason.
+// TTFT p95, the fixes the data cannot support declined with the reason,
+// and NoneHelps said when no fix is predicted to help.
 func (m *Model) Verdict() *verdict.Predicted {
 	out := &verdict.Predicted{Fit: m.Fit.String(), Calibration: m.Quality(), PoorFit: m.Poor(),
 		Incident: &verdict.PredictedValues{TTFTP95: Round4(m.Incident.TTFTP95), ITLP95: Round4(m.Incident.ITLP95),
 			Throughput: Round4(m.Incident.Throughput)}}
 	s := m.In.Scheduler
+	var helped []bool
 	for _, f := range Catalogue(Fix{MaxNumBatchedTokens: s.MaxNumBatchedTokens, MaxNumSeqs: s.MaxNumSeqs}) {
 		p, err := m.Predict(f)
 		if err != nil {
 			out.Declined = append(out.Declined, verdict.DeclinedFix{Fix: f.String(), Reason: err.Error()})
 			continue
 		}
+		helped = append(helped, m.Helps(p))
 		rg := func(r Range) verdict.PredictedRange {
 			return verdict.PredictedRange{Median: Round4(r.Median), Low: Round4(r.Low), High: Round4(r.High)}
 		}
@@ -41,7 +45,44 @@ func (m *Model) Verdict() *verdict.Predicted {
 			Throughput: rg(p.Throughput), Trade: p.Trade})
 	}
 	sort.SliceStable(out.Fixes, func(i, j int) bool { return out.Fixes[i].TTFTP95.Median < out.Fixes[j].TTFTP95.Median })
+	out.NoneHelps = m.NoneHelps(helped)
 	return out
+}
+
+// Helps says the prediction p lowers the TTFT or the inter-token p95 of
+// the model's incident by more than Unchanged with every replay seed
+// agreeing (the incident's value above the seeds' whole range): a smaller
+// change, or one the seeds disagree on, cannot be told from the replay's
+// own noise, and ranking fixes on it would rank noise.
+func (m *Model) Helps(p *Prediction) bool {
+	better := func(r Range, incident float64) bool {
+		return incident > 0 && r.Median < incident*(1-Unchanged) && r.High < incident
+	}
+	return better(p.TTFTP95, m.Incident.TTFTP95) || better(p.ITLP95, m.Incident.ITLP95)
+}
+
+// NoneHelps is the sentence a verdict or whatif says when helped predicted
+// fixes (of the catalogue) help none of them ("" when one helps or
+// nothing was predicted): no fix is then first.
+func (m *Model) NoneHelps(helped []bool) string {
+	if len(helped) == 0 {
+		return ""
+	}
+	for _, h := range helped {
+		if h {
+			return ""
+		}
+	}
+	return fmt.Sprintf("no catalogued fix is predicted to help: none lowers the model's TTFT p95 (%s) or inter-token p95 (%s) "+
+		"by more than %.0f%% beyond the replay seeds' range", seconds(m.Incident.TTFTP95), seconds(m.Incident.ITLP95), 100*Unchanged)
+}
+
+// seconds writes a latency for a sentence: "1.23 s", "245 ms".
+func seconds(x float64) string {
+	if x >= 1 {
+		return fmt.Sprintf("%.3g s", x)
+	}
+	return fmt.Sprintf("%.3g ms", 1000*x)
 }
 
 // Round4 keeps four significant digits (0 for a value that is not finite):

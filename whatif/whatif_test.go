@@ -162,3 +162,49 @@ func TestPromptTailKeepsQuantilesAndMean(t *testing.T) {
 		}
 	}
 }
+
+func TestNoneHelps(t *testing.T) {
+	m := &Model{Incident: Metrics{TTFTP95: 2, ITLP95: 0.05}}
+	pred := func(ttft, ttftHigh, itl float64) *Prediction {
+		return &Prediction{TTFTP95: Range{Median: ttft, Low: ttft * 0.9, High: ttftHigh}, ITLP95: Range{Median: itl, Low: itl, High: itl}}
+	}
+	for _, c := range []struct {
+		name string
+		p    *Prediction
+		want bool
+	}{
+		{"TTFT −30%, seeds agree", pred(1.4, 1.6, 0.05), true},
+		{"TTFT −5%: inside the band", pred(1.9, 1.95, 0.05), false},
+		{"TTFT −20%, a seed above the incident", pred(1.6, 2.1, 0.05), false},
+		{"inter-token −40%", pred(2, 2.1, 0.03), true},
+		{"both worse", pred(3, 3.2, 0.06), false},
+	} {
+		if got := m.Helps(c.p); got != c.want {
+			t.Errorf("%s: Helps = %v, want %v", c.name, got, c.want)
+		}
+	}
+	if s := m.NoneHelps([]bool{false, false}); !strings.HasPrefix(s, "no catalogued fix is predicted to help: ") {
+		t.Errorf("NoneHelps(no help) = %q", s)
+	}
+	if s := m.NoneHelps([]bool{false, true}); s != "" {
+		t.Errorf("NoneHelps(one helps) = %q, want empty", s)
+	}
+	if s := m.NoneHelps(nil); s != "" {
+		t.Errorf("NoneHelps(nothing predicted) = %q, want empty", s)
+	}
+}
+
+// The replay's prefix hits keep the window's measured rate: each request's
+// share spreads around it, and near the cap the spread narrows instead of
+// the cap cutting the top off (which served fewer tokens from the cache
+// than the counters said, and replayed prefill work that never ran).
+func TestReplayKeepsTheHitRate(t *testing.T) {
+	for _, hit := range []float64{0.3, 0.86, 0.95} {
+		c := Config{Policy: PolicyVLLM, Step: StepModel{Fixed: 0.01, PerPrefillToken: 30e-6}, Rate: 2, PromptMean: 2000,
+			PromptSigma: 0.3, OutputMean: 2, OutputSigma: 0.1, Hit: hit, Budget: 8192, MaxSeqs: 256, KVTokens: 1 << 20, Seed: 7}
+		res := Replay(c)
+		if r := res.CachedTokens / res.PromptTokens; math.Abs(r/hit-1) > 0.03 {
+			t.Errorf("hit rate %.2f: replayed %.3f", hit, r)
+		}
+	}
+}

@@ -152,10 +152,15 @@ func runWhatif(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		report.Predictions = append(report.Predictions, p)
 	}
 	if f.fix == (whatif.Fix{}) && f.sweep == "" {
-		// the catalogue: best predicted TTFT p95 first
+		// the catalogue: best predicted TTFT p95 first, unless none helps
 		sort.SliceStable(report.Predictions, func(i, j int) bool {
 			return report.Predictions[i].TTFTP95.Median < report.Predictions[j].TTFTP95.Median
 		})
+		var helped []bool
+		for _, p := range report.Predictions {
+			helped = append(helped, model.Helps(p))
+		}
+		report.NoneHelps = model.NoneHelps(helped)
 	}
 	if len(report.Predictions) == 0 {
 		for _, d := range report.Declined {
@@ -228,6 +233,9 @@ type whatifReport struct {
 	Model       *whatif.Model
 	Predictions []*whatif.Prediction
 	Declined    []declined
+	// NoneHelps is the catalogue's "no catalogued fix is predicted to
+	// help: …", "" when one does or fixes were given.
+	NoneHelps string
 }
 
 func (r whatifReport) text(w io.Writer) {
@@ -246,6 +254,9 @@ func (r whatifReport) text(w io.Writer) {
 			tps(p.Throughput.Median))
 	}
 	fmt.Fprintln(w, "\n(changes are against the model of the incident; ranges over 3 replay seeds)")
+	if r.NoneHelps != "" {
+		fmt.Fprintf(w, "\n%s\n", r.NoneHelps)
+	}
 	for _, p := range r.Predictions {
 		if p.Trade != "" {
 			fmt.Fprintf(w, "\n%s %s", p.Fix.String(), p.Trade)
@@ -309,6 +320,7 @@ type whatifJSON struct {
 	Incident            predictionJSON   `json:"model_incident"`
 	Predictions         []predictionJSON `json:"predictions"`
 	Declined            []declined       `json:"declined,omitempty"`
+	NoneHelps           string           `json:"none_helps,omitempty"`
 }
 
 func (r whatifReport) json() whatifJSON {
@@ -324,7 +336,7 @@ func (r whatifReport) json() whatifJSON {
 			Throughput: one(m.Observed.Throughput)},
 		Incident: predictionJSON{Fix: "none (model)", TTFTP95: one(m.Incident.TTFTP95), ITLP95: one(m.Incident.ITLP95),
 			Throughput: one(m.Incident.Throughput)},
-		Declined: r.Declined}
+		Declined: r.Declined, NoneHelps: r.NoneHelps}
 	for _, p := range r.Predictions {
 		out.Predictions = append(out.Predictions, predictionJSON{Fix: p.Fix.String(), TTFTP95: rg(p.TTFTP95),
 			ITLP95: rg(p.ITLP95), Throughput: rg(p.Throughput), Trade: p.Trade})

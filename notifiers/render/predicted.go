@@ -14,13 +14,16 @@ const PredictedHeading = "Predicted effect of the fixes"
 
 // Predictions is the predictions of a verdict (`why --predict`) as the
 // renderings show them: notes on the model (what the changes are against,
-// a poor fit), one line per fix in the verdict's order (best predicted
-// TTFT p95 first), then the fixes the data could not support. Nil when
-// the verdict has none.
+// a poor fit, no fix predicted to help), one line per fix in the verdict's
+// order (best predicted TTFT p95 first), then the fixes the data could not
+// support. Nil when the verdict has none.
 type Predictions struct {
 	Notes    []string
 	Fixes    []string
 	Declined []string
+	// NoneHelps is the verdict's "no catalogued fix is predicted to help:
+	// …" (also the last of Notes), "" when a fix helps.
+	NoneHelps string
 }
 
 // PredictionsOf is v's predictions for the renderings; nil without them.
@@ -46,6 +49,10 @@ func PredictionsOf(v *verdict.Verdict) *Predictions {
 	out.Notes = append(out.Notes, note)
 	if p.Calibration != "" {
 		out.Notes = append(out.Notes, "calibration: "+p.Calibration)
+	}
+	if p.NoneHelps != "" {
+		out.NoneHelps = p.NoneHelps
+		out.Notes = append(out.Notes, p.NoneHelps)
 	}
 	for _, f := range p.Fixes {
 		line := f.Fix + ": TTFT p95 " + predictedChange(before.TTFTP95, f.TTFTP95) +

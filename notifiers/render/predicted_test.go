@@ -63,3 +63,26 @@ func TestPredictionsAbsent(t *testing.T) {
 		}
 	}
 }
+
+// A verdict whose fixes are all within the replay's noise says so in text
+// and Markdown, and in Slack before the fixes.
+func TestPredictionsNoneHelps(t *testing.T) {
+	v := notifytest.Predicted()
+	v.Predicted.NoneHelps = "no catalogued fix is predicted to help: none lowers the model's TTFT p95 (2.5 s) or inter-token p95 (292 ms) by more than 10% beyond the replay seeds' range"
+	var text, md bytes.Buffer
+	if err := Text(&text, v, Options{Width: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	if err := Markdown(&md, v, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text.String(), v.Predicted.NoneHelps) {
+		t.Errorf("text lacks the none-helps note:\n%s", text.String())
+	}
+	if !strings.Contains(md.String(), mdEscape(v.Predicted.NoneHelps)) {
+		t.Errorf("markdown lacks the none-helps note:\n%s", md.String())
+	}
+	if pr := PredictionsOf(v); pr.NoneHelps != v.Predicted.NoneHelps {
+		t.Errorf("PredictionsOf.NoneHelps = %q", pr.NoneHelps)
+	}
+}

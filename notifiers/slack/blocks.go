@@ -456,6 +456,10 @@ func predictionsText(v *verdict.Verdict) string {
 		}
 		return b.String()
 	}
+	if pr.NoneHelps != "" {
+		// the order below is the replay's noise: say so before it
+		b.WriteString("\n_" + esc(pr.NoneHelps) + "_")
+	}
 	for i, l := range pr.Fixes {
 		if i == maxPredictedFixes {
 			fmt.Fprintf(&b, "\n_…and %d more fixes in the verdict._", len(pr.Fixes)-maxPredictedFixes)

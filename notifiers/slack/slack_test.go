@@ -597,4 +597,11 @@ func TestPredictedGolden(t *testing.T) {
 	if s := predictionsText(v); !strings.Contains(s, "missing series kv_per_running") {
 		t.Errorf("missing series not said: %q", s)
 	}
+	// no fix predicted to help: said before the fixes
+	v = notifytest.Predicted()
+	v.Predicted.NoneHelps = "no catalogued fix is predicted to help: …"
+	if s := predictionsText(v); !strings.Contains(s, "no catalogued fix is predicted to help") ||
+		strings.Index(s, "no catalogued fix") > strings.Index(s, "replicas×2") {
+		t.Errorf("none-helps not said before the fixes: %q", s)
+	}
 }

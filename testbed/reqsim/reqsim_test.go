@@ -209,3 +209,27 @@ func TestTailOnlySlowdown(t *testing.T) {
 		t.Error("not a tail-only slowdown")
 	}
 }
+
+// A Fix changes the engine, never the traffic the fault sends: the
+// long_prompts cap was read from the budget at run time, so a budget fix
+// shortened the long prompts it was meant to serve.
+func TestFixKeepsTheTraffic(t *testing.T) {
+	for _, sc := range []string{"long_prompts", "prompt_shift", "kv_pressure", "arrival_surge"} {
+		o := Options{Scenario: sc, Seed: 0x28013, Engine: "sglang", Wide: true}
+		p, err := newPlan(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := p.inc(segLen, p.base)
+		for _, f := range []Fix{{MaxNumBatchedTokens: p.budget / 4}, {MaxNumBatchedTokens: 2 * p.budget}, {MaxNumSeqs: 32}, {KVFactor: 2}, {ReplicasFactor: 2}} {
+			q, err := newPlan(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.apply(q)
+			if got := q.inc(segLen, q.base); got != want {
+				t.Errorf("%s with %+v: traffic %+v, want %+v", sc, f, got, want)
+			}
+		}
+	}
+}

@@ -350,12 +350,15 @@ func (p *plan) fault(rng *rand.Rand, name string) error {
 		// within the budget: past it, the p90 prompt would outgrow the
 		// budget, which is chunked_prefill_mismatch
 		long := float64(p.budget) * (0.6 + 0.3*rng.Float64())
+		// the cap is the drawn budget's, read here: a Fix that changes the
+		// budget must not change the prompts that arrive
+		longMax := float64(p.budget) * 0.95
 		p.magnitude = x
 		p.params["long_share"] = round3(x)
 		set(func(s float64, m traffic) traffic {
 			m.longShare = lerp(m.longShare, x, s)
 			m.longMedian = lerp(m.longMedian, long, s)
-			m.longMax = float64(p.budget) * 0.95
+			m.longMax = longMax
 			return m
 		})
 	case "kv_pressure":

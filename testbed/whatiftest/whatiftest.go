@@ -145,6 +145,9 @@ type Order struct {
 	Declined string
 	// Predicted is the verdict's first fix; Best the truth's.
 	Predicted, Best string
+	// NoneHelps says the verdict predicts no fix to help: it puts none
+	// first.
+	NoneHelps bool
 	// Truth is each catalogued fix's true incident TTFT p95 with it
 	// applied; Unfixed the incident's own.
 	Truth   map[string]float64
@@ -155,15 +158,33 @@ type Order struct {
 	Model float64
 }
 
-// Right says the verdict's first fix is the truth's best.
-func (o Order) Right() bool { return o.Declined == "" && o.Predicted == o.Best }
+// Right says the verdict's first fix is the truth's best; a verdict that
+// predicts no fix to help is right when no fix truly lowers the TTFT p95
+// by more than whatif.Unchanged.
+func (o Order) Right() bool {
+	if o.Declined != "" {
+		return false
+	}
+	if o.NoneHelps {
+		return !o.TruthHelps()
+	}
+	return o.Predicted == o.Best
+}
+
+// TruthHelps says the truth's best fix lowers the incident's TTFT p95 by
+// more than whatif.Unchanged.
+func (o Order) TruthHelps() bool { return o.Truth[o.Best] < o.Unfixed*(1-whatif.Unchanged) }
 
 // Close says the verdict's first fix is within whatif.Unchanged of the
 // truth's best TTFT p95: as good as the best, the two told apart by
-// less than what the model calls unchanged.
+// less than what the model calls unchanged. A verdict that predicts no
+// fix to help is close only when it is right.
 func (o Order) Close() bool {
 	if o.Declined != "" {
 		return false
+	}
+	if o.NoneHelps {
+		return o.Right()
 	}
 	best, got := o.Truth[o.Best], o.Truth[o.Predicted]
 	return got <= best*(1+whatif.Unchanged)
@@ -189,7 +210,7 @@ func FixOrder(ctx context.Context, o reqsim.Options) (Order, error) {
 		out.Declined = "every fix declined"
 		return out, nil
 	}
-	out.Predicted = pv.Fixes[0].Fix
+	out.Predicted, out.NoneHelps = pv.Fixes[0].Fix, pv.NoneHelps != ""
 	out.Pred, out.Model = map[string]float64{}, pv.Incident.TTFTP95
 	for _, f := range pv.Fixes {
 		out.Pred[f.Fix] = f.TTFTP95.Median
@@ -228,15 +249,18 @@ func OrderReport(orders []Order) string {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	fmt.Fprintf(&b, "%-8s %9s %5s %12s %12s\n", "engine", "incidents", "decl", "best first", "within 10%")
+	fmt.Fprintf(&b, "%-8s %9s %5s %12s %12s %10s\n", "engine", "incidents", "decl", "best first", "within 10%", "none helps")
 	for _, k := range keys {
-		var n, decl, right, near int
+		var n, decl, right, near, none int
 		for _, o := range per[k] {
 			if o.Declined != "" {
 				decl++
 				continue
 			}
 			n++
+			if o.NoneHelps {
+				none++
+			}
 			if o.Right() {
 				right++
 			}
@@ -250,12 +274,19 @@ func OrderReport(orders []Order) string {
 			}
 			return fmt.Sprintf("%d/%d %.0f%%", x, n, 100*float64(x)/float64(n))
 		}
-		fmt.Fprintf(&b, "%-8s %9d %5d %12s %12s\n", k, n+decl, decl, pct(right), pct(near))
+		fmt.Fprintf(&b, "%-8s %9d %5d %12s %12s %10d\n", k, n+decl, decl, pct(right), pct(near), none)
 	}
 	for _, o := range orders {
 		switch {
 		case o.Declined != "":
 			fmt.Fprintf(&b, "declined: %s %s seed %#x: %s\n", o.Scenario, o.Engine, o.Seed, o.Declined)
+		case o.NoneHelps:
+			verdict := "right"
+			if !o.Right() {
+				verdict = "miss"
+			}
+			fmt.Fprintf(&b, "none helps (%s): %s %s %s seed %#x: truth best %s (%.3gs, predicted %s), unfixed %.3gs (model %.3gs)\n",
+				verdict, o.Scenario, o.Engine, o.Band, o.Seed, o.Best, o.Truth[o.Best], predictedOrDeclined(o.Pred, o.Best), o.Unfixed, o.Model)
 		case !o.Right():
 			fmt.Fprintf(&b, "miss: %s %s %s seed %#x: verdict first %s (true TTFT p95 %.3gs, predicted %.3gs), "+
 				"best %s (%.3gs, predicted %s), unfixed %.3gs (model %.3gs)\n",
