@@ -2,6 +2,7 @@ package diagnose
 
 import (
 	"context"
+	"maps"
 	"math"
 	"testing"
 	"time"
@@ -233,5 +234,32 @@ func TestScrapeSurgeWithoutGPUSeries(t *testing.T) {
 		if c.ID == "gpu_throttling" {
 			t.Errorf("gpu_throttling ranked without a GPU series: %v", causeIDs(v))
 		}
+	}
+}
+
+// TestUnresolvedRises: a quantile that rose inside one bucket (vLLM TTFT
+// 0.1–0.25 s: 0.121 → 0.176, read ×1.45 where the requests' p95 moved ×1.2)
+// has no noise z for the walk; one that crossed a bound, one that fell, one
+// past the last bound and a signal without buckets keep theirs, and z
+// itself is left as it was.
+func TestUnresolvedRises(t *testing.T) {
+	vllmTTFT := []float64{0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5}
+	z := map[string]float64{"ttft_p95": 2.73, "tpot_p95": 3.4, "ttft_p99": 3.1, "e2e_p95": 4, "ttft_mean": 3.03}
+	les := map[string][]float64{"ttft_p95": vllmTTFT, "tpot_p95": {0.01, 0.025, 0.05}, "ttft_p99": vllmTTFT, "e2e_p95": {1, 2}}
+	now := map[string]float64{"ttft_p95": 0.176, "tpot_p95": 0.03, "ttft_p99": 0.2, "e2e_p95": 3, "ttft_mean": 0.0473}
+	base := map[string]float64{"ttft_p95": 0.121, "tpot_p95": 0.02, "ttft_p99": 0.3, "e2e_p95": 1.5, "ttft_mean": 0.0416}
+	got := unresolvedRises(z, les, now, base)
+	want := map[string]float64{"ttft_p95": 0, "tpot_p95": 3.4, "ttft_p99": 3.1, "e2e_p95": 4, "ttft_mean": 3.03}
+	if !maps.Equal(got, want) {
+		t.Errorf("unresolvedRises = %v, want %v", got, want)
+	}
+	if z["ttft_p95"] != 2.73 {
+		t.Errorf("z changed: ttft_p95 %v", z["ttft_p95"])
+	}
+	// A rise from exactly a bound to the next one crosses it.
+	got = unresolvedRises(map[string]float64{"ttft_p95": 3}, map[string][]float64{"ttft_p95": vllmTTFT},
+		map[string]float64{"ttft_p95": 0.25}, map[string]float64{"ttft_p95": 0.1})
+	if got["ttft_p95"] != 3 {
+		t.Errorf("0.1 → 0.25 (a bound crossed): z %v, want 3", got["ttft_p95"])
 	}
 }
