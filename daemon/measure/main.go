@@ -31,6 +31,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -103,6 +104,7 @@ func run(o options) error {
 	engine := exec.Command(bin, "sim", "serve", "--scenario", scenario, "--replicas", "1",
 		"--speed", strconv.FormatFloat(speed, 'g', -1, 64), "--listen", fmt.Sprintf("127.0.0.1:%d", enginePort))
 	engine.Stdout, engine.Stderr = io.Discard, os.Stderr
+	engine.SysProcAttr = endWithParent()
 	if err := engine.Start(); err != nil {
 		return fmt.Errorf("start engine model: %w", err)
 	}
@@ -140,6 +142,7 @@ receivers: [{name: log, log: {format: json}}]
 	}
 	daemon := exec.Command(bin, "serve", "--config", cfg, "--log-level", "warn")
 	daemon.Stdout, daemon.Stderr = io.Discard, os.Stderr
+	daemon.SysProcAttr = endWithParent()
 	if o.gomemlimit != "" {
 		daemon.Env = append(os.Environ(), "GOMEMLIMIT="+o.gomemlimit)
 	}
@@ -175,12 +178,20 @@ receivers: [{name: log, log: {format: json}}]
 		return err
 	}
 	lastT, lastCPU := start, cpu0
+	stopped, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
 	for done := false; !done; {
 		next := time.Since(start) + sample
 		if next >= duration {
 			next, done = duration, true
 		}
-		time.Sleep(time.Until(start.Add(next)))
+		select {
+		case <-time.After(time.Until(start.Add(next))):
+		case <-stopped.Done():
+			// Interrupted: report what was measured; the deferred stops
+			// end the daemon and the engine model.
+			done = true
+		}
 		if daemon.ProcessState != nil {
 			return errors.New("daemon exited")
 		}
