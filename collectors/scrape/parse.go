@@ -74,17 +74,20 @@ func Parse(name string, body []byte, contentType string, at time.Time, target la
 		if n, dup := ls.HasDuplicateLabelNames(); dup {
 			return nil, p.Errorf("series %s has label %q twice", p.Series(), n)
 		}
+		// An empty exposed label is no label (Prometheus drops it); drop it
+		// before the target's labels go on, or an exposed job="" would
+		// delete the target's job.
 		b.Reset(ls)
+		ls.Range(func(l labels.Label) {
+			if l.Value == "" {
+				b.Del(l.Name)
+			}
+		})
 		target.Range(func(l labels.Label) {
 			if v := ls.Get(l.Name); v != "" {
 				b.Set("exported_"+l.Name, v)
 			}
 			b.Set(l.Name, l.Value)
-		})
-		ls.Range(func(l labels.Label) {
-			if l.Value == "" {
-				b.Del(l.Name)
-			}
 		})
 		t, hasT := p.Timestamp()
 		if !hasT {
