@@ -3,8 +3,10 @@ package whatif
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 
+	"github.com/whyslow/whyslow/internal/format"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -30,14 +32,14 @@ func (m *Model) Verdict() *verdict.Predicted {
 		Incident: &verdict.PredictedValues{TTFTP95: Round4(m.Incident.TTFTP95), ITLP95: Round4(m.Incident.ITLP95),
 			Throughput: Round4(m.Incident.Throughput)}}
 	s := m.In.Scheduler
-	var helped []bool
+	var predicted []*Prediction
 	for _, f := range Catalogue(Fix{MaxNumBatchedTokens: s.MaxNumBatchedTokens, MaxNumSeqs: s.MaxNumSeqs}) {
 		p, err := m.Predict(f)
 		if err != nil {
 			out.Declined = append(out.Declined, verdict.DeclinedFix{Fix: f.String(), Reason: err.Error()})
 			continue
 		}
-		helped = append(helped, m.Helps(p))
+		predicted = append(predicted, p)
 		rg := func(r Range) verdict.PredictedRange {
 			return verdict.PredictedRange{Median: Round4(r.Median), Low: Round4(r.Low), High: Round4(r.High)}
 		}
@@ -45,7 +47,7 @@ func (m *Model) Verdict() *verdict.Predicted {
 			Throughput: rg(p.Throughput), Trade: p.Trade})
 	}
 	sort.SliceStable(out.Fixes, func(i, j int) bool { return out.Fixes[i].TTFTP95.Median < out.Fixes[j].TTFTP95.Median })
-	out.NoneHelps = m.NoneHelps(helped)
+	out.NoneHelps = m.NoneHelps(predicted)
 	return out
 }
 
@@ -61,28 +63,15 @@ func (m *Model) Helps(p *Prediction) bool {
 	return better(p.TTFTP95, m.Incident.TTFTP95) || better(p.ITLP95, m.Incident.ITLP95)
 }
 
-// NoneHelps is the sentence a verdict or whatif says when helped predicted
-// fixes (of the catalogue) help none of them ("" when one helps or
-// nothing was predicted): no fix is then first.
-func (m *Model) NoneHelps(helped []bool) string {
-	if len(helped) == 0 {
+// NoneHelps is the sentence a verdict or whatif says when none of the
+// catalogue's predictions ps helps ("" when one helps or nothing was
+// predicted): no fix is then first.
+func (m *Model) NoneHelps(ps []*Prediction) string {
+	if len(ps) == 0 || slices.ContainsFunc(ps, m.Helps) {
 		return ""
 	}
-	for _, h := range helped {
-		if h {
-			return ""
-		}
-	}
 	return fmt.Sprintf("no catalogued fix is predicted to help: none lowers the model's TTFT p95 (%s) or inter-token p95 (%s) "+
-		"by more than %.0f%% beyond the replay seeds' range", seconds(m.Incident.TTFTP95), seconds(m.Incident.ITLP95), 100*Unchanged)
-}
-
-// seconds writes a latency for a sentence: "1.23 s", "245 ms".
-func seconds(x float64) string {
-	if x >= 1 {
-		return fmt.Sprintf("%.3g s", x)
-	}
-	return fmt.Sprintf("%.3g ms", 1000*x)
+		"by more than %.0f%% beyond the replay seeds' range", format.Seconds(m.Incident.TTFTP95), format.Seconds(m.Incident.ITLP95), 100*Unchanged)
 }
 
 // Round4 keeps four significant digits (0 for a value that is not finite):

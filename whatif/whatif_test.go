@@ -183,10 +183,11 @@ func TestNoneHelps(t *testing.T) {
 			t.Errorf("%s: Helps = %v, want %v", c.name, got, c.want)
 		}
 	}
-	if s := m.NoneHelps([]bool{false, false}); !strings.HasPrefix(s, "no catalogued fix is predicted to help: ") {
+	worse, better := pred(3, 3.2, 0.06), pred(1.4, 1.6, 0.05)
+	if s := m.NoneHelps([]*Prediction{worse, worse}); !strings.HasPrefix(s, "no catalogued fix is predicted to help: ") {
 		t.Errorf("NoneHelps(no help) = %q", s)
 	}
-	if s := m.NoneHelps([]bool{false, true}); s != "" {
+	if s := m.NoneHelps([]*Prediction{worse, better}); s != "" {
 		t.Errorf("NoneHelps(one helps) = %q, want empty", s)
 	}
 	if s := m.NoneHelps(nil); s != "" {

@@ -156,11 +156,7 @@ func runWhatif(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		sort.SliceStable(report.Predictions, func(i, j int) bool {
 			return report.Predictions[i].TTFTP95.Median < report.Predictions[j].TTFTP95.Median
 		})
-		var helped []bool
-		for _, p := range report.Predictions {
-			helped = append(helped, model.Helps(p))
-		}
-		report.NoneHelps = model.NoneHelps(helped)
+		report.NoneHelps = model.NoneHelps(report.Predictions)
 	}
 	if len(report.Predictions) == 0 {
 		for _, d := range report.Declined {
