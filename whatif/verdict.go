@@ -6,7 +6,7 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/whyslow/whyslow/internal/format"
+	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/verdict"
 )
 
@@ -71,7 +71,7 @@ func (m *Model) NoneHelps(ps []*Prediction) string {
 		return ""
 	}
 	return fmt.Sprintf("no catalogued fix is predicted to help: none lowers the model's TTFT p95 (%s) or inter-token p95 (%s) "+
-		"by more than %.0f%% beyond the replay seeds' range", format.Seconds(m.Incident.TTFTP95), format.Seconds(m.Incident.ITLP95), 100*Unchanged)
+		"by more than %.0f%% beyond the replay seeds' range", rules.FormatSeconds(m.Incident.TTFTP95), rules.FormatSeconds(m.Incident.ITLP95), 100*Unchanged)
 }
 
 // Round4 keeps four significant digits (0 for a value that is not finite):
