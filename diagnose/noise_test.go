@@ -2,8 +2,10 @@ package diagnose
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"math"
+	"strconv"
 	"testing"
 	"time"
 
@@ -261,5 +263,100 @@ func TestUnresolvedRises(t *testing.T) {
 		map[string]float64{"ttft_p95": 0.25}, map[string]float64{"ttft_p95": 0.1})
 	if got["ttft_p95"] != 3 {
 		t.Errorf("0.1 → 0.25 (a bound crossed): z %v, want 3", got["ttft_p95"])
+	}
+}
+
+// TestTailQuantile: inside a wide bucket the tail read sits nearer the
+// lower bound than histogram_quantile's even spread; the first bucket, a
+// bucket holding the whole rest of the tail and an empty histogram are
+// undefined; past the last bound it is that bound.
+func TestTailQuantile(t *testing.T) {
+	les := []float64{0.08, 0.1, 0.25}
+	// 3200 requests: 6.5% above 0.1 s, 0.58% above 0.25 s.
+	q, ok := tailQuantile(0.95, les, []float64{2800, 192, 189.5, 18.5})
+	if !ok || q < 0.108 || q > 0.112 {
+		t.Errorf("tail p95 = %v, %v; want ≈0.110 (histogram_quantile: 0.138)", q, ok)
+	}
+	for _, c := range []struct {
+		name   string
+		counts []float64
+	}{
+		{"first bucket", []float64{100, 1, 1, 1}},
+		{"bucket holding the rest", []float64{90, 10, 0, 0}},
+		{"empty", []float64{0, 0, 0, 0}},
+		{"counts without the +Inf bucket", []float64{1, 2, 3}},
+	} {
+		if q, ok := tailQuantile(0.95, les, c.counts); ok {
+			t.Errorf("%s: tail p95 = %v, want undefined", c.name, q)
+		}
+	}
+	if q, ok := tailQuantile(0.95, les, []float64{1, 1, 1, 97}); !ok || q != 0.25 {
+		t.Errorf("past the last bound: %v, %v; want 0.25", q, ok)
+	}
+}
+
+// TestTailReadCrossedBound is a diurnal growth's smallest reproduction:
+// the TTFT p95 crossed vLLM's 0.1 s bound and histogram_quantile reads it
+// ×1.40 (0.0988 → 0.138 s) where the requests' own p95 moved ×1.10, with
+// the mean up ×1.13 outside a quiet baseline. Read from the bucket counts
+// the rise is ×1.12: healthy. A p95 that crossed the same bound with a
+// quarter of the requests above 0.1 s (tail read ×2) is an anomaly.
+func TestTailReadCrossedBound(t *testing.T) {
+	rs, err := rulesets.Default("vllm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	les := []float64{0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5}
+	base := with(baseline(), "requests", 2400.0, "ttft_p95", 0.0988, "ttft_mean", 0.0404, "ttft_mean_recent", 0.0404,
+		"ttft_p50", 0.033, "ttft_p99", 0.228)
+	baseCounts := []float64{1200, 600, 300, 100, 85.1, 90, 24.9, 0}
+	for _, c := range []struct {
+		name   string
+		p95    float64
+		counts []float64
+		want   verdict.Status
+	}{
+		{"×1.12 in the counts", 0.138, []float64{1600, 800, 400, 192, 192, 189.5, 18.5, 0}, verdict.StatusHealthy},
+		{"×2 in the counts", 0.236, []float64{1200, 600, 400, 200, 0, 704, 96, 0}, verdict.StatusAnomaly},
+	} {
+		now := with(base, "requests", 3200.0, "ttft_p95", c.p95, "ttft_mean", 0.0457, "ttft_mean_recent", 0.0457,
+			"ttft_p95_recent", c.p95)
+		f := newFake(t, rs, now, base, nil)
+		withNoise(t, f, rs, base, 0.02)
+		sels := bucketSelectors(rs.Declared("ttft_p95"), "", "5m")
+		if len(sels) != 1 {
+			t.Fatalf("ttft_p95 bucket selectors %q, want one", sels)
+		}
+		put := func(expr string, ts time.Time, counts []float64) {
+			var vec model.Vector
+			cum := 0.0
+			for i, n := range counts {
+				cum += n
+				le := "+Inf"
+				if i < len(les) {
+					le = strconv.FormatFloat(les[i], 'g', -1, 64)
+				}
+				vec = append(vec, &model.Sample{Metric: model.Metric{"le": model.LabelValue(le)}, Value: model.SampleValue(cum)})
+			}
+			if f.vals[expr] == nil {
+				f.vals[expr] = map[time.Time]model.Vector{}
+			}
+			f.vals[expr][ts] = vec
+		}
+		put(fmt.Sprintf("count by (le) (last_over_time(%s[5m]))", sels[0]), at, c.counts)
+		put(fmt.Sprintf("sum by (le) (increase(%s[5m]))", sels[0]), at, c.counts)
+		put(fmt.Sprintf("sum by (le) (increase(%s[5m]))", sels[0]), at.Add(-time.Hour), baseCounts)
+		v, err := Run(context.Background(), Options{Metrics: f, Rulesets: []*rules.Ruleset{rs}, At: at, GPU: "H100"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Status != c.want {
+			t.Errorf("%s: status %s, want %s (causes %v)", c.name, v.Status, c.want, causeIDs(v))
+		}
+		for _, h := range v.Headline {
+			if h.Signal == "ttft_p95" && (h.Now == nil || *h.Now != c.p95) {
+				t.Errorf("%s: headline ttft_p95 %v, want the PromQL value %v", c.name, h.Now, c.p95)
+			}
+		}
 	}
 }
