@@ -209,3 +209,18 @@ func TestReplayKeepsTheHitRate(t *testing.T) {
 		}
 	}
 }
+
+// TestShortWindowsAreNotMissingSeries: sub-windows that each have every
+// series, but too few of them (a young incident's windows), are said to
+// be too short, not to miss the fit's series.
+func TestShortWindowsAreNotMissingSeries(t *testing.T) {
+	obs := obsFrom(StepModel{Fixed: 0.01}, [][3]float64{{1, 1, 1}, {2, 2, 2}})
+	_, err := FitStep(obs)
+	var me *MissingError
+	if !errors.As(err, &me) || len(me.Series) != 0 {
+		t.Fatalf("err = %#v, want a MissingError without series", err)
+	}
+	if want := "no prediction: the windows are too short (2 sub-windows with every series, the fit needs 4) for the step-time fit"; err.Error() != want {
+		t.Errorf("err = %q, want %q", err, want)
+	}
+}
