@@ -25,6 +25,7 @@ const (
 	sigHit        = "prefix_hit_rate"
 	sigTargets    = "serving_targets"
 	sigRunning    = "running"
+	sigRunPeak    = "running_peak"
 	sigWaiting    = "waiting"
 	sigKVPerRun   = "kv_per_running"
 	sigCtx        = "decode_ctx_tokens"
