@@ -258,8 +258,13 @@ func (m *Model) fitReserve(w Window) int {
 	want := wt / m.replicas
 	waiting := func(reserve int) float64 {
 		c := m.configFor(Fix{})
-		c.ReserveOut, c.Seed = reserve, Seeds[0]
-		return Replay(c).Waiting
+		c.ReserveOut = reserve
+		sum := 0.0
+		for _, seed := range Seeds {
+			c.Seed = seed
+			sum += Replay(c).Waiting
+		}
+		return sum / float64(len(Seeds))
 	}
 	if waiting(lo) >= want {
 		return lo
