@@ -243,7 +243,8 @@ func reserveOut(w Window, kv int, replicas, promptMean, outMean float64) int {
 // ran more than running_peak, so the reservation is at most what fills
 // the pool at that peak; between the averages' reading and that bound it
 // is the one whose replay queues as many requests as the window's waiting
-// (bisection, one seed).
+// (bisection on the mean over the seeds: one seed's queue near a wall
+// swings too much to fit on).
 func (m *Model) fitReserve(w Window) int {
 	lo := m.cfg.ReserveOut
 	wt, ok := w.get(sigWaiting)
