@@ -52,6 +52,7 @@ func (d *Daemon) Handler() http.Handler {
 	api := http.NewServeMux()
 	api.HandleFunc("GET /api/v1/incidents", d.handleIncidents)
 	api.HandleFunc("GET /api/v1/verdict", d.handleVerdict)
+	api.HandleFunc("GET /api/v1/predicted", d.handlePredicted)
 	api.HandleFunc("POST /api/v1/triage", d.handleTriage)
 	api.HandleFunc("POST /api/v1/alerts", d.handleAlerts)
 	for pattern, h := range d.opts.APIRoutes {
@@ -161,7 +162,12 @@ func (d *Daemon) handleVerdict(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if v, ok := d.Verdict(scope[0]); ok {
-		writeJSON(w, http.StatusOK, render.Normalize(v))
+		v = render.Normalize(v)
+		if in, ok := d.incidentOf(v); ok && v.Predicted == nil {
+			// the incident page's predictions, once computed for this verdict
+			v.Predicted = d.currentPrediction(in)
+		}
+		writeJSON(w, http.StatusOK, v)
 		return
 	}
 	// No incident holds a verdict for this scope: triage it now.

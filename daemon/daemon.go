@@ -136,6 +136,10 @@ type Options struct {
 	// Pass the one the outbox and retry stage register with so /metrics
 	// serves them all.
 	Registry *prometheus.Registry
+	// Predict predicts the fixes of an incident's verdict for its page and
+	// GET /api/v1/predicted (nil: whatif.ForVerdict over Metrics with
+	// Maps and Config.Scheduler); never called by the cycle (predict.go).
+	Predict PredictFunc
 	// Now is the clock for API requests that do not say when (default time.Now).
 	Now func() time.Time
 	// Secrets are scrubbed from every error an API response carries and
@@ -175,6 +179,7 @@ type Daemon struct {
 	tracker     *incident.Tracker
 	stats       *stats
 	sessions    *sessions                     // signed-in browsers (session.go)
+	predictor   *predictor                    // the incident pages' predictions (predict.go)
 	limiter     *limiter                      // wrong tokens per client
 	scraped     atomic.Bool                   // a scrape has succeeded
 	history     atomic.Int64                  // unix ns of the first successful scrape the store holds; 0: none yet
@@ -251,6 +256,7 @@ func New(opts Options) (*Daemon, error) {
 		tracker:       incident.NewTracker(cfg.Incidents),
 		budget:        httplimit.NewBudget(bodyBudget),
 		sessions:      newSessions(),
+		predictor:     newPredictor(),
 		limiter:       newLimiter(),
 		down:          map[string]time.Time{},
 		metrics:       opts.Metrics,
@@ -889,6 +895,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	d.work.Lock()
 	defer d.work.Unlock()
 	d.closed = true
+	d.predictor.stop()
 	if d.persist() && len(d.pending) > 0 && d.flushPending() {
 		d.persist()
 	}

@@ -108,6 +108,8 @@ type fakeTriage struct {
 	runs  int
 	err   error
 	last  TriageRequest
+	// engine names the verdicts' engine ("" : none, as an unknown one)
+	engine string
 	// hook, when set, runs first (outside the lock): tests block or fail
 	// a triage with it.
 	hook func(ctx context.Context, req TriageRequest) error
@@ -131,6 +133,11 @@ func (f *fakeTriage) run(ctx context.Context, req TriageRequest) (*verdict.Verdi
 	}
 	v := &verdict.Verdict{SchemaVersion: verdict.SchemaVersion, Status: verdict.StatusHealthy, Severity: verdict.SeverityNone,
 		Scope: verdict.Scope{Selector: req.Selector}, At: req.At}
+	if f.engine != "" {
+		v.Engine = f.engine
+		v.Incident = verdict.Window{Start: req.At.Add(-req.Window), End: req.At}
+		v.Baseline = verdict.Window{Start: req.At.Add(-req.Baseline - req.Window), End: req.At.Add(-req.Baseline)}
+	}
 	if f.cause != "" {
 		v.Status, v.Severity = verdict.StatusAnomaly, verdict.SeverityWarning
 		v.Causes = []verdict.Cause{{ID: f.cause, Rank: 1, Score: 0.9, Title: f.cause}}

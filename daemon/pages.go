@@ -348,6 +348,7 @@ func (d *Daemon) pageIncident(w http.ResponseWriter, r *http.Request) {
 	if in.Verdict != nil {
 		section := d.verdictSection(r.Context(), cfg, in.Verdict, in.OpenedAt)
 		section.JSONHref = site.Link("/api/v1/verdict?scope=" + url.QueryEscape(in.Scope.Selector))
+		section.Predictions = predictionsView(d.predictionFor(in))
 		p.Verdict = &section
 	}
 	d.writePage(w, http.StatusOK, p)
@@ -418,6 +419,9 @@ func (d *Daemon) pageVerdict(w http.ResponseWriter, r *http.Request) {
 	}
 	if latest {
 		section.JSONHref = site.Link("/api/v1/verdict?scope=" + url.QueryEscape(raw))
+	}
+	if held && ok && in.Verdict == v {
+		section.Predictions = predictionsView(d.predictionFor(in))
 	}
 	d.writePage(w, http.StatusOK, web.VerdictPage{Site: site, Verdict: section})
 }

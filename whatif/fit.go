@@ -33,6 +33,10 @@ func (f Fit) String() string {
 		f.Model.Fixed*1e3, f.Model.PerPrefillToken*1e6, f.Model.PerDecode*1e3, f.Model.PerContextToken*1e9, f.N, f.R2, 100*f.RelRMS)
 }
 
+// minFitObs is the fewest sub-windows the step-time fit runs on (four
+// coefficients).
+const minFitObs = 4
+
 // fitNames are the series the fit needs in each observation.
 var fitNames = []string{sigITLMean, sigBatch, sigCtx, sigTargets}
 
@@ -63,10 +67,16 @@ func FitStep(obs []Window) (Fit, error) {
 		x = append(x, row)
 		y = append(y, gap)
 	}
-	if len(y) < 4 {
+	if len(y) < minFitObs {
 		var miss []string
 		for n := range lacking {
 			miss = append(miss, n)
+		}
+		if len(miss) == 0 && len(obs) > 0 {
+			// every sub-window had every series: there were too few of
+			// them (a young incident's window), not a missing series
+			return Fit{}, &MissingError{What: "the step-time fit",
+				Short: fmt.Sprintf("%d sub-windows with every series, the fit needs %d", len(y), minFitObs)}
 		}
 		if len(miss) == 0 {
 			miss = fitNames

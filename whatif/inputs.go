@@ -25,6 +25,7 @@ const (
 	sigHit        = "prefix_hit_rate"
 	sigTargets    = "serving_targets"
 	sigRunning    = "running"
+	sigRunPeak    = "running_peak"
 	sigWaiting    = "waiting"
 	sigKVPerRun   = "kv_per_running"
 	sigCtx        = "decode_ctx_tokens"
@@ -158,9 +159,15 @@ type MissingError struct {
 	// What is what could not be predicted ("the step-time fit", a fix's name).
 	What   string
 	Series []string
+	// Short, when no series is missing, says the windows held too few
+	// observations of them ("2 sub-windows, the fit needs 4").
+	Short string
 }
 
 func (e *MissingError) Error() string {
+	if len(e.Series) == 0 && e.Short != "" {
+		return fmt.Sprintf("no prediction: the windows are too short (%s) for %s", e.Short, e.What)
+	}
 	s := append([]string(nil), e.Series...)
 	sort.Strings(s)
 	return fmt.Sprintf("no prediction: missing series %s (needed by %s)", strings.Join(s, ", "), e.What)

@@ -196,13 +196,12 @@ func Build(in *Inputs) (*Model, error) {
 		c.Outside = math.Max(0, tq-q-p)
 	}
 	if c.Policy == PolicyTRT {
-		c.ReserveOut = int(4 * c.OutputMean)
-		run := v(sigRunning) / m.replicas
-		if wt, ok := w.get(sigWaiting); ok && wt/m.replicas >= 1 && run >= 1 {
-			c.ReserveOut = max(c.ReserveOut, int(float64(kv)/run-c.PromptMean))
-		}
+		c.ReserveOut = reserveOut(w, kv, m.replicas, c.PromptMean, c.OutputMean)
 	}
 	m.cfg = c
+	if c.Policy == PolicyTRT {
+		m.cfg.ReserveOut = m.fitReserve(w)
+	}
 	m.Observed = Metrics{TTFTP95: v(sigTTFTP95), ITLP95: v(sigITLP95), Throughput: v(sigGenTPS)}
 	own := m.replay(Fix{})
 	m.Replayed = Metrics{TTFTP95: own.TTFTP95.Median, ITLP95: own.ITLP95.Median, Throughput: own.Throughput.Median}
@@ -221,6 +220,72 @@ func Build(in *Inputs) (*Model, error) {
 	}
 	return m, nil
 }
+
+// reserveOut is the output tokens TensorRT-LLM reserves per request
+// (GUARANTEED_NO_EVICT admits a request when prompt + max_tokens fit the
+// blocks not yet reserved) as the window's averages show them: 4× the
+// mean output, or, where requests waited at a full reservation on
+// average, what fills a pool of kv tokens per replica at the mean running.
+func reserveOut(w Window, kv int, replicas, promptMean, outMean float64) int {
+	out := int(4 * outMean)
+	wt, ok := w.get(sigWaiting)
+	run, ok2 := w.get(sigRunning)
+	if ok && ok2 && wt/replicas >= 1 && run/replicas >= 1 {
+		out = max(out, int(float64(kv)/(run/replicas)-promptMean))
+	}
+	return out
+}
+
+// fitReserve fits the reservation (max_tokens is not exported) where the
+// averages cannot tell it: a wall the reservations hit now and then (a
+// longer max_tokens) holds requests back too seldom to show in the mean
+// waiting per replica. Requests waited while the busiest replica never
+// ran more than running_peak, so the reservation is at most what fills
+// the pool at that peak; between the averages' reading and that bound it
+// is the one whose replay queues as many requests as the window's waiting
+// (bisection on the mean over the seeds: one seed's queue near a wall
+// swings too much to fit on).
+func (m *Model) fitReserve(w Window) int {
+	lo := m.cfg.ReserveOut
+	wt, ok := w.get(sigWaiting)
+	peak, ok2 := w.get(sigRunPeak)
+	if !ok || !ok2 || wt <= 0 || peak < 1 {
+		return lo
+	}
+	hi := int(float64(m.cfg.KVTokens)/peak - m.cfg.PromptMean)
+	if hi <= lo {
+		return lo
+	}
+	want := wt / m.replicas
+	waiting := func(reserve int) float64 {
+		c := m.configFor(Fix{})
+		c.ReserveOut = reserve
+		sum := 0.0
+		for _, seed := range Seeds {
+			c.Seed = seed
+			sum += Replay(c).Waiting
+		}
+		return sum / float64(len(Seeds))
+	}
+	if waiting(lo) >= want {
+		return lo
+	}
+	if waiting(hi) <= want {
+		return hi
+	}
+	for range reserveSteps {
+		mid := (lo + hi) / 2
+		if waiting(mid) < want {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return (lo + hi) / 2
+}
+
+// reserveSteps are fitReserve's bisection steps (the bound over 2^5).
+const reserveSteps = 5
 
 func inBand(x float64) bool { return x >= CalibLow && x <= CalibHigh }
 
@@ -369,6 +434,27 @@ func (m *Model) Predict(f Fix) (*Prediction, error) {
 
 // replay runs the replica classes under f with every seed.
 func (m *Model) replay(f Fix) *Prediction {
+	c := m.configFor(f)
+	var ttft, itl, thr, hTTFT, hITL []float64
+	for _, seed := range Seeds {
+		c.Seed = seed
+		r := Replay(c)
+		ttft = append(ttft, weightedP95(r.TTFT, r.TTFTW))
+		itl = append(itl, weightedP95(r.ITL, r.ITLW))
+		hTTFT = append(hTTFT, histP95(r.TTFT, r.TTFTW, m.In.Buckets[sigTTFTP95]))
+		hITL = append(hITL, histP95(r.ITL, r.ITLW, m.In.Buckets[sigITLP95]))
+		tokens := 0.0
+		if r.Span > 0 {
+			tokens = r.Tokens / r.Span
+		}
+		thr = append(thr, tokens)
+	}
+	return &Prediction{TTFTP95: rangeOf(ttft), ITLP95: rangeOf(itl), Throughput: rangeOf(thr),
+		histTTFT: rangeOf(hTTFT).Median, histITL: rangeOf(hITL).Median}
+}
+
+// configFor is the replay's configuration with f applied.
+func (m *Model) configFor(f Fix) Config {
 	c := m.cfg
 	n := m.replicas
 	if f.Replicas > 0 {
@@ -410,22 +496,7 @@ func (m *Model) replay(f Fix) *Prediction {
 		c.Rate = m.rate * (m.pinned + k*(1-m.pinned)/n)
 		c.Pinned = m.rate * m.pinned / c.Rate
 	}
-	var ttft, itl, thr, hTTFT, hITL []float64
-	for _, seed := range Seeds {
-		c.Seed = seed
-		r := Replay(c)
-		ttft = append(ttft, weightedP95(r.TTFT, r.TTFTW))
-		itl = append(itl, weightedP95(r.ITL, r.ITLW))
-		hTTFT = append(hTTFT, histP95(r.TTFT, r.TTFTW, m.In.Buckets[sigTTFTP95]))
-		hITL = append(hITL, histP95(r.ITL, r.ITLW, m.In.Buckets[sigITLP95]))
-		tokens := 0.0
-		if r.Span > 0 {
-			tokens = r.Tokens / r.Span
-		}
-		thr = append(thr, tokens)
-	}
-	return &Prediction{TTFTP95: rangeOf(ttft), ITLP95: rangeOf(itl), Throughput: rangeOf(thr),
-		histTTFT: rangeOf(hTTFT).Median, histITL: rangeOf(hITL).Median}
+	return c
 }
 
 // histP95 is the 95th percentile of the weighted samples as

@@ -67,6 +67,9 @@ type Result struct {
 	PromptTokens, CachedTokens float64
 	Requests                   int
 	Steps                      int
+	// Waiting is the requests waiting on a simulated replica, averaged
+	// over the measured window and the replicas.
+	Waiting float64
 	// Truncated names the bound that stopped the replay early, if any.
 	Truncated string
 	Span      float64 // seconds measured
@@ -396,6 +399,16 @@ func Replay(c Config) Result {
 	}
 	arrivals, rr := 0, 0
 	t := 0.0
+	waited := 0.0 // requests waiting × seconds, over the measured window
+	wait := func(from, to float64) {
+		if dt := math.Min(to, ReplaySeconds) - math.Max(from, ReplayWarmup); dt > 0 {
+			n := 0
+			for _, rp := range reps {
+				n += len(rp.waiting)
+			}
+			waited += float64(n) * dt
+		}
+	}
 	for {
 		step := -1
 		tn := next
@@ -404,6 +417,7 @@ func Replay(c Config) Result {
 				step, tn = i, ends[i]
 			}
 		}
+		wait(t, tn)
 		if tn > ReplaySeconds {
 			t = ReplaySeconds
 			break
@@ -443,6 +457,9 @@ func Replay(c Config) Result {
 		}
 	}
 	res.Span = math.Max(0, math.Min(t, ReplaySeconds)-ReplayWarmup)
+	if res.Span > 0 {
+		res.Waiting = waited / res.Span / float64(k)
+	}
 	return res
 }
 

@@ -1,6 +1,7 @@
 package whatif
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"slices"
@@ -28,12 +29,22 @@ func Catalogue(s Fix) []Fix {
 // TTFT p95, the fixes the data cannot support declined with the reason,
 // and NoneHelps said when no fix is predicted to help.
 func (m *Model) Verdict() *verdict.Predicted {
+	out, _ := m.VerdictWithin(context.Background())
+	return out
+}
+
+// VerdictWithin is Verdict ending at ctx's end, checked before each fix
+// (a fix's replays are bounded themselves): nil and ctx's error then.
+func (m *Model) VerdictWithin(ctx context.Context) (*verdict.Predicted, error) {
 	out := &verdict.Predicted{Fit: m.Fit.String(), Calibration: m.Quality(), PoorFit: m.Poor(),
 		Incident: &verdict.PredictedValues{TTFTP95: Round4(m.Incident.TTFTP95), ITLP95: Round4(m.Incident.ITLP95),
 			Throughput: Round4(m.Incident.Throughput)}}
 	s := m.In.Scheduler
 	var predicted []*Prediction
 	for _, f := range Catalogue(Fix{MaxNumBatchedTokens: s.MaxNumBatchedTokens, MaxNumSeqs: s.MaxNumSeqs}) {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		p, err := m.Predict(f)
 		if err != nil {
 			out.Declined = append(out.Declined, verdict.DeclinedFix{Fix: f.String(), Reason: err.Error()})
@@ -48,7 +59,7 @@ func (m *Model) Verdict() *verdict.Predicted {
 	}
 	sort.SliceStable(out.Fixes, func(i, j int) bool { return out.Fixes[i].TTFTP95.Median < out.Fixes[j].TTFTP95.Median })
 	out.NoneHelps = m.NoneHelps(predicted)
-	return out
+	return out, nil
 }
 
 // Helps says the prediction p lowers the TTFT or the inter-token p95 of

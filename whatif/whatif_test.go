@@ -209,3 +209,47 @@ func TestReplayKeepsTheHitRate(t *testing.T) {
 		}
 	}
 }
+
+// TestShortWindowsAreNotMissingSeries: sub-windows that each have every
+// series, but too few of them (a young incident's windows), are said to
+// be too short, not to miss the fit's series.
+func TestShortWindowsAreNotMissingSeries(t *testing.T) {
+	obs := obsFrom(StepModel{Fixed: 0.01}, [][3]float64{{1, 1, 1}, {2, 2, 2}})
+	_, err := FitStep(obs)
+	var me *MissingError
+	if !errors.As(err, &me) || len(me.Series) != 0 {
+		t.Fatalf("err = %#v, want a MissingError without series", err)
+	}
+	if want := "no prediction: the windows are too short (2 sub-windows with every series, the fit needs 4) for the step-time fit"; err.Error() != want {
+		t.Errorf("err = %q, want %q", err, want)
+	}
+}
+
+// TestFitReserve: a TensorRT-LLM replica whose reservations (prompt +
+// 2,400 output tokens) hit its pool now and then queues a few requests;
+// the window's averages alone read 4× the mean output (1,600), and the
+// fit recovers a reservation near the true one from the waiting and the
+// peak running. Without waiting there is nothing to fit.
+func TestFitReserve(t *testing.T) {
+	c := Config{Policy: PolicyTRT, Step: StepModel{Fixed: 0.01, PerPrefillToken: 30e-6, PerDecode: 1e-4},
+		Rate: 2, PromptMean: 1500, PromptSigma: 0.6, OutputMean: 400, OutputSigma: 0.6, Budget: 8192, MaxSeqs: 256,
+		KVTokens: 60000, Replicas: 1, Represents: 1, Clock: 1}
+	truth := c
+	truth.ReserveOut, truth.Seed = 2400, Seeds[0]
+	observed := Replay(truth).Waiting
+	if observed <= 0.01 {
+		t.Fatalf("the true reservation queues %.3f requests: no wall to fit", observed)
+	}
+	m := &Model{cfg: c, replicas: 1, rate: c.Rate, In: &Inputs{}}
+	m.cfg.ReserveOut = 1600
+	// the pool holds at most 60000/(1500+2400) = 15 reservations
+	w := Window{sigWaiting: observed, sigRunPeak: 15}
+	got := m.fitReserve(w)
+	t.Logf("waiting %.3f: fitted reservation %d", observed, got)
+	if got < 2000 || got > 2800 {
+		t.Errorf("fitted reservation %d, want about 2400 (waiting %.3f)", got, observed)
+	}
+	if got := m.fitReserve(Window{sigWaiting: 0, sigRunPeak: 15}); got != 1600 {
+		t.Errorf("without waiting: %d, want the averages' 1600", got)
+	}
+}

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/whyslow/whyslow/collectors/bundle"
-	"github.com/whyslow/whyslow/diagnose"
 	"github.com/whyslow/whyslow/notifiers/render"
 	"github.com/whyslow/whyslow/query"
 	"github.com/whyslow/whyslow/rulesets"
@@ -340,9 +339,9 @@ func (r whatifReport) json() whatifJSON {
 	return out
 }
 
-// predictFixes fills v.Predicted (why --predict): the triage again with
-// every signal value (Explain), on the same source, and the model over it.
-// Missing series are said in the verdict, not an error.
+// predictFixes fills v.Predicted (why --predict): whatif.ForVerdict on
+// the same source, with the bundle's scheduler when it has one. Missing
+// series are said in the verdict, not an error.
 func predictFixes(ctx context.Context, f *whyFlags, m query.Metrics, v *verdict.Verdict) error {
 	if v.Status == verdict.StatusInsufficientData || v.Engine == "" {
 		v.Predicted = &verdict.Predicted{Missing: "no prediction: the triage had too little data"}
@@ -358,25 +357,10 @@ func predictFixes(ctx context.Context, f *whyFlags, m query.Metrics, v *verdict.
 			given = schedulerOf(b.Incident.Scheduler)
 		}
 	}
-	o := diagnose.Options{Metrics: m, Rulesets: rss, Engine: v.Engine, At: v.Incident.End,
-		Window: v.Incident.End.Sub(v.Incident.Start), Baseline: v.Incident.End.Sub(v.Baseline.End),
-		Selector: v.Scope.Selector, Scheduler: given, Explain: true}
-	if v.GPU != nil {
-		o.GPU = v.GPU.Class
-	}
-	ev, err := diagnose.Run(ctx, o)
+	p, err := whatif.ForVerdict(ctx, m, rss, v, given)
 	if err != nil {
 		return fmt.Errorf("--predict: %w", err)
 	}
-	model, err := whatif.FromVerdict(ctx, m, rss[0], ev, given)
-	var me *whatif.MissingError
-	switch {
-	case errors.As(err, &me):
-		v.Predicted = &verdict.Predicted{Missing: me.Error()}
-		return nil
-	case err != nil:
-		return fmt.Errorf("--predict: %w", err)
-	}
-	v.Predicted = model.Verdict()
+	v.Predicted = p
 	return nil
 }

@@ -139,6 +139,7 @@ func TestPagesInChromium(t *testing.T) {
 	cfg.API.Token = token
 	cfg.API.ExternalURL = base + "/whyslow"
 	env, in := playIncident(t, "kv_pressure", 0, cfg, hk)
+	in = ageIncident(t, env, in) // windows long enough for the predictions
 	srv, bounded := env.Stack.HTTPServer(ln)
 	go func() { _ = srv.Serve(bounded) }()
 	t.Cleanup(func() { _ = srv.Close() })
@@ -158,7 +159,7 @@ func TestPagesInChromium(t *testing.T) {
 	blog := &browserLog{host: ln.Addr().String()}
 	ctx, cancel := chromedp.NewContext(actx, chromedp.WithListener(blog.listen))
 	defer cancel()
-	ctx, cancel = context.WithTimeout(ctx, 60*time.Second)
+	ctx, cancel = context.WithTimeout(ctx, 120*time.Second)
 	defer cancel()
 	for _, err := range []error{
 		chromedp.Do(ctx),
@@ -274,6 +275,42 @@ func TestPagesInChromium(t *testing.T) {
 	}
 	shoot("3-incident.png")
 	shootAction("3-incident-curves.png", chromedp.Screenshot(chromedp.CSS("section.charts")))
+
+	// The predictions: the first view started them; the page shows them
+	// once computed (it reloads itself; here, reloaded until then).
+	if p := text("section.predictions"); !strings.Contains(p, "Computing the predictions") && !strings.Contains(p, "replicas") {
+		t.Errorf("predictions section on the first view:\n%s", p)
+	}
+	fixRows := 0
+	for i := 0; i < 200 && fixRows == 0; i++ {
+		if err := chromedp.Do(ctx, chromedp.Reload()); err != nil {
+			t.Fatal(err)
+		}
+		if fixRows, err = chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("table.whatif tr.fix-row").length`)); err != nil {
+			t.Fatal(err)
+		}
+		if fixRows == 0 {
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
+	if fixRows == 0 {
+		t.Fatalf("no prediction fixRows on the incident page:\n%s", text("section.predictions"))
+	}
+	// Each row: two bars (TTFT, inter-token), each drawn with a before and
+	// an after bar of extent (a fix predicted to take a p95 to nothing
+	// would have an empty after bar: none here).
+	bars, err := chromedp.Run(ctx, chromedp.Evaluate[[][]float64](
+		`[...document.querySelectorAll("svg.whatif-bar")].map(s => [s.getBoundingClientRect().width, s.querySelector("rect.wb-before").getBBox().width, s.querySelector("rect.wb-after").getBBox().width])`))
+	if err != nil || len(bars) != 2*fixRows {
+		t.Fatalf("predicted bars %v (%v), want 2 per row of %d", bars, err, fixRows)
+	}
+	for i, b := range bars {
+		if b[0] < 100 || b[1] <= 0 || b[2] <= 0 {
+			t.Errorf("predicted bar %d: %.0f px wide, before %.1f, after %.1f units: want both drawn", i, b[0], b[1], b[2])
+		}
+	}
+	t.Logf("%d fixes predicted on the page", fixRows)
+	shootAction("3-incident-predictions.png", chromedp.Screenshot(chromedp.CSS("section.predictions")))
 	if err := callEmpty(ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
 		Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}}); err != nil {
 		t.Fatal(err)

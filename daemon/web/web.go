@@ -248,6 +248,9 @@ type VerdictSection struct {
 	// IncidentHref links the incident this verdict belongs to, IncidentID
 	// names it.
 	IncidentHref, IncidentID string
+	// Predictions are what each fix is predicted to do (nil: not asked
+	// for); the daemon sets them from its own computation.
+	Predictions *PredictionsView
 }
 
 // MarksOnset reports whether a chart marks the incident's open (for the
@@ -269,7 +272,7 @@ func (s VerdictSection) Continuous() bool {
 
 // Verdict lays out v with its charts; chartNote says why charts is empty.
 func Verdict(v *verdict.Verdict, charts []ChartView, chartNote string) VerdictSection {
-	return VerdictSection{View: render.ViewOf(v), Charts: charts, ChartNote: chartNote}
+	return VerdictSection{View: render.ViewOf(v), Charts: charts, ChartNote: chartNote, Predictions: Predictions(v.Predicted)}
 }
 
 // LoginPage asks for the API token.

@@ -55,8 +55,8 @@ func PredictionsOf(v *verdict.Verdict) *Predictions {
 		out.Notes = append(out.Notes, p.NoneHelps)
 	}
 	for _, f := range p.Fixes {
-		line := f.Fix + ": TTFT p95 " + predictedChange(before.TTFTP95, f.TTFTP95) +
-			", inter-token " + predictedChange(before.ITLP95, f.ITLP95)
+		line := f.Fix + ": TTFT p95 " + PredictedChange(before.TTFTP95, f.TTFTP95) +
+			", inter-token " + PredictedChange(before.ITLP95, f.ITLP95)
 		if f.Trade != "" {
 			// "trades TTFT for inter-token latency: …": the numbers are on the line already
 			trade, _, _ := strings.Cut(f.Trade, ":")
@@ -73,10 +73,10 @@ func PredictionsOf(v *verdict.Verdict) *Predictions {
 	return out
 }
 
-// predictedChange is "2m26s → 10.9 s (−93%)": the value before (the model
+// PredictedChange is "2m26s → 10.9 s (−93%)": the value before (the model
 // of the incident, omitted when unknown), the predicted median, its change
 // and, when the replay seeds differ by 5% or more, their range.
-func predictedChange(before float64, r verdict.PredictedRange) string {
+func PredictedChange(before float64, r verdict.PredictedRange) string {
 	s := FormatSeconds(r.Median)
 	if before > 0 {
 		s = FormatSeconds(before) + " → " + s

@@ -20,6 +20,7 @@ var (
 	perFault  = flag.Int("whatif.per", 1, "TestValidation: instances per (fault, engine)")
 	whatifPar = flag.Int("whatif.par", 2, "TestValidation: instances recorded at once")
 	dumpPairs = flag.String("whatif.dump", "", "TestValidation: also write every pair as JSON to `FILE`")
+	onEngine  = flag.String("whatif.engine", "", "TestValidation, TestFixOrder: only this engine model's incidents (vllm, sglang or trtllm; default all three)")
 )
 
 // faults are the injected faults the fixes are tried on.
@@ -98,8 +99,10 @@ func validationIncidents() []reqsim.Options {
 	for _, f := range faults {
 		for _, eng := range []string{"vllm", "sglang", "trtllm"} {
 			for i := 0; i < *perFault; i++ {
-				seed++
-				out = append(out, reqsim.Options{Scenario: f, Seed: seed, Engine: eng, Wide: true})
+				seed++ // drawn for every engine, so that a filtered run keeps the seeds
+				if *onEngine == "" || *onEngine == eng {
+					out = append(out, reqsim.Options{Scenario: f, Seed: seed, Engine: eng, Wide: true})
+				}
 			}
 		}
 	}
