@@ -21,7 +21,7 @@ var (
 	earlyPer     = flag.Int("accuracy.early-per", 0, "instances per scenario in TestEarlyAccuracy (default 2, 1 with -short)")
 	earlySeed    = flag.Int64("accuracy.early-seed", 23, "seed for drawing TestEarlyAccuracy's instances (0: time-based)")
 	earlyEnforce = flag.Bool("accuracy.early-enforce", true, "fail TestEarlyAccuracy when top-1 at open is under 90%")
-	earlyHealthy = flag.Bool("accuracy.early-healthy", false, "TestEarlyAccuracy: run the healthy scenarios' instances too (reported when the detector fires on them, never scored)")
+	earlyHealthy = flag.Bool("accuracy.early-healthy", false, "TestEarlyAccuracy: run the instances of the scenarios without a cause too (reported when the detector fires on them, never scored)")
 )
 
 // earlyTriages is how many triages from the fire time on are scored for
@@ -29,13 +29,13 @@ var (
 const earlyTriages = 4
 
 // earlyCases draws per instances of every scenario, alternating the metric
-// names and varying the GPU series, as cases does. The healthy scenarios'
-// instances are drawn but left out unless -accuracy.early-healthy: nothing
-// is scored on them (the detector's quiet on healthy load is asserted by
-// daemon/demo's TestE2EHealthyHourIsQuiet), and they were a fifth of the
-// test's CPU (the detector runs to the end of a recording it never fires
-// on). Drawing them keeps the seed stream: the scored instances are the
-// same with or without the flag.
+// names and varying the GPU series, as cases does. The instances of the
+// scenarios without a cause (healthy variants and hard negatives: 12 of 36
+// by default) are drawn but left out unless -accuracy.early-healthy:
+// nothing is scored on them (the detector firing on one is reported), and
+// they were half of the test's CPU (the detector runs to the end of a
+// recording it seldom fires on). Drawing them keeps the seed stream: the
+// scored instances are the same with or without the flag.
 func earlyCases(t *testing.T, per int) []Case {
 	seed := *earlySeed
 	if seed == 0 {
@@ -64,12 +64,12 @@ func earlyCases(t *testing.T, per int) []Case {
 // (RunEarly). Top-1 at open is the first of them that names a cause, as the
 // tracker notifies; the target is ≥ 90%. Incident instances whose detector
 // condition already held at the onset are reported, not scored: it fired on
-// noise before the cause began. With -accuracy.early-healthy the healthy
-// scenarios run too, and those the detector fires on are reported, not
-// scored (the detector is tuned elsewhere).
+// noise before the cause began. With -accuracy.early-healthy the scenarios
+// without a cause run too, and those the detector fires on are reported,
+// not scored (the detector is tuned elsewhere).
 //
 // The default run draws two instances per scenario and runs those of the
-// fault scenarios (one with -short). More:
+// scenarios with a cause (one with -short). More:
 //
 //	go test ./testbed/accuracy -run TestEarlyAccuracy -v -accuracy.early-per=4 -accuracy.early-seed=0
 func TestEarlyAccuracy(t *testing.T) {
@@ -211,7 +211,7 @@ func TestEarlyAccuracy(t *testing.T) {
 	if *earlyHealthy {
 		t.Logf("healthy instances the detector fired on: %d (their verdict at open named a cause: %d)", healthyPages, healthyCauses)
 	} else {
-		t.Logf("healthy instances: not run (-accuracy.early-healthy runs them)")
+		t.Logf("instances of scenarios without a cause: not run (-accuracy.early-healthy runs them)")
 	}
 	if !*earlyEnforce {
 		return

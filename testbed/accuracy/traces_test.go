@@ -28,7 +28,7 @@ var (
 	// tracesPerWindow bounds the traced requests per window, as a tracing
 	// sampler would.
 	tracesPerWindow = flag.Int("accuracy.traces.sample", 2000, "traced requests kept per window")
-	tracesHealthy   = flag.Bool("accuracy.traces.healthy", false, "TestAccuracyTraces: run the healthy scenarios' instances too (a false alarm is reported, never scored)")
+	tracesHealthy   = flag.Bool("accuracy.traces.healthy", false, "TestAccuracyTraces: run the instances of the scenarios without a cause too (a false alarm is logged, never scored)")
 )
 
 // tracedResult is one instance triaged without and with its traces.
@@ -88,6 +88,8 @@ func runTraced(ctx context.Context, c Case, rss []*rules.Ruleset) (*tracedResult
 // TestAccuracyTraces draws instances of every scenario with traces, triages
 // each with and without them and reports top-1 both ways. With traces,
 // outside_engine and prefill_contention instances must be ranked right.
+// The scenarios without a cause are drawn but run only with
+// -accuracy.traces.healthy (a false alarm on one is logged, not scored).
 //
 //	go test ./testbed/accuracy -run TestAccuracyTraces -v -accuracy.traces.per=6 -accuracy.traces.seed=0
 func TestAccuracyTraces(t *testing.T) {
