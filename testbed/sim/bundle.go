@@ -214,6 +214,7 @@ func (w *world) bundle() (*Bundle, error) {
 		keep = func(ms int64) bool { return (ms >= lo1 && ms <= a) || (ms >= lo2 && ms <= b) }
 	}
 	var buf bytes.Buffer
+	buf.Grow(w.reg.sizeOpenMetrics(keep))
 	if err := w.reg.writeOpenMetrics(&buf, keep); err != nil {
 		return nil, fmt.Errorf("write metrics: %w", err)
 	}

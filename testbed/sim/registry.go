@@ -200,6 +200,47 @@ func withLE(labels, le string) string {
 	return "{" + labels + `,le="` + le + `"}`
 }
 
+// sampleTail is what sizeOpenMetrics counts for a sample line past its
+// name and labels: the space, the value, the space, the timestamp and the
+// newline. Values are mostly counts ("1234.0") and the timestamps whole
+// seconds (10 digits): 24 is above most lines, so the estimate rarely
+// falls short.
+const sampleTail = 24
+
+// sizeOpenMetrics estimates the bytes writeOpenMetrics writes for the
+// ticks selected by keep, from the names and labels of the lines it will
+// write: a bundle's buffer is sized once (an hour at 5 s is ~100 MB, and
+// growing a bytes.Buffer to it allocated, zeroed and copied it several
+// times over).
+func (r *registry) sizeOpenMetrics(keep func(ms int64) bool) int {
+	points := 0
+	for _, t := range r.ticks {
+		if keep == nil || keep(t) {
+			points++
+		}
+	}
+	n := len("# EOF\n")
+	for _, f := range r.fams {
+		if len(f.series) == 0 {
+			continue
+		}
+		n += 2*len(f.name) + len(f.help) + 32
+		name := len(sampleName(f))
+		for _, s := range f.series {
+			if s.hist == nil {
+				n += min(points, len(s.rec)) * (name + len(s.full) + 2 + sampleTail)
+				continue
+			}
+			stride := len(s.hist.bounds) + 3
+			line := len(f.name) + len(s.full) + 2 + sampleTail
+			// Buckets (with _bucket and le="…"), then _sum and _count.
+			perPoint := (stride-2)*(line+len("_bucket,le=\"\"")+8) + 2*(line+len("_count"))
+			n += min(points, len(s.rec)/stride) * perPoint
+		}
+	}
+	return n
+}
+
 // writeOpenMetrics writes the recorded ticks selected by keep (nil = all)
 // as OpenMetrics text: per family HELP and TYPE, per series its points in
 // time order (a histogram point is its buckets, sum and count), then # EOF.
