@@ -46,7 +46,23 @@ func (c *chunk) add(t int64, v float64) {
 	c.maxt = t
 	if c.xor.NumSamples() >= samplesPerChunk {
 		c.app = nil
+		c.trim()
 	}
+}
+
+// trim moves a full chunk's bytes to an allocation of their length. Its
+// appends grew them by doubling, and a full chunk stays for the retention
+// (hours), so without this it would keep a sixth to a quarter of spare
+// capacity for that long: on a sidecar the store is most of what its heap
+// gains in its first hour. No query holds a chunk before it is full
+// (frozen), so swapping its bytes here is safe.
+func (c *chunk) trim() {
+	b := c.xor.Bytes()
+	if cap(b) == len(b) {
+		return
+	}
+	xc, _ := chunkenc.FromData(chunkenc.EncXOR, slices.Clone(b)) // XOR data is always accepted
+	c.xor = xc.(*chunkenc.XORChunk)
 }
 
 // frozen returns the chunk as a query may hold it: itself when full, else
