@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
+	"github.com/prometheus/prometheus/tsdb/chunkenc"
 )
 
 // TestAppendWhileQuerying runs a scraper-like writer against queries (the
@@ -139,5 +141,54 @@ func TestMatchingUsesEveryMatcher(t *testing.T) {
 	}
 	if h.lookup(old) != nil {
 		t.Error("the stopped series outlived the retention: the purge path went untested")
+	}
+}
+
+// TestFullChunkKeepsNoSpareBytes: a full chunk stays for the retention, so
+// it must not keep the spare capacity its appends grew (a sixth to a
+// quarter of its bytes), and trimming it must keep every sample.
+func TestFullChunkKeepsNoSpareBytes(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	type sample struct {
+		t int64
+		v float64
+	}
+	patterns := map[string]func(prev float64) float64{
+		"constant":      func(prev float64) float64 { return prev },
+		"integer count": func(prev float64) float64 { return prev + float64(r.IntN(40)) },
+		"float sum":     func(prev float64) float64 { return prev + 3*r.Float64() },
+		"gauge":         func(float64) float64 { return 50 * r.Float64() },
+	}
+	for name, next := range patterns {
+		s := &series{}
+		var want []sample
+		ts, v := t0.UnixMilli(), 100.0
+		// Five full chunks and an open one; scrape times a few ms off the
+		// interval, as a ticker's are.
+		for range 5*samplesPerChunk + 7 {
+			ts += 5000 + int64(r.IntN(7)) - 3
+			v = next(v)
+			s.add(ts, v)
+			want = append(want, sample{ts, v})
+		}
+		var got []sample
+		for i, c := range s.chunks {
+			b := c.xor.Bytes()
+			full := i < len(s.chunks)-1
+			if full && cap(b) != cap(slices.Clone(b)) {
+				t.Errorf("%s: full chunk %d keeps %d bytes for its %d", name, i, cap(b), len(b))
+			}
+			it := c.xor.Iterator(nil)
+			for it.Next() != chunkenc.ValNone {
+				at, val := it.At()
+				got = append(got, sample{at, val})
+			}
+			if err := it.Err(); err != nil {
+				t.Fatalf("%s: chunk %d: %v", name, i, err)
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: read back %d samples, not the %d appended", name, len(got), len(want))
+		}
 	}
 }
