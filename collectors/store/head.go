@@ -52,10 +52,9 @@ func (c *chunk) add(t int64, v float64) {
 
 // trim moves a full chunk's bytes to an allocation of their length. Its
 // appends grew them by doubling, and a full chunk stays for the retention
-// (hours), so without this it would keep a sixth to a quarter of spare
-// capacity for that long: on a sidecar the store is most of what its heap
-// gains in its first hour. No query holds a chunk before it is full
-// (frozen), so swapping its bytes here is safe.
+// (hours): an hour of the engine model's 446 series at 5 s held 1.18 MB of
+// chunk bytes for 0.79 MB of data. No query holds a chunk before it is
+// full (frozen), so swapping its bytes here is safe.
 func (c *chunk) trim() {
 	b := c.xor.Bytes()
 	if cap(b) == len(b) {
