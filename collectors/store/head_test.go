@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
@@ -146,7 +147,7 @@ func TestMatchingUsesEveryMatcher(t *testing.T) {
 
 // TestFullChunkKeepsNoSpareBytes: a full chunk stays for the retention, so
 // it must not keep the spare capacity its appends grew (a sixth to a
-// quarter of its bytes), and trimming it must keep every sample.
+// third of its bytes), and moving it into pages must keep every sample.
 func TestFullChunkKeepsNoSpareBytes(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	type sample struct {
@@ -159,6 +160,7 @@ func TestFullChunkKeepsNoSpareBytes(t *testing.T) {
 		"float sum":     func(prev float64) float64 { return prev + 3*r.Float64() },
 		"gauge":         func(float64) float64 { return 50 * r.Float64() },
 	}
+	var pages chunkPages
 	for name, next := range patterns {
 		s := &series{}
 		var want []sample
@@ -168,14 +170,14 @@ func TestFullChunkKeepsNoSpareBytes(t *testing.T) {
 		for range 5*samplesPerChunk + 7 {
 			ts += 5000 + int64(r.IntN(7)) - 3
 			v = next(v)
-			s.add(ts, v)
+			s.add(ts, v, &pages)
 			want = append(want, sample{ts, v})
 		}
 		var got []sample
 		for i, c := range s.chunks {
 			b := c.xor.Bytes()
 			full := i < len(s.chunks)-1
-			if full && cap(b) != cap(slices.Clone(b)) {
+			if full && cap(b) != len(b) {
 				t.Errorf("%s: full chunk %d keeps %d bytes for its %d", name, i, cap(b), len(b))
 			}
 			it := c.xor.Iterator(nil)
@@ -191,4 +193,46 @@ func TestFullChunkKeepsNoSpareBytes(t *testing.T) {
 			t.Errorf("%s: read back %d samples, not the %d appended", name, len(got), len(want))
 		}
 	}
+}
+
+// TestChunkPagesPack: full chunks' bytes lie one after another in a page
+// (no object of their own to round up or to strand among garbage); a new
+// page starts when one is full, and a chunk too large for pages is copied
+// on its own.
+func TestChunkPagesPack(t *testing.T) {
+	var p chunkPages
+	a := p.keep([]byte("first chunk"))
+	b := p.keep([]byte("second"))
+	if !adjacent(a, b) {
+		t.Error("the second chunk is not packed right after the first")
+	}
+	if string(a) != "first chunk" || string(b) != "second" || cap(a) != len(a) || cap(b) != len(b) {
+		t.Errorf("kept %q (cap %d) and %q (cap %d)", a, cap(a), b, cap(b))
+	}
+	large := p.keep(make([]byte, chunkPageSize/4+1))
+	if c := p.keep([]byte("third")); !adjacent(b, c) {
+		t.Error("a chunk copied on its own moved the page on")
+	}
+	if len(large) != chunkPageSize/4+1 {
+		t.Errorf("large chunk kept %d bytes", len(large))
+	}
+	// Fill the page to 3 bytes short of its end.
+	for room := cap(p.page) - len(p.page); room > 3; room = cap(p.page) - len(p.page) {
+		p.keep(make([]byte, min(room-3, chunkPageSize/4)))
+	}
+	if d := p.keep([]byte("fourth")); string(d) != "fourth" || unsafe.SliceData(d) != unsafe.SliceData(p.page) {
+		t.Error("a chunk that does not fit the page does not start a new one")
+	}
+	if string(a) != "first chunk" || string(b) != "second" {
+		t.Errorf("later chunks overwrote earlier ones: %q, %q", a, b)
+	}
+	var none *chunkPages
+	if e := none.keep([]byte("alone")); string(e) != "alone" || cap(e) != len(e) {
+		t.Errorf("without pages: %q (cap %d)", e, cap(e))
+	}
+}
+
+// adjacent reports whether b starts where a ends, in one array.
+func adjacent(a, b []byte) bool {
+	return unsafe.Pointer(unsafe.SliceData(b)) == unsafe.Add(unsafe.Pointer(unsafe.SliceData(a)), len(a))
 }
