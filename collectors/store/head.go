@@ -37,16 +37,56 @@ type chunk struct {
 func newChunk(t int64, v float64) *chunk {
 	c := &chunk{mint: t, xor: chunkenc.NewXORChunk()}
 	c.app, _ = c.xor.Appender() // a new XOR chunk's appender cannot fail
-	c.add(t, v)
+	c.add(t, v, nil)            // one sample never fills it
 	return c
 }
 
-func (c *chunk) add(t int64, v float64) {
+// add appends a sample; a chunk it fills moves its bytes into pages.
+func (c *chunk) add(t int64, v float64, pages *chunkPages) {
 	c.app.Append(0, t, v)
 	c.maxt = t
 	if c.xor.NumSamples() >= samplesPerChunk {
 		c.app = nil
+		c.trim(pages)
 	}
+}
+
+// trim moves a full chunk's bytes into pages, at their length. Its
+// appends grew them by doubling, and a full chunk stays for the retention
+// (hours): an hour of the engine model's 446 series at 5 s held 1.18 MB for
+// 0.76 MB of chunk data. No query holds a chunk before it is full (frozen),
+// so swapping its bytes here is safe.
+func (c *chunk) trim(pages *chunkPages) {
+	xc, _ := chunkenc.FromData(chunkenc.EncXOR, pages.keep(c.xor.Bytes())) // XOR data is always accepted
+	c.xor = xc.(*chunkenc.XORChunk)
+}
+
+// chunkPageSize is the size of the pages full chunks' bytes are packed in.
+const chunkPageSize = 64 << 10
+
+// chunkPages packs full chunks' bytes into pages of chunkPageSize. Copied
+// one by one, each would be a small object of its own, rounded up to its
+// size class and left among the garbage of the queries that ran while its
+// chunk filled, where it keeps a span of that garbage's size class in use
+// for the retention. Chunks fill in time order, so one page holds chunks
+// of about one age and the retention drops them together: the page is
+// freed when its last chunk is. Guarded by the head's lock.
+type chunkPages struct {
+	page []byte // the page being filled
+}
+
+// keep returns a copy of b, packed into the current page; nil pages copy
+// b on its own. The copy's capacity is its length: nothing appends to it.
+func (p *chunkPages) keep(b []byte) []byte {
+	if p == nil || len(b) > chunkPageSize/4 {
+		return slices.Clip(slices.Clone(b))
+	}
+	if len(p.page)+len(b) > cap(p.page) {
+		p.page = make([]byte, 0, chunkPageSize)
+	}
+	n := len(p.page)
+	p.page = append(p.page, b...)
+	return p.page[n:len(p.page):len(p.page)]
 }
 
 // frozen returns the chunk as a query may hold it: itself when full, else
@@ -88,12 +128,12 @@ func (s *series) check(t int64, v float64) error {
 	return nil
 }
 
-func (s *series) add(t int64, v float64) {
+func (s *series) add(t int64, v float64, pages *chunkPages) {
 	last := s.maxT()
 	switch {
 	case t > last:
 		if n := len(s.chunks); n > 0 && s.chunks[n-1].app != nil {
-			s.chunks[n-1].add(t, v)
+			s.chunks[n-1].add(t, v, pages)
 		} else {
 			s.chunks = append(s.chunks, newChunk(t, v))
 		}
@@ -102,7 +142,7 @@ func (s *series) add(t int64, v float64) {
 		// A repeat (or a duplicate that raced its check): the first wins.
 	default:
 		if n := len(s.ooo); n > 0 && s.ooo[n-1].app != nil && t > s.ooo[n-1].maxt {
-			s.ooo[n-1].add(t, v)
+			s.ooo[n-1].add(t, v, pages)
 		} else {
 			s.ooo = append(s.ooo, newChunk(t, v))
 		}
@@ -127,6 +167,7 @@ type head struct {
 	window int64
 	// retention drops chunks that end this far behind maxT; 0 keeps all.
 	retention int64
+	pages     chunkPages // full chunks' bytes
 }
 
 func newHead(window, retention int64) *head {
@@ -188,7 +229,7 @@ func (h *head) commit(samples []pendingSample) {
 		if h.tooOld(p.t) || s.check(p.t, p.v) != nil {
 			continue // became invalid behind a concurrent commit, as TSDB drops it
 		}
-		s.add(p.t, p.v)
+		s.add(p.t, p.v, &h.pages)
 		h.minT, h.maxT = min(h.minT, p.t), max(h.maxT, p.t)
 	}
 	// Purge once the oldest data is a chunk's worth (at most) past the
