@@ -360,6 +360,11 @@ func (p *TextParser) skipBlank(off int) int {
 // text textparse quotes ("got X while parsing: Y") when there is one.
 func (p *TextParser) parseError(err error) error {
 	start := p.skipBlank(p.next)
+	if p.nul >= 0 && p.nul < start {
+		// A NUL in an earlier line (a comment, which textparse reads past)
+		// is the first error, as a stream whose earlier block held it says.
+		return p.nulError()
+	}
 	if start >= len(p.data) && start > 0 {
 		// Error at the end of input: point just past the last line.
 		start = len(p.data)
