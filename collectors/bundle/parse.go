@@ -212,6 +212,11 @@ func (p *TextParser) Next() (bool, error) {
 		case textparse.EntrySeries:
 			p.series, p.ts, p.val = p.p.Series()
 			p.mark(p.series)
+			if p.nul >= 0 && p.nul < p.cursor {
+				// A NUL in an earlier line (a comment textparse read past)
+				// comes first: no sample after it, as in a stream.
+				return false, p.nulError()
+			}
 			if p.src != nil {
 				p.src.learn(p.series)
 			}
@@ -369,6 +374,7 @@ func (p *TextParser) parseError(err error) error {
 		// Error at the end of input: point just past the last line.
 		start = len(p.data)
 	}
+	err = p.lineError(start, err)
 	p.setLine(start)
 	p.col = 1
 	msg := firstLineQuoted(firstLineQuoted(err.Error(), ", got "), " while parsing: ")
@@ -391,6 +397,33 @@ func (p *TextParser) parseError(err error) error {
 		msg += ` (this looks like OpenMetrics: it must end with "# EOF")`
 	}
 	return &PosError{File: p.name, Line: p.line, Col: p.col, Msg: msg, Err: err}
+}
+
+// lineError returns the error textparse gives for the line at start alone
+// when err is about an entry it read past that line's end: a quote left
+// open reads on across newlines (the text formats allow none inside one),
+// while a stream cuts its blocks at lines. Otherwise err.
+func (p *TextParser) lineError(start int, err error) error {
+	s, ok := quotedAfter(err.Error(), " while parsing: ")
+	if i := strings.IndexByte(s, '\n'); !ok || i < 0 || i == len(s)-1 {
+		return err
+	}
+	end := bytes.IndexByte(p.data[start:], '\n')
+	if end < 0 {
+		return err
+	}
+	line := append([]byte(nil), p.data[start:start+end+1]...)
+	if p.format == FormatOpenMetrics {
+		line = append(append(line, eofMarker...), '\n')
+	}
+	tp, lerr := textparse.New(line, p.format.ContentType(), labels.NewSymbolTable(), textparse.ParserOptions{})
+	for lerr == nil {
+		_, lerr = tp.Next()
+	}
+	if errors.Is(lerr, io.EOF) {
+		return err
+	}
+	return lerr
 }
 
 // firstLineQuoted cuts the text quoted after marker in msg after its first
