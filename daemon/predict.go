@@ -10,6 +10,7 @@ import (
 
 	"github.com/whyslow/whyslow/daemon/web"
 	"github.com/whyslow/whyslow/incident"
+	"github.com/whyslow/whyslow/rules"
 	"github.com/whyslow/whyslow/verdict"
 	"github.com/whyslow/whyslow/whatif"
 )
@@ -204,12 +205,12 @@ func (d *Daemon) predict(ctx context.Context, v *verdict.Verdict) (*verdict.Pred
 	if d.opts.Predict != nil {
 		return d.opts.Predict(ctx, v)
 	}
-	if v.Status == verdict.StatusInsufficientData || v.Engine == "" {
-		return whatif.ForVerdict(ctx, d.opts.Metrics, nil, v, d.Config().Scheduler.Rules())
-	}
-	rss, err := d.opts.Maps.For(v.Engine)
-	if err != nil {
-		return nil, err
+	var rss []*rules.Ruleset
+	if v.Status != verdict.StatusInsufficientData && v.Engine != "" {
+		var err error
+		if rss, err = d.opts.Maps.For(v.Engine); err != nil {
+			return nil, err
+		}
 	}
 	return whatif.ForVerdict(ctx, d.opts.Metrics, rss, v, d.Config().Scheduler.Rules())
 }

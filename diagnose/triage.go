@@ -612,8 +612,7 @@ func crossedBound(bounds []float64, b, n float64) bool {
 // signal; the headline keeps the PromQL values.
 func tailReadRises(ctx context.Context, opts *Options, rs *rules.Ruleset, win string, les map[string][]float64, now, base map[string]float64) map[string]float64 {
 	var out map[string]float64
-	for _, name := range headlineSignals(rs) {
-		bounds := les[name]
+	for name, bounds := range les {
 		n, okN := now[name]
 		b, okB := base[name]
 		if !okN || !okB || b <= 0 || n <= b || len(bounds) == 0 || !crossedBound(bounds, b, n) {

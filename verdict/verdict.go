@@ -145,6 +145,11 @@ type Predicted struct {
 	Missing string `json:"missing,omitempty"`
 }
 
+// PredictedUnchanged is the relative change of a predicted p95 within
+// which it counts as unchanged (NoneHelps, a fix's Trade, the page's
+// better/worse bars).
+const PredictedUnchanged = 0.10
+
 // PredictedValues are TTFT and inter-token p95 (seconds) and output
 // throughput (tokens/s).
 type PredictedValues struct {

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/whyslow/whyslow/verdict"
 )
 
 // Calibration band: the replay of the incident's own inputs must land
@@ -15,7 +17,7 @@ const (
 	CalibLow  = 0.8
 	CalibHigh = 1.25
 	// Unchanged is the relative change below which a prediction is "unchanged".
-	Unchanged = 0.10
+	Unchanged = verdict.PredictedUnchanged
 )
 
 // Seeds are the replay seeds per prediction (median and range).

@@ -51,17 +51,12 @@ type PredictedBar struct {
 	// range, in the bar's 0–200 viewBox units.
 	BeforeW, AfterW string
 	LowX, HighX     string
-	// Change is "better", "worse" or "same" (within whatif's 10%).
+	// Change is "better", "worse" or "same" (within verdict.PredictedUnchanged).
 	Change string
 }
 
 // barUnits is the width of a predicted bar's viewBox.
 const barUnits = 200
-
-// unchanged is the change within which a p95 counts as unchanged, as
-// whatif.Unchanged (whatif is not imported here: the page needs only the
-// verdict).
-const unchanged = 0.10
 
 // Predictions lays out p (nil: nil).
 func Predictions(p *verdict.Predicted) *PredictionsView {
@@ -105,9 +100,9 @@ func predictedBar(metric string, before float64, r verdict.PredictedRange, scale
 		LowX: w(r.Low), HighX: w(r.High), Change: "same"}
 	switch {
 	case before <= 0:
-	case r.Median < before*(1-unchanged):
+	case r.Median < before*(1-verdict.PredictedUnchanged):
 		b.Change = "better"
-	case r.Median > before*(1+unchanged):
+	case r.Median > before*(1+verdict.PredictedUnchanged):
 		b.Change = "worse"
 	}
 	return b
