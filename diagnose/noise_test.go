@@ -299,8 +299,8 @@ func TestTailQuantile(t *testing.T) {
 // the TTFT p95 crossed vLLM's 0.1 s bound and histogram_quantile reads it
 // ×1.40 (0.0988 → 0.138 s) where the requests' own p95 moved ×1.10, with
 // the mean up ×1.13 outside a quiet baseline. Read from the bucket counts
-// the rise is ×1.12: healthy. A p95 that crossed the same bound with a
-// quarter of the requests above 0.1 s (tail read ×2) is an anomaly.
+// the rise is ×1.10: healthy. A p95 that crossed the same bound with a
+// quarter of the requests above 0.1 s (tail read ×2.04) is an anomaly.
 func TestTailReadCrossedBound(t *testing.T) {
 	rs, err := rulesets.Default("vllm")
 	if err != nil {
@@ -316,8 +316,8 @@ func TestTailReadCrossedBound(t *testing.T) {
 		counts []float64
 		want   verdict.Status
 	}{
-		{"×1.12 in the counts", 0.138, []float64{1600, 800, 400, 192, 192, 189.5, 18.5, 0}, verdict.StatusHealthy},
-		{"×2 in the counts", 0.236, []float64{1200, 600, 400, 200, 0, 704, 96, 0}, verdict.StatusAnomaly},
+		{"×1.10 in the counts", 0.138, []float64{1600, 800, 400, 192, 192, 189.5, 18.5, 0}, verdict.StatusHealthy},
+		{"×2.04 in the counts", 0.236, []float64{1200, 600, 400, 200, 0, 704, 96, 0}, verdict.StatusAnomaly},
 	} {
 		now := with(base, "requests", 3200.0, "ttft_p95", c.p95, "ttft_mean", 0.0457, "ttft_mean_recent", 0.0457,
 			"ttft_p95_recent", c.p95)
