@@ -114,11 +114,14 @@ type TextParser struct {
 	ts     *int64
 	val    float64
 
-	// nul is the offset of the first NUL byte in data, or -1. textparse's
-	// lexers take NUL for the end of the input, so without this a NUL would
-	// end the whole-buffer parse silently and only the block holding it in
-	// a stream.
-	nul int
+	// nul is the offset of the first NUL byte in data, or -1, and nulLine
+	// the start of its line. textparse's lexers take a NUL for the end of
+	// the input, the classic one reads past it inside a comment, and a
+	// stream replays a type line before it, so a NUL would end or shift the
+	// parse differently whole and in blocks. One rule for both: textparse
+	// reads only the lines before the NUL's, and the NUL is the error at
+	// their end (unless one of them has an error of its own).
+	nul, nulLine int
 }
 
 // NewTextParser returns a parser for data; name prefixes every error (a file
@@ -156,21 +159,32 @@ func NewTextParser(name string, data []byte, format Format) (*TextParser, error)
 // reset starts parsing block data, whose lines are lineNo (nil: data is the
 // whole input).
 func (p *TextParser) reset(data []byte, lineNo []int) error {
-	tp, err := textparse.New(data, p.format.ContentType(), p.syms, textparse.ParserOptions{})
+	text := data
+	p.nul, p.nulLine = bytes.IndexByte(data, 0), len(data)
+	if p.nul >= 0 {
+		p.nulLine = bytes.LastIndexByte(data[:p.nul], '\n') + 1
+		// Lines that end in a newline; none is nil, not data[:0]: the
+		// classic parser appends a newline to empty input, which would
+		// overwrite the NUL. (mark reads offsets from data's capacity.)
+		text = data[:p.nulLine]
+		if p.nulLine == 0 {
+			text = nil
+		}
+	}
+	tp, err := textparse.New(text, p.format.ContentType(), p.syms, textparse.ParserOptions{})
 	if tp == nil {
 		return fmt.Errorf("%s: %w", p.name, err)
 	}
 	p.p, p.data, p.lineNo = tp, data, lineNo
 	p.cursor, p.lines, p.next = 0, 0, 0
-	p.nul = bytes.IndexByte(data, 0)
 	return nil
 }
 
-// nulError positions an error at the NUL byte textparse stopped at.
+// nulError positions an error at the NUL byte before which textparse
+// stopped.
 func (p *TextParser) nulError() error {
-	start := bytes.LastIndexByte(p.data[:p.nul], '\n') + 1
-	p.setLine(start)
-	p.col = p.nul - start + 1
+	p.setLine(p.nulLine)
+	p.col = p.nul - p.nulLine + 1
 	return p.Errorf("NUL byte: the text formats do not allow one")
 }
 
@@ -212,11 +226,6 @@ func (p *TextParser) Next() (bool, error) {
 		case textparse.EntrySeries:
 			p.series, p.ts, p.val = p.p.Series()
 			p.mark(p.series)
-			if p.nul >= 0 && p.nul < p.cursor {
-				// A NUL in an earlier line (a comment textparse read past)
-				// comes first: no sample after it, as in a stream.
-				return false, p.nulError()
-			}
 			if p.src != nil {
 				p.src.learn(p.series)
 			}
@@ -365,9 +374,8 @@ func (p *TextParser) skipBlank(off int) int {
 // text textparse quotes ("got X while parsing: Y") when there is one.
 func (p *TextParser) parseError(err error) error {
 	start := p.skipBlank(p.next)
-	if p.nul >= 0 && p.nul < start {
-		// A NUL in an earlier line (a comment, which textparse reads past)
-		// is the first error, as a stream whose earlier block held it says.
+	if p.nul >= 0 && start >= p.nulLine {
+		// textparse ran out of lines at the NUL's (OpenMetrics: no "# EOF").
 		return p.nulError()
 	}
 	if start >= len(p.data) && start > 0 {

@@ -275,15 +275,18 @@ func TestErrorLineDeepInFile(t *testing.T) {
 	}
 }
 
-// TestNULByte: textparse reads a NUL at a line's start as the end of the
-// input; the parser reports it where it is instead of ending early without
-// an error (inside a line textparse already says where).
+// TestNULByte: textparse reads a NUL as the end of the input; the parser
+// reports the NUL where it is, wherever in its line, instead of ending early
+// without an error or with textparse's error for what a NUL cut short.
 func TestNULByte(t *testing.T) {
 	for in, want := range map[string]string{
-		"\x00\nA 0 0\n":             "metrics.prom:1:1: NUL byte",
-		"a 1 1000\n\x00b 2 1000\n":  "metrics.prom:2:1: NUL byte",
-		"a 1 1000\nb\x00 2 1000\n":  "metrics.prom:2:2: expected value",
-		"a 1 1\nb 2 1\x00\n# EOF\n": "metrics.om:2:6: expected next entry",
+		"\x00\nA 0 0\n":                               "metrics.prom:1:1: NUL byte",
+		"a 1 1000\n\x00b 2 1000\n":                    "metrics.prom:2:1: NUL byte",
+		"a 1 1000\nb\x00 2 1000\n":                    "metrics.prom:2:2: NUL byte",
+		"a 1 1\nb 2 1\x00\n# EOF\n":                   "metrics.om:2:6: NUL byte",
+		"a{x=\"\x00\"} 1 1\n":                         "metrics.prom:1:6: NUL byte",
+		"# TYPE A gauge\nA 0 0\nA 0 0\n\x00\n# EOF\n": "metrics.om:4:1: NUL byte",
+		"a 1 1\nb{ 1 1\n\x00\n":                       "metrics.prom:2:",
 	} {
 		name := "metrics.prom"
 		if strings.Contains(in, "# EOF") {
