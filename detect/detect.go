@@ -577,6 +577,23 @@ type evaluation struct {
 	hash         map[string]uint64 // judged scope key → hash
 	skip         map[string]bool   // in this turn's part, left out by MaxScopes
 	stats        CycleStats
+	// answers are this evaluation's query answers by expression and time:
+	// triggers share PromQL (ttft_p95's and tpot_p95's request counts are
+	// both TTFT's _count), asked once (see queryExpr).
+	answers map[answerKey]answer
+}
+
+// answerKey is one query of an evaluation: its expression and time.
+type answerKey struct {
+	expr string
+	at   int64 // UnixNano
+}
+
+// answer is one query's values by scope key and the series MaxSeries
+// dropped from it.
+type answer struct {
+	values    map[string]float64
+	truncated int
 }
 
 // NewDetector validates cfg and returns a detector whose built-in signals
@@ -698,7 +715,7 @@ func (d *Detector) Evaluate(ctx context.Context, m query.Metrics, at time.Time) 
 // window when longer) on; with less they are off, and the absolute
 // conditions (above, below) still fire.
 func (d *Detector) EvaluateSince(ctx context.Context, m query.Metrics, at, since time.Time) ([]Detection, error) {
-	d.cur = evaluation{parts: max(d.parts, 1), hash: map[string]uint64{}, skip: map[string]bool{}}
+	d.cur = evaluation{parts: max(d.parts, 1), hash: map[string]uint64{}, skip: map[string]bool{}, answers: map[answerKey]answer{}}
 	d.cur.index = int(d.turn % uint64(d.cur.parts))
 	choice := ChooseBaseline(d.cfg.Baseline, d.cfg.LongWindow, since, at)
 	w := evalWindows{at: at, offset: choice.Offset, baseAt: at.Add(-choice.Offset)}
@@ -1048,16 +1065,26 @@ func (d *Detector) query(ctx context.Context, m query.Metrics, t Trigger, window
 	return d.queryExpr(ctx, m, d.expr(t, window), at)
 }
 
-// queryExpr evaluates expr at time at and returns finite values by scope key.
+// queryExpr evaluates expr at time at and returns finite values by scope
+// key. The same query asked again in one evaluation gets the same answer
+// without asking m (its series are counted again, as a second answer's
+// would be); callers only read the map.
 func (d *Detector) queryExpr(ctx context.Context, m query.Metrics, expr string, at time.Time) (map[string]float64, error) {
+	c := &d.cur
+	k := answerKey{expr: expr, at: at.UnixNano()}
+	if a, ok := c.answers[k]; ok {
+		c.stats.Truncated += a.truncated
+		return a.values, nil
+	}
 	vec, _, err := m.Query(ctx, expr, at)
 	if err != nil {
 		return nil, err
 	}
-	c := &d.cur
+	truncated := 0
 	c.stats.Series = max(c.stats.Series, len(vec))
 	if k := d.cfg.MaxSeries; k > 0 && len(vec) > k {
-		c.stats.Truncated += len(vec) - k
+		truncated = len(vec) - k
+		c.stats.Truncated += truncated
 		vec = vec[:k]
 	}
 	c.largest = max(c.largest, len(vec))
@@ -1084,6 +1111,9 @@ func (d *Detector) queryExpr(ctx context.Context, m query.Metrics, expr string, 
 		if _, ok := c.hash[key]; !ok {
 			c.hash[key] = h
 		}
+	}
+	if c.answers != nil {
+		c.answers[k] = answer{values: out, truncated: truncated}
 	}
 	return out, nil
 }

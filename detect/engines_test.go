@@ -178,3 +178,42 @@ func TestReadOnlyEngineWithoutSignal(t *testing.T) {
 		t.Errorf("every engine again: %d scopes, %v", len(dets), err)
 	}
 }
+
+// timedRecorder remembers each query with its time.
+type timedRecorder struct {
+	query.Metrics
+	asked map[string]int
+}
+
+func (r *timedRecorder) Query(ctx context.Context, expr string, at time.Time) (model.Vector, []string, error) {
+	r.asked[expr+" @ "+at.UTC().Format(time.RFC3339Nano)]++
+	return r.Metrics.Query(ctx, expr, at)
+}
+
+// One evaluation asks each query once: ttft_p95 and tpot_p95 both count
+// requests with TTFT's _count, in the windows and, while learning, at each
+// baseline point. The detections are those of TestReadOnlyDetectsTheSame's
+// loads, which compare with a detector answering every query itself.
+func TestEvaluationAsksEachQueryOnce(t *testing.T) {
+	m := querytest.New(t, vllmLoad(2))
+	d, err := NewDetector(DetectConfig{}, shipped(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Unix(0, 0)
+	for _, at := range []time.Duration{30 * time.Minute, 70 * time.Minute} { // learning, then the whole baseline
+		rec := &timedRecorder{Metrics: m, asked: map[string]int{}}
+		dets, err := d.EvaluateSince(context.Background(), rec, start.Add(at), start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(dets) != 2 {
+			t.Fatalf("at %s: %d scopes, want 2", at, len(dets))
+		}
+		for q, n := range rec.asked {
+			if n > 1 {
+				t.Errorf("at %s: asked %d times: %s", at, n, q)
+			}
+		}
+	}
+}
