@@ -838,6 +838,9 @@ func (d *Daemon) Reload(cfg Config, scraper Scraper, receivers []string) error {
 	before, _ := APIAuth(d.Config())
 	d.detector = det
 	d.narrowDetector(cfg)
+	// New targets may be another engine's: look at the next cycle, not
+	// up to a minute later (engineRecheck), so the detector reads them.
+	d.engineChecked = time.Time{}
 	d.tracker.SetConfig(cfg.Incidents)
 	if scraper != nil {
 		d.opts.Scraper = scraper
