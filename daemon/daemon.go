@@ -171,8 +171,12 @@ type Daemon struct {
 	detector  *detect.Detector
 	// engineQueries count the series of a known engine (blind.go);
 	// engineChecked is when they last answered (guarded by work).
-	engineQueries []string
+	engineQueries []engineQuery
 	engineChecked time.Time
+	// enginesHeld are the engines a check found series of, or could not
+	// rule out; nil until a check answered (guarded by work). The
+	// sidecar's detector reads only these and the configured engine.
+	enginesHeld map[string]bool
 	// engineSeen says a check found engine series once (a replay over no
 	// data ends in an error).
 	engineSeen  bool
@@ -833,6 +837,10 @@ func (d *Daemon) Reload(cfg Config, scraper Scraper, receivers []string) error {
 	defer d.work.Unlock()
 	before, _ := APIAuth(d.Config())
 	d.detector = det
+	d.narrowDetector(cfg)
+	// New targets may be another engine's: look at the next cycle, not
+	// up to a minute later (engineRecheck), so the detector reads them.
+	d.engineChecked = time.Time{}
 	d.tracker.SetConfig(cfg.Incidents)
 	if scraper != nil {
 		d.opts.Scraper = scraper

@@ -40,6 +40,8 @@ type synthEngine struct {
 	s    float64 // cumulative slow observations
 	// model, pod and target name the engine (default m, p0, synth).
 	model, pod, target string
+	// sglang writes SGLang's names instead of vLLM's.
+	sglang bool
 }
 
 func orDefault(v, def string) string {
@@ -66,8 +68,12 @@ func (e *synthEngine) Scrape(ctx context.Context, at time.Time) []ScrapeResult {
 	}
 	app := e.st.Appender(ctx)
 	ts := at.UnixMilli()
+	ttft, finished := "vllm:time_to_first_token_seconds", []string{"__name__", "vllm:request_success_total", "finished_reason", "stop"}
+	if e.sglang {
+		ttft, finished = "sglang:time_to_first_token_seconds", []string{"__name__", "sglang:num_requests_total"}
+	}
 	add := func(le string, v float64) {
-		ls := labels.FromStrings("__name__", "vllm:time_to_first_token_seconds_bucket", "model_name", model, "le", le, "pod", pod)
+		ls := labels.FromStrings("__name__", ttft+"_bucket", "model_name", model, "le", le, "pod", pod)
 		if _, err := app.Append(0, ls, ts, v); err != nil {
 			panic(err)
 		}
@@ -76,11 +82,11 @@ func (e *synthEngine) Scrape(ctx context.Context, at time.Time) []ScrapeResult {
 	add("0.25", e.n)
 	add("1", e.n+e.s)
 	add("+Inf", e.n+e.s)
-	cnt := labels.FromStrings("__name__", "vllm:time_to_first_token_seconds_count", "model_name", model, "pod", pod)
+	cnt := labels.FromStrings("__name__", ttft+"_count", "model_name", model, "pod", pod)
 	if _, err := app.Append(0, cnt, ts, e.n+e.s); err != nil {
 		panic(err)
 	}
-	ls := labels.FromStrings("__name__", "vllm:request_success_total", "model_name", model, "finished_reason", "stop", "pod", pod)
+	ls := labels.FromStrings(append(finished, "model_name", model, "pod", pod)...)
 	if _, err := app.Append(0, ls, ts, e.n+e.s); err != nil {
 		panic(err)
 	}

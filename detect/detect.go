@@ -524,7 +524,12 @@ func (d Detection) Holding() []string {
 // times that implement the `for` hold; time always comes in as an argument.
 // A Detector is not safe for concurrent use.
 type Detector struct {
-	cfg     DetectConfig
+	cfg DetectConfig
+	// engines are every engine's part, in the engine list's order; tm
+	// joins those of reads (every engine while reads is nil, see
+	// ReadOnly).
+	engines []Engine
+	reads   []string
 	tm      templates
 	pending map[string]pendingSince // scope key + "\x00" + trigger name
 	names   []string                // GroupBy, sorted
@@ -572,6 +577,23 @@ type evaluation struct {
 	hash         map[string]uint64 // judged scope key → hash
 	skip         map[string]bool   // in this turn's part, left out by MaxScopes
 	stats        CycleStats
+	// answers are this evaluation's query answers by expression and time:
+	// triggers share PromQL (ttft_p95's and tpot_p95's request counts are
+	// both TTFT's _count), asked once (see queryExpr).
+	answers map[answerKey]answer
+}
+
+// answerKey is one query of an evaluation: its expression and time.
+type answerKey struct {
+	expr string
+	at   int64 // UnixNano
+}
+
+// answer is one query's values by scope key and the series MaxSeries
+// dropped from it.
+type answer struct {
+	values    map[string]float64
+	truncated int
 }
 
 // NewDetector validates cfg and returns a detector whose built-in signals
@@ -588,7 +610,41 @@ func NewDetector(cfg DetectConfig, engines []Engine) (*Detector, error) {
 	}
 	names := append([]string(nil), cfg.GroupBy...)
 	sort.Strings(names)
-	return &Detector{cfg: cfg, tm: tm, pending: map[string]pendingSince{}, names: names, parts: 1}, nil
+	return &Detector{cfg: cfg, engines: engines, tm: tm, pending: map[string]pendingSince{}, names: names, parts: 1}, nil
+}
+
+// ReadOnly limits the built-in signals to the parts of the named engines
+// (kept in the engine list's order; a name without a part is ignored);
+// nil reads every engine again. Each engine's names in the `or` of every
+// query cost CPU on every evaluation even when the store holds none of
+// its series, so a caller that knows which engines the store holds (the
+// daemon's engine check) reads only those. A trigger whose signal none of
+// them gives (TTFT on TGI) reads nothing, as it would read no series
+// through the whole `or`. The pending conditions are kept: the same
+// series answer the narrower queries.
+func (d *Detector) ReadOnly(names []string) {
+	if names == nil {
+		d.reads, d.tm = nil, buildTemplates(d.engines)
+		return
+	}
+	var parts []Engine
+	d.reads = []string{}
+	for _, e := range d.engines {
+		if slices.Contains(names, e.Name) {
+			parts = append(parts, e)
+			d.reads = append(d.reads, e.Name)
+		}
+	}
+	d.tm = buildTemplates(parts)
+}
+
+// Reads returns the engines whose parts the built-in signals read, in
+// the engine list's order; nil when every engine is read.
+func (d *Detector) Reads() []string {
+	if d.reads == nil {
+		return nil
+	}
+	return slices.Clone(d.reads)
 }
 
 // Stats returns what the last evaluation's bounds left out.
@@ -659,7 +715,7 @@ func (d *Detector) Evaluate(ctx context.Context, m query.Metrics, at time.Time) 
 // window when longer) on; with less they are off, and the absolute
 // conditions (above, below) still fire.
 func (d *Detector) EvaluateSince(ctx context.Context, m query.Metrics, at, since time.Time) ([]Detection, error) {
-	d.cur = evaluation{parts: max(d.parts, 1), hash: map[string]uint64{}, skip: map[string]bool{}}
+	d.cur = evaluation{parts: max(d.parts, 1), hash: map[string]uint64{}, skip: map[string]bool{}, answers: map[answerKey]answer{}}
 	d.cur.index = int(d.turn % uint64(d.cur.parts))
 	choice := ChooseBaseline(d.cfg.Baseline, d.cfg.LongWindow, since, at)
 	w := evalWindows{at: at, offset: choice.Offset, baseAt: at.Add(-choice.Offset)}
@@ -755,6 +811,9 @@ type windowQuery struct {
 // triggerValues evaluates t's windows (short, long, baseline), then its
 // request counts and means where it has them, by scope key.
 func (d *Detector) triggerValues(ctx context.Context, m query.Metrics, t Trigger, w evalWindows) (map[string]triggerVals, error) {
+	if t.Expr == "" && d.tm.expr[t.Signal] == "" {
+		return map[string]triggerVals{}, nil // none of the engines read gives the signal (ReadOnly)
+	}
 	short, err := d.query(ctx, m, t, d.cfg.ShortWindow, w.at)
 	if err != nil {
 		return nil, fmt.Errorf("trigger %s: %w", t.Name, err)
@@ -822,6 +881,9 @@ func (d *Detector) triggerValues(ctx context.Context, m query.Metrics, t Trigger
 // perWindow evaluates the template tmpl over each window not skipped and
 // sets its values on the scopes res already has.
 func (d *Detector) perWindow(ctx context.Context, m query.Metrics, res map[string]triggerVals, tmpl string, ws []windowQuery) error {
+	if tmpl == "" {
+		return nil // none of the engines read gives it (ReadOnly): no data
+	}
 	for _, w := range ws {
 		if w.skip {
 			continue
@@ -936,13 +998,13 @@ func (d *Detector) learnedBaseline(ctx context.Context, m query.Metrics, t Trigg
 			return fmt.Errorf("trigger %s baseline: %w", t.Name, err)
 		}
 		var vols map[string]float64
-		if t.MinRequests > 0 {
+		if t.MinRequests > 0 && d.volumeTemplate(t) != "" {
 			if vols, err = d.queryExpr(ctx, m, d.cfg.fill(d.volumeTemplate(t), d.cfg.LongWindow), p); err != nil {
 				return fmt.Errorf("trigger %s request count: %w", t.Name, err)
 			}
 		}
 		var mv map[string]float64
-		if t.MeanRatio > 0 {
+		if t.MeanRatio > 0 && d.tm.mean[t.Signal] != "" {
 			if mv, err = d.queryExpr(ctx, m, d.cfg.fill(d.tm.mean[t.Signal], d.cfg.LongWindow), p); err != nil {
 				return fmt.Errorf("trigger %s mean: %w", t.Name, err)
 			}
@@ -1003,16 +1065,26 @@ func (d *Detector) query(ctx context.Context, m query.Metrics, t Trigger, window
 	return d.queryExpr(ctx, m, d.expr(t, window), at)
 }
 
-// queryExpr evaluates expr at time at and returns finite values by scope key.
+// queryExpr evaluates expr at time at and returns finite values by scope
+// key. The same query asked again in one evaluation gets the same answer
+// without asking m (its series are counted again, as a second answer's
+// would be); callers only read the map.
 func (d *Detector) queryExpr(ctx context.Context, m query.Metrics, expr string, at time.Time) (map[string]float64, error) {
+	c := &d.cur
+	k := answerKey{expr: expr, at: at.UnixNano()}
+	if a, ok := c.answers[k]; ok {
+		c.stats.Truncated += a.truncated
+		return a.values, nil
+	}
 	vec, _, err := m.Query(ctx, expr, at)
 	if err != nil {
 		return nil, err
 	}
-	c := &d.cur
+	truncated := 0
 	c.stats.Series = max(c.stats.Series, len(vec))
 	if k := d.cfg.MaxSeries; k > 0 && len(vec) > k {
-		c.stats.Truncated += len(vec) - k
+		truncated = len(vec) - k
+		c.stats.Truncated += truncated
 		vec = vec[:k]
 	}
 	c.largest = max(c.largest, len(vec))
@@ -1039,6 +1111,9 @@ func (d *Detector) queryExpr(ctx context.Context, m query.Metrics, expr string, 
 		if _, ok := c.hash[key]; !ok {
 			c.hash[key] = h
 		}
+	}
+	if c.answers != nil {
+		c.answers[k] = answer{values: out, truncated: truncated}
 	}
 	return out, nil
 }

@@ -108,8 +108,9 @@ func TestDetectForHold(t *testing.T) {
 	}
 }
 
-func TestDetectSuccessRateAndQueue(t *testing.T) {
-	load := `load 5s
+// successQueueLoad: scope m's requests start failing and its queue
+// growing at sample 100; scope n's clients start aborting.
+const successQueueLoad = `load 5s
   vllm:request_success_total{model_name="m",finished_reason="stop"} 0+10x200
   vllm:request_success_total{model_name="m",finished_reason="error"} 0+0x100 0+1x100
   vllm:request_success_total{model_name="n",finished_reason="stop"} 0+10x200
@@ -117,7 +118,9 @@ func TestDetectSuccessRateAndQueue(t *testing.T) {
   vllm:num_requests_waiting{model_name="m"} 0+0x100 0+3x100
   vllm:num_requests_waiting{model_name="n"} 0+0x200
 `
-	m := querytest.New(t, load)
+
+func TestDetectSuccessRateAndQueue(t *testing.T) {
+	m := querytest.New(t, successQueueLoad)
 	d, err := NewDetector(DetectConfig{}, shipped(t))
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -16,7 +17,11 @@ import (
 // 200,000 series takes minutes to fill. A query that names one scope
 // (model_name="m-…", or model="m-…" for Dynamo's frontend, as a triage's
 // do) gets that scope's series alone;
-// vector(1), the daemon's probe, gets one sample. The answers are written
+// vector(1), the daemon's probe, gets one sample, and so does a count
+// without grouping (`count(x)`, `count(x) or count(y)`: the engine checks
+// and history starts), valued N, as a Prometheus answers it: one series
+// without labels, however many series it counts (1 when it names one
+// scope). The answers are written
 // as they are generated, so the fake holds none of them in memory.
 type ManySeries struct {
 	// N is the number of series (scopes).
@@ -59,9 +64,15 @@ func (m *ManySeries) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ts, _ = strconv.ParseFloat(s, 64)
 	}
 	lo, hi := 0, m.N
+	single := 1.0 // the value of the one label-less sample (lo -1)
 	switch {
 	case q == "vector(1)":
 		lo, hi = -1, 0
+	case countsOnly(q):
+		lo, hi, single = -1, 0, float64(m.N)
+		if oneScope.MatchString(q) {
+			single = 1 // the scope's one series
+		}
 	case oneScope.MatchString(q):
 		i, _ := strconv.Atoi(oneScope.FindStringSubmatch(q)[1])
 		lo, hi = i, min(i+1, m.N)
@@ -77,7 +88,7 @@ func (m *ManySeries) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(bw, `{"status":"success","data":{"resultType":%q,"result":[`, kind)
 	var b []byte
 	for i := lo; i < hi; i++ {
-		v := 1.0
+		v := single
 		if i >= 0 {
 			v = 0.5
 			if m.Value != nil {
@@ -119,4 +130,44 @@ func (m *ManySeries) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	bw.WriteString(`]}}`)
 	bw.Flush()
+}
+
+// countsOnly reports whether q is one or more counts without grouping
+// joined by `or` (`count(a) or count(b)`): its words outside parentheses
+// and quotes are count and or alone.
+func countsOnly(q string) bool {
+	var top []byte
+	depth, quote := 0, byte(0)
+	for i := 0; i < len(q); i++ {
+		c := q[i]
+		switch {
+		case quote != 0:
+			if c == '\\' {
+				i++
+			} else if c == quote {
+				quote = 0
+			}
+		case c == '"' || c == '\'' || c == '`':
+			quote = c
+		case c == '(':
+			depth++
+			if depth == 1 {
+				top = append(top, ' ')
+			}
+		case c == ')':
+			depth--
+		case depth == 0:
+			top = append(top, c)
+		}
+	}
+	words := strings.Fields(string(top))
+	if depth != 0 || len(words)%2 == 0 {
+		return false
+	}
+	for i, w := range words {
+		if (i%2 == 0 && w != "count") || (i%2 == 1 && w != "or") {
+			return false
+		}
+	}
+	return true
 }
