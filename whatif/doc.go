@@ -58,8 +58,9 @@
 //   - a routing skew is a share of the arrivals pinned to one replica
 //     (from rate_spread), which more replicas do not spread;
 //   - TensorRT-LLM reserves prompt + max_tokens; max_tokens is read from the
-//     pool when requests waited at a full reservation on average, else 4×
-//     the mean output, raised where requests waited at all to the value
+//     pool when requests waited at a full reservation on average (on the
+//     busiest replica, by waiting_spread and running_spread, where the
+//     routing is skewed: the wall is one replica's), else 4× the mean output, raised where requests waited at all to the value
 //     whose replay queues the window's mean waiting (at most what fills
 //     the pool at the busiest replica's peak running);
 //   - time outside the engine (TTFT − queue − prefill) is a constant;

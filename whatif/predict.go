@@ -198,7 +198,7 @@ func Build(in *Inputs) (*Model, error) {
 		c.Outside = math.Max(0, tq-q-p)
 	}
 	if c.Policy == PolicyTRT {
-		c.ReserveOut = reserveOut(w, kv, m.replicas, c.PromptMean, c.OutputMean)
+		c.ReserveOut = reserveOut(w, kv, m.replicas, m.pinned > 0, c.PromptMean, c.OutputMean)
 	}
 	m.cfg = c
 	if c.Policy == PolicyTRT {
@@ -226,14 +226,30 @@ func Build(in *Inputs) (*Model, error) {
 // reserveOut is the output tokens TensorRT-LLM reserves per request
 // (GUARANTEED_NO_EVICT admits a request when prompt + max_tokens fit the
 // blocks not yet reserved) as the window's averages show them: 4× the
-// mean output, or, where requests waited at a full reservation on
-// average, what fills a pool of kv tokens per replica at the mean running.
-func reserveOut(w Window, kv int, replicas, promptMean, outMean float64) int {
+// mean output, or, where requests waited at a full reservation, what
+// fills a pool of kv tokens per replica at the running of the replica
+// they waited on. The wall is a replica's: under a skewed routing
+// (skewed) the queue and the running sit on the busiest replica, read as
+// the averages times waiting_spread and running_spread where exported
+// (the scope's averages would spread them over replicas that hold no
+// queue, and read the wall several times too high).
+func reserveOut(w Window, kv int, replicas float64, skewed bool, promptMean, outMean float64) int {
 	out := int(4 * outMean)
 	wt, ok := w.get(sigWaiting)
 	run, ok2 := w.get(sigRunning)
-	if ok && ok2 && wt/replicas >= 1 && run/replicas >= 1 {
-		out = max(out, int(float64(kv)/(run/replicas)-promptMean))
+	if !ok || !ok2 {
+		return out
+	}
+	wt, run = wt/replicas, run/replicas
+	if skewed {
+		ws, ok3 := w.get(sigWaitSpread)
+		rs, ok4 := w.get(sigRunSpread)
+		if ok3 && ok4 && ws >= 1 && rs >= 1 {
+			wt, run = wt*ws, run*rs
+		}
+	}
+	if wt >= 1 && run >= 1 {
+		out = max(out, int(float64(kv)/run-promptMean))
 	}
 	return out
 }

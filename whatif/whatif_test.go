@@ -253,3 +253,28 @@ func TestFitReserve(t *testing.T) {
 		t.Errorf("without waiting: %d, want the averages' 1600", got)
 	}
 }
+
+// TestReserveOutSkewed: under a skewed routing the queue and the running
+// sit on the busiest replica, which is where the reservation wall is.
+// Five replicas of a 360,000-token pool, 2,500-token prompts: the hot
+// replica runs 80 of the 100 requests and holds every waiting one, so it
+// is full at 360000/80 − 2500 = 2000 reserved output tokens. The scope's
+// averages (20 running per replica) read 16,000; an even routing keeps
+// the averages' reading; without the spreads there is nothing to place
+// the queue on.
+func TestReserveOutSkewed(t *testing.T) {
+	w := Window{sigWaiting: 150, sigRunning: 100, sigWaitSpread: 5, sigRunSpread: 4}
+	if got := reserveOut(w, 360000, 5, true, 2500, 200); got != 2000 {
+		t.Errorf("skewed: %d, want 2000 (the hot replica's wall)", got)
+	}
+	if got := reserveOut(w, 360000, 5, false, 2500, 200); got != 15500 {
+		t.Errorf("even routing: %d, want the averages' 15500", got)
+	}
+	delete(w, sigRunSpread)
+	if got := reserveOut(w, 360000, 5, true, 2500, 200); got != 15500 {
+		t.Errorf("no running_spread: %d, want the averages' 15500", got)
+	}
+	if got := reserveOut(Window{sigWaiting: 2, sigRunning: 100}, 360000, 5, true, 2500, 200); got != 800 {
+		t.Errorf("under one waiting per replica: %d, want 4× the mean output (800)", got)
+	}
+}
