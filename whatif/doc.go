@@ -20,10 +20,10 @@
 // interleaved with it) on that sub-window's prefill tokens per gap, decode
 // batch and context. One incident's sub-windows move those together, so
 // the split between the prefill cost and the rest is poorly determined;
-// where the window or the replay queues (vLLM, SGLang), the prefill cost
-// is set within ½–2× of the fitted one so that the replay queues the
-// window's mean waiting per replica, the other coefficients fitted again
-// with it held (TensorRT-LLM's queue fits its reservation instead). The
+// on vLLM and SGLang the prefill cost is set within ½–2× of the fitted one
+// so that the replay's mean TTFT is the window's, the other coefficients
+// fitted again with it held (TensorRT-LLM's queue fits its reservation
+// instead). The
 // KV pool's capacity per replica is the context a
 // running request holds over the share of the pool it uses
 // (decode_ctx_tokens / kv_per_running). The scheduler is the incident's

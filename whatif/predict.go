@@ -308,36 +308,32 @@ func (m *Model) fitReserve(w Window) int {
 const reserveSteps = 5
 
 // The prefill cost's calibration: the factors of the fitted cost it may
-// take, the bisection's steps, and the queue per replica (the window's or
-// the replay's) below which the queue says nothing about it.
+// take and the bisection's steps.
 const (
 	prefillLow, prefillHigh = 0.5, 2.0
 	prefillSteps            = 6
-	queueSeen               = 0.5
 )
 
-// fitPrefill sets the prefill cost per token from the window's queue.
+// fitPrefill sets the prefill cost per token from the window's TTFT mean.
 // The sub-windows move prefill tokens, decode batch and context together
 // (one incident's load rises or falls as a whole), so the step-time fit
 // splits the gap between them poorly, and the prefill cost is what sets
-// how close to saturation a replica runs: a replay near it queues many
-// times what the window measured, or nothing where the window queued.
-// Where the window or the replay of the fitted model queues, the prefill
-// cost is the one (between half and twice the fitted one, the other
-// coefficients fitted again with it held, so that the sub-windows' gaps
-// stay fitted) whose replay queues the window's mean waiting per replica
-// (bisection on the mean over the seeds). Where no cost in that range
-// does (a queue the KV pool makes, or none however dear the prefill),
-// the fitted one stays. TensorRT-LLM's queue is read
-// by the reservation instead (fitReserve): one measured queue fits one
-// unknown.
+// both a prompt's own prefill time and how close to saturation a replica
+// runs: a replay near it queues many times what the window measured. The
+// prefill cost is the one (between half and twice the fitted one, the
+// other coefficients fitted again with it held, so that the sub-windows'
+// gaps stay fitted) whose replay's mean TTFT is the window's (bisection on
+// the mean over the seeds; the p95 stays the calibration's). Where no cost
+// in that range reproduces it (a queue the KV pool makes, time outside the
+// engine the replay does not know), the fitted one stays. TensorRT-LLM's
+// queue fits its reservation instead (fitReserve): one measured queue fits
+// one unknown.
 func (m *Model) fitPrefill(w Window, obs []Window) {
-	wt, ok := w.get(sigWaiting)
+	want, ok := w.get(sigTTFTMean)
 	fitted := m.Fit
-	if !ok || fitted.Model.PerPrefillToken <= 0 {
+	if !ok || want <= 0 || fitted.Model.PerPrefillToken <= 0 {
 		return
 	}
-	want := wt / m.replicas
 	at := func(k float64) (float64, Fit) {
 		f := refitWithPrefill(obs, fitted, k*fitted.Model.PerPrefillToken)
 		c := m.configFor(Fix{})
@@ -345,25 +341,17 @@ func (m *Model) fitPrefill(w Window, obs []Window) {
 		sum := 0.0
 		for _, seed := range Seeds {
 			c.Seed = seed
-			sum += Replay(c).Waiting
+			r := Replay(c)
+			sum += weightedMean(r.TTFT, r.TTFTW)
 		}
 		return sum / float64(len(Seeds)), f
 	}
-	c := m.configFor(Fix{})
-	sum := 0.0
-	for _, seed := range Seeds {
-		c.Seed = seed
-		sum += Replay(c).Waiting
-	}
-	if math.Max(want, sum/float64(len(Seeds))) < queueSeen {
-		return
-	}
 	lo, hi := math.Log(prefillLow), math.Log(prefillHigh)
 	if q, _ := at(prefillLow); q >= want {
-		return // the replay queues this much however cheap the prefill: the queue is not its doing
+		return // the replay is this slow however cheap the prefill: not its doing
 	}
 	if q, _ := at(prefillHigh); q <= want {
-		return // nor however dear
+		return // nor this fast however dear
 	}
 	for range prefillSteps {
 		mid := (lo + hi) / 2
@@ -375,6 +363,19 @@ func (m *Model) fitPrefill(w Window, obs []Window) {
 	}
 	_, f := at(math.Exp((lo + hi) / 2))
 	m.Fit, m.cfg.Step = f, f.Model
+}
+
+// weightedMean is the mean of xs weighted by ws (0 without samples).
+func weightedMean(xs, ws []float64) float64 {
+	s, n := 0.0, 0.0
+	for i, x := range xs {
+		s += x * ws[i]
+		n += ws[i]
+	}
+	if n == 0 {
+		return 0
+	}
+	return s / n
 }
 
 func inBand(x float64) bool { return x >= CalibLow && x <= CalibHigh }

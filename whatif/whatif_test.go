@@ -279,12 +279,12 @@ func TestReserveOutSkewed(t *testing.T) {
 	}
 }
 
-// TestFitPrefillFromTheQueue: the sub-windows of one incident cannot
+// TestFitPrefillFromTheTTFT: the sub-windows of one incident cannot
 // split the gap between the prefill cost and the rest, and a prefill
-// cost fitted 1.4× too high runs the replay into saturation. The window's
-// measured queue sets it back near the true one; a window whose queue no
-// prefill cost in range reproduces keeps the fitted model.
-func TestFitPrefillFromTheQueue(t *testing.T) {
+// cost fitted 1.4× too high runs the replay close to saturation. The
+// window's measured TTFT mean sets it back near the true one; a window
+// whose TTFT no prefill cost in range reproduces keeps the fitted model.
+func TestFitPrefillFromTheTTFT(t *testing.T) {
 	truth := StepModel{Fixed: 0.012, PerPrefillToken: 40e-6, PerDecode: 0.1e-3, PerContextToken: 50e-9}
 	obs := obsFrom(truth, [][3]float64{{500, 10, 800}, {2000, 30, 1200}, {4000, 60, 900}, {1000, 80, 2500}, {6000, 20, 4000}})
 	c := Config{Policy: PolicyVLLM, Step: truth, Clock: 1, Rate: 8.0, PromptMean: 2000, PromptSigma: 0.5, OutputMean: 150,
@@ -292,30 +292,33 @@ func TestFitPrefillFromTheQueue(t *testing.T) {
 	observed := 0.0
 	for _, s := range Seeds {
 		c.Seed = s
-		observed += Replay(c).Waiting / float64(len(Seeds))
-	}
-	if observed < queueSeen {
-		t.Fatalf("the truth queues %.2f requests: nothing to fit", observed)
+		r := Replay(c)
+		observed += weightedMean(r.TTFT, r.TTFTW) / float64(len(Seeds))
 	}
 	wrong := truth
 	wrong.PerPrefillToken *= 1.4
 	fitted := refitWithPrefill(obs, Fit{}, wrong.PerPrefillToken)
 	m := &Model{In: &Inputs{}, Fit: fitted, cfg: c, replicas: 1, rate: c.Rate}
 	m.cfg.Step = fitted.Model
-	m.fitPrefill(Window{sigWaiting: observed}, obs)
+	m.fitPrefill(Window{sigTTFTMean: observed}, obs)
 	got := m.Fit.Model.PerPrefillToken
-	t.Logf("waiting %.2f: prefill cost %.1f µs/token (true %.1f, fitted %.1f)", observed, got*1e6, truth.PerPrefillToken*1e6, wrong.PerPrefillToken*1e6)
+	t.Logf("TTFT mean %.3fs: prefill cost %.1f µs/token (true %.1f, fitted %.1f)", observed, got*1e6, truth.PerPrefillToken*1e6, wrong.PerPrefillToken*1e6)
 	if math.Abs(got/truth.PerPrefillToken-1) > 0.1 {
 		t.Errorf("prefill cost %.1f µs/token, want about %.1f", got*1e6, truth.PerPrefillToken*1e6)
 	}
 	if m.cfg.Step != m.Fit.Model {
 		t.Errorf("the replay's step %+v is not the fit's %+v", m.cfg.Step, m.Fit.Model)
 	}
-	// a queue longer than the replay's arrivals: no prefill cost in range makes it
+	// a TTFT of a day: no prefill cost in range makes it
 	m = &Model{In: &Inputs{}, Fit: fitted, cfg: c, replicas: 1, rate: c.Rate}
 	m.cfg.Step = fitted.Model
-	m.fitPrefill(Window{sigWaiting: 1e5}, obs)
+	m.fitPrefill(Window{sigTTFTMean: 86400}, obs)
 	if m.Fit.Model != fitted.Model {
-		t.Errorf("an unreachable queue moved the fit: %+v", m.Fit.Model)
+		t.Errorf("an unreachable TTFT moved the fit: %+v", m.Fit.Model)
+	}
+	// without the TTFT mean there is nothing to fit on
+	m.fitPrefill(Window{}, obs)
+	if m.Fit.Model != fitted.Model {
+		t.Errorf("a missing TTFT mean moved the fit: %+v", m.Fit.Model)
 	}
 }
