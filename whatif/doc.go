@@ -21,9 +21,10 @@
 // batch and context. One incident's sub-windows move those together, so
 // the split between the prefill cost and the rest is poorly determined;
 // on vLLM and SGLang the prefill cost is set within ½–2× of the fitted one
-// so that the replay's mean TTFT is the window's, the other coefficients
-// fitted again with it held (TensorRT-LLM's queue fits its reservation
-// instead). The
+// so that the replay's mean TTFT is the window's (where the time outside
+// the engine is known; else its mean waiting, where requests queue), the
+// other coefficients fitted again with it held (TensorRT-LLM's queue fits
+// its reservation instead). The
 // KV pool's capacity per replica is the context a
 // running request holds over the share of the pool it uses
 // (decode_ctx_tokens / kv_per_running). The scheduler is the incident's

@@ -194,7 +194,8 @@ func Build(in *Inputs) (*Model, error) {
 	tq, ok1 := w.get(sigTTFTMean)
 	q, ok2 := w.get(sigQueueMean)
 	p, ok3 := w.get(sigPrefill)
-	if ok1 && ok2 && ok3 {
+	outsideKnown := ok1 && ok2 && ok3
+	if outsideKnown {
 		c.Outside = math.Max(0, tq-q-p)
 	}
 	if c.Policy == PolicyTRT {
@@ -204,7 +205,7 @@ func Build(in *Inputs) (*Model, error) {
 	if c.Policy == PolicyTRT {
 		m.cfg.ReserveOut = m.fitReserve(w)
 	} else {
-		m.fitPrefill(w, obs)
+		m.fitPrefill(w, obs, outsideKnown)
 	}
 	m.Observed = Metrics{TTFTP95: v(sigTTFTP95), ITLP95: v(sigITLP95), Throughput: v(sigGenTPS)}
 	own := m.replay(Fix{})
@@ -308,31 +309,47 @@ func (m *Model) fitReserve(w Window) int {
 const reserveSteps = 5
 
 // The prefill cost's calibration: the factors of the fitted cost it may
-// take and the bisection's steps.
+// take, the bisection's steps, and the queue per replica (the window's or
+// the replay's) below which a queue says nothing about it.
 const (
 	prefillLow, prefillHigh = 0.5, 2.0
 	prefillSteps            = 6
+	queueSeen               = 0.5
 )
 
-// fitPrefill sets the prefill cost per token from the window's TTFT mean.
-// The sub-windows move prefill tokens, decode batch and context together
-// (one incident's load rises or falls as a whole), so the step-time fit
-// splits the gap between them poorly, and the prefill cost is what sets
-// both a prompt's own prefill time and how close to saturation a replica
-// runs: a replay near it queues many times what the window measured. The
-// prefill cost is the one (between half and twice the fitted one, the
-// other coefficients fitted again with it held, so that the sub-windows'
-// gaps stay fitted) whose replay's mean TTFT is the window's (bisection on
-// the mean over the seeds; the p95 stays the calibration's). Where no cost
-// in that range reproduces it (a queue the KV pool makes, time outside the
-// engine the replay does not know), the fitted one stays. TensorRT-LLM's
-// queue fits its reservation instead (fitReserve): one measured queue fits
-// one unknown.
-func (m *Model) fitPrefill(w Window, obs []Window) {
-	want, ok := w.get(sigTTFTMean)
+// fitPrefill sets the prefill cost per token from what the window measured
+// of it. The sub-windows move prefill tokens, decode batch and context
+// together (one incident's load rises or falls as a whole), so the
+// step-time fit splits the gap between them poorly, and the prefill cost
+// is what sets both a prompt's own prefill time and how close to
+// saturation a replica runs: a replay near it queues many times what the
+// window measured. The prefill cost is the one (between half and twice the
+// fitted one, the other coefficients fitted again with it held, so that
+// the sub-windows' gaps stay fitted) whose replay reproduces, as a mean
+// over the seeds (bisection):
+//   - the window's TTFT mean, where the time outside the engine is known
+//     (outsideKnown: TTFT, queue and prefill means); without it a TTFT
+//     mean cannot tell the prefill from time before the engine;
+//   - else the window's mean waiting per replica, where the window or the
+//     replay queues at all (queueSeen);
+//   - else nothing: the fitted cost stays.
+//
+// Where no cost in that range reproduces it (a queue the KV pool makes),
+// the fitted one stays too. TensorRT-LLM's queue fits its reservation
+// instead (fitReserve): one measured queue fits one unknown.
+func (m *Model) fitPrefill(w Window, obs []Window, outsideKnown bool) {
 	fitted := m.Fit
-	if !ok || want <= 0 || fitted.Model.PerPrefillToken <= 0 {
+	if fitted.Model.PerPrefillToken <= 0 {
 		return
+	}
+	measure := func(r Result) float64 { return weightedMean(r.TTFT, r.TTFTW) }
+	want, ok := w.get(sigTTFTMean)
+	if !outsideKnown || !ok || want <= 0 {
+		wt, ok := w.get(sigWaiting)
+		if !ok {
+			return
+		}
+		measure, want = func(r Result) float64 { return r.Waiting }, wt/m.replicas
 	}
 	at := func(k float64) (float64, Fit) {
 		f := refitWithPrefill(obs, fitted, k*fitted.Model.PerPrefillToken)
@@ -341,10 +358,14 @@ func (m *Model) fitPrefill(w Window, obs []Window) {
 		sum := 0.0
 		for _, seed := range Seeds {
 			c.Seed = seed
-			r := Replay(c)
-			sum += weightedMean(r.TTFT, r.TTFTW)
+			sum += measure(Replay(c))
 		}
 		return sum / float64(len(Seeds)), f
+	}
+	if !outsideKnown {
+		if q, _ := at(1); math.Max(want, q) < queueSeen {
+			return // nobody queues: the queue says nothing of the prefill
+		}
 	}
 	lo, hi := math.Log(prefillLow), math.Log(prefillHigh)
 	if q, _ := at(prefillLow); q >= want {

@@ -282,25 +282,27 @@ func TestReserveOutSkewed(t *testing.T) {
 // TestFitPrefillFromTheTTFT: the sub-windows of one incident cannot
 // split the gap between the prefill cost and the rest, and a prefill
 // cost fitted 1.4× too high runs the replay close to saturation. The
-// window's measured TTFT mean sets it back near the true one; a window
-// whose TTFT no prefill cost in range reproduces keeps the fitted model.
+// window's measured TTFT mean sets it back near the true one, or, where
+// the time outside the engine is not known, its queue; a window whose
+// TTFT no prefill cost in range reproduces keeps the fitted model.
 func TestFitPrefillFromTheTTFT(t *testing.T) {
 	truth := StepModel{Fixed: 0.012, PerPrefillToken: 40e-6, PerDecode: 0.1e-3, PerContextToken: 50e-9}
 	obs := obsFrom(truth, [][3]float64{{500, 10, 800}, {2000, 30, 1200}, {4000, 60, 900}, {1000, 80, 2500}, {6000, 20, 4000}})
 	c := Config{Policy: PolicyVLLM, Step: truth, Clock: 1, Rate: 8.0, PromptMean: 2000, PromptSigma: 0.5, OutputMean: 150,
 		OutputSigma: 0.6, Budget: 8192, MaxSeqs: 256, KVTokens: 1 << 21, Replicas: 1, Represents: 1}
-	observed := 0.0
+	observed, waiting := 0.0, 0.0
 	for _, s := range Seeds {
 		c.Seed = s
 		r := Replay(c)
 		observed += weightedMean(r.TTFT, r.TTFTW) / float64(len(Seeds))
+		waiting += r.Waiting / float64(len(Seeds))
 	}
 	wrong := truth
 	wrong.PerPrefillToken *= 1.4
 	fitted := refitWithPrefill(obs, Fit{}, wrong.PerPrefillToken)
 	m := &Model{In: &Inputs{}, Fit: fitted, cfg: c, replicas: 1, rate: c.Rate}
 	m.cfg.Step = fitted.Model
-	m.fitPrefill(Window{sigTTFTMean: observed}, obs)
+	m.fitPrefill(Window{sigTTFTMean: observed}, obs, true)
 	got := m.Fit.Model.PerPrefillToken
 	t.Logf("TTFT mean %.3fs: prefill cost %.1f µs/token (true %.1f, fitted %.1f)", observed, got*1e6, truth.PerPrefillToken*1e6, wrong.PerPrefillToken*1e6)
 	if math.Abs(got/truth.PerPrefillToken-1) > 0.1 {
@@ -312,13 +314,28 @@ func TestFitPrefillFromTheTTFT(t *testing.T) {
 	// a TTFT of a day: no prefill cost in range makes it
 	m = &Model{In: &Inputs{}, Fit: fitted, cfg: c, replicas: 1, rate: c.Rate}
 	m.cfg.Step = fitted.Model
-	m.fitPrefill(Window{sigTTFTMean: 86400}, obs)
+	m.fitPrefill(Window{sigTTFTMean: 86400}, obs, true)
 	if m.Fit.Model != fitted.Model {
 		t.Errorf("an unreachable TTFT moved the fit: %+v", m.Fit.Model)
 	}
-	// without the TTFT mean there is nothing to fit on
-	m.fitPrefill(Window{}, obs)
+	// without the TTFT mean or a queue there is nothing to fit on
+	m.fitPrefill(Window{}, obs, true)
 	if m.Fit.Model != fitted.Model {
 		t.Errorf("a missing TTFT mean moved the fit: %+v", m.Fit.Model)
+	}
+	// without the time outside the engine the TTFT mean cannot tell the
+	// prefill from it: the queue decides, where requests queue
+	m.fitPrefill(Window{sigTTFTMean: 2 * observed}, obs, false)
+	if m.Fit.Model != fitted.Model {
+		t.Errorf("a TTFT mean without the outside time moved the fit: %+v", m.Fit.Model)
+	}
+	if waiting < queueSeen {
+		t.Fatalf("the truth queues %.2f requests: no queue to fit on", waiting)
+	}
+	m.fitPrefill(Window{sigTTFTMean: 2 * observed, sigWaiting: waiting}, obs, false)
+	got = m.Fit.Model.PerPrefillToken
+	t.Logf("waiting %.2f: prefill cost %.1f µs/token", waiting, got*1e6)
+	if math.Abs(got/truth.PerPrefillToken-1) > 0.1 {
+		t.Errorf("from the queue: prefill cost %.1f µs/token, want about %.1f", got*1e6, truth.PerPrefillToken*1e6)
 	}
 }
