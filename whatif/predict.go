@@ -344,7 +344,8 @@ func (m *Model) fitPrefill(w Window, obs []Window, outsideKnown bool) {
 	}
 	measure := func(r Result) float64 { return weightedMean(r.TTFT, r.TTFTW) }
 	want, ok := w.get(sigTTFTMean)
-	if !outsideKnown || !ok || want <= 0 {
+	byQueue := !outsideKnown || !ok || want <= 0
+	if byQueue {
 		wt, ok := w.get(sigWaiting)
 		if !ok {
 			return
@@ -362,7 +363,7 @@ func (m *Model) fitPrefill(w Window, obs []Window, outsideKnown bool) {
 		}
 		return sum / float64(len(Seeds)), f
 	}
-	if !outsideKnown {
+	if byQueue {
 		if q, _ := at(1); math.Max(want, q) < queueSeen {
 			return // nobody queues: the queue says nothing of the prefill
 		}
