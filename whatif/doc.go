@@ -18,7 +18,14 @@
 // non-negative least-squares fit of the mean inter-token gap of each
 // sub-window (a decode token waits one step plus the prefill work
 // interleaved with it) on that sub-window's prefill tokens per gap, decode
-// batch and context. The KV pool's capacity per replica is the context a
+// batch and context. One incident's sub-windows move those together, so
+// the split between the prefill cost and the rest is poorly determined;
+// on vLLM and SGLang the prefill cost is set within ½–2× of the fitted one
+// so that the replay's mean TTFT is the window's (where the time outside
+// the engine is known; else its mean waiting, where requests queue), the
+// other coefficients fitted again with it held (TensorRT-LLM's queue fits
+// its reservation instead). The
+// KV pool's capacity per replica is the context a
 // running request holds over the share of the pool it uses
 // (decode_ctx_tokens / kv_per_running). The scheduler is the incident's
 // (incident.yaml, the engine's configuration gauges) or the engine's
@@ -58,8 +65,9 @@
 //   - a routing skew is a share of the arrivals pinned to one replica
 //     (from rate_spread), which more replicas do not spread;
 //   - TensorRT-LLM reserves prompt + max_tokens; max_tokens is read from the
-//     pool when requests waited at a full reservation on average, else 4×
-//     the mean output, raised where requests waited at all to the value
+//     pool when requests waited at a full reservation on average (on the
+//     busiest replica, by waiting_spread and running_spread, where the
+//     routing is skewed: the wall is one replica's), else 4× the mean output, raised where requests waited at all to the value
 //     whose replay queues the window's mean waiting (at most what fills
 //     the pool at the busiest replica's peak running);
 //   - time outside the engine (TTFT − queue − prefill) is a constant;

@@ -53,20 +53,7 @@ func FitStep(obs []Window) (Fit, error) {
 			clockKnown = false
 		}
 	}
-	var x [][]float64
-	var y []float64
-	lacking := map[string]int{}
-	for _, o := range obs {
-		row, gap, miss := regressors(o, clockKnown)
-		if len(miss) > 0 {
-			for _, m := range miss {
-				lacking[m]++
-			}
-			continue
-		}
-		x = append(x, row)
-		y = append(y, gap)
-	}
+	x, y, lacking := fitRows(obs, clockKnown)
 	if len(y) < minFitObs {
 		var miss []string
 		for n := range lacking {
@@ -83,7 +70,45 @@ func FitStep(obs []Window) (Fit, error) {
 		}
 		return Fit{}, &MissingError{What: "the step-time fit", Series: miss}
 	}
-	beta := nnls(x, y)
+	return fitQuality(x, y, nnls(x, y), clockKnown), nil
+}
+
+// fitRows are the observations' regressor rows and gaps, and how many
+// observations lacked each series.
+func fitRows(obs []Window, clockKnown bool) (x [][]float64, y []float64, lacking map[string]int) {
+	lacking = map[string]int{}
+	for _, o := range obs {
+		row, gap, miss := regressors(o, clockKnown)
+		if len(miss) > 0 {
+			for _, m := range miss {
+				lacking[m]++
+			}
+			continue
+		}
+		x = append(x, row)
+		y = append(y, gap)
+	}
+	return x, y, lacking
+}
+
+// refitWithPrefill fits the step model again with the prefill cost per
+// token held at perPrefill: the other three coefficients take what the
+// gaps leave (the sub-windows' mean gaps stay fitted as well as they
+// can be). f must come from FitStep on obs.
+func refitWithPrefill(obs []Window, f Fit, perPrefill float64) Fit {
+	x, y, _ := fitRows(obs, f.ClockKnown)
+	rest := make([][]float64, len(x))
+	left := make([]float64, len(y))
+	for i, row := range x {
+		rest[i] = []float64{row[0], row[2], row[3]}
+		left[i] = y[i] - perPrefill*row[1]
+	}
+	b := nnls(rest, left)
+	return fitQuality(x, y, []float64{b[0], perPrefill, b[1], b[2]}, f.ClockKnown)
+}
+
+// fitQuality is the fit of coefficients beta to the rows x and gaps y.
+func fitQuality(x [][]float64, y []float64, beta []float64, clockKnown bool) Fit {
 	f := Fit{Model: StepModel{Fixed: beta[0], PerPrefillToken: beta[1], PerDecode: beta[2], PerContextToken: beta[3]},
 		N: len(y), ClockKnown: clockKnown}
 	var mean float64
@@ -102,7 +127,7 @@ func FitStep(obs []Window) (Fit, error) {
 		f.R2 = 1 - ssr/sst
 	}
 	f.RelRMS = math.Sqrt(rel / float64(len(y)))
-	return f, nil
+	return f
 }
 
 // regressors turns one observation into a row (1, prefill tokens per gap,

@@ -41,6 +41,8 @@ const (
 	sigPrefill    = "prefill_mean"
 	sigClock      = "sm_clock_frac"
 	sigSpread     = "rate_spread"
+	sigWaitSpread = "waiting_spread"
+	sigRunSpread  = "running_spread"
 )
 
 // fitSignals are evaluated per sub-window for the step-time fit.

@@ -194,15 +194,18 @@ func Build(in *Inputs) (*Model, error) {
 	tq, ok1 := w.get(sigTTFTMean)
 	q, ok2 := w.get(sigQueueMean)
 	p, ok3 := w.get(sigPrefill)
-	if ok1 && ok2 && ok3 {
+	outsideKnown := ok1 && ok2 && ok3
+	if outsideKnown {
 		c.Outside = math.Max(0, tq-q-p)
 	}
 	if c.Policy == PolicyTRT {
-		c.ReserveOut = reserveOut(w, kv, m.replicas, c.PromptMean, c.OutputMean)
+		c.ReserveOut = reserveOut(w, kv, m.replicas, m.pinned > 0, c.PromptMean, c.OutputMean)
 	}
 	m.cfg = c
 	if c.Policy == PolicyTRT {
 		m.cfg.ReserveOut = m.fitReserve(w)
+	} else {
+		m.fitPrefill(w, obs, outsideKnown)
 	}
 	m.Observed = Metrics{TTFTP95: v(sigTTFTP95), ITLP95: v(sigITLP95), Throughput: v(sigGenTPS)}
 	own := m.replay(Fix{})
@@ -226,14 +229,30 @@ func Build(in *Inputs) (*Model, error) {
 // reserveOut is the output tokens TensorRT-LLM reserves per request
 // (GUARANTEED_NO_EVICT admits a request when prompt + max_tokens fit the
 // blocks not yet reserved) as the window's averages show them: 4× the
-// mean output, or, where requests waited at a full reservation on
-// average, what fills a pool of kv tokens per replica at the mean running.
-func reserveOut(w Window, kv int, replicas, promptMean, outMean float64) int {
+// mean output, or, where requests waited at a full reservation, what
+// fills a pool of kv tokens per replica at the running of the replica
+// they waited on. The wall is a replica's: under a skewed routing
+// (skewed) the queue and the running sit on the busiest replica, read as
+// the averages times waiting_spread and running_spread where exported
+// (the scope's averages would spread them over replicas that hold no
+// queue, and read the wall several times too high).
+func reserveOut(w Window, kv int, replicas float64, skewed bool, promptMean, outMean float64) int {
 	out := int(4 * outMean)
 	wt, ok := w.get(sigWaiting)
 	run, ok2 := w.get(sigRunning)
-	if ok && ok2 && wt/replicas >= 1 && run/replicas >= 1 {
-		out = max(out, int(float64(kv)/(run/replicas)-promptMean))
+	if !ok || !ok2 {
+		return out
+	}
+	wt, run = wt/replicas, run/replicas
+	if skewed {
+		ws, ok3 := w.get(sigWaitSpread)
+		rs, ok4 := w.get(sigRunSpread)
+		if ok3 && ok4 && ws >= 1 && rs >= 1 {
+			wt, run = wt*ws, run*rs
+		}
+	}
+	if wt >= 1 && run >= 1 {
+		out = max(out, int(float64(kv)/run-promptMean))
 	}
 	return out
 }
@@ -288,6 +307,98 @@ func (m *Model) fitReserve(w Window) int {
 
 // reserveSteps are fitReserve's bisection steps (the bound over 2^5).
 const reserveSteps = 5
+
+// The prefill cost's calibration: the factors of the fitted cost it may
+// take, the bisection's steps, and the queue per replica (the window's or
+// the replay's) below which a queue says nothing about it.
+const (
+	prefillLow, prefillHigh = 0.5, 2.0
+	prefillSteps            = 6
+	queueSeen               = 0.5
+)
+
+// fitPrefill sets the prefill cost per token from what the window measured
+// of it. The sub-windows move prefill tokens, decode batch and context
+// together (one incident's load rises or falls as a whole), so the
+// step-time fit splits the gap between them poorly, and the prefill cost
+// is what sets both a prompt's own prefill time and how close to
+// saturation a replica runs: a replay near it queues many times what the
+// window measured. The prefill cost is the one (between half and twice the
+// fitted one, the other coefficients fitted again with it held, so that
+// the sub-windows' gaps stay fitted) whose replay reproduces, as a mean
+// over the seeds (bisection):
+//   - the window's TTFT mean, where the time outside the engine is known
+//     (outsideKnown: TTFT, queue and prefill means); without it a TTFT
+//     mean cannot tell the prefill from time before the engine;
+//   - else the window's mean waiting per replica, where the window or the
+//     replay queues at all (queueSeen);
+//   - else nothing: the fitted cost stays.
+//
+// Where no cost in that range reproduces it (a queue the KV pool makes),
+// the fitted one stays too. TensorRT-LLM's queue fits its reservation
+// instead (fitReserve): one measured queue fits one unknown.
+func (m *Model) fitPrefill(w Window, obs []Window, outsideKnown bool) {
+	fitted := m.Fit
+	if fitted.Model.PerPrefillToken <= 0 {
+		return
+	}
+	measure := func(r Result) float64 { return weightedMean(r.TTFT, r.TTFTW) }
+	want, ok := w.get(sigTTFTMean)
+	byQueue := !outsideKnown || !ok || want <= 0
+	if byQueue {
+		wt, ok := w.get(sigWaiting)
+		if !ok {
+			return
+		}
+		measure, want = func(r Result) float64 { return r.Waiting }, wt/m.replicas
+	}
+	at := func(k float64) (float64, Fit) {
+		f := refitWithPrefill(obs, fitted, k*fitted.Model.PerPrefillToken)
+		c := m.configFor(Fix{})
+		c.Step = f.Model
+		sum := 0.0
+		for _, seed := range Seeds {
+			c.Seed = seed
+			sum += measure(Replay(c))
+		}
+		return sum / float64(len(Seeds)), f
+	}
+	if byQueue {
+		if q, _ := at(1); math.Max(want, q) < queueSeen {
+			return // nobody queues: the queue says nothing of the prefill
+		}
+	}
+	lo, hi := math.Log(prefillLow), math.Log(prefillHigh)
+	if q, _ := at(prefillLow); q >= want {
+		return // the replay is this slow however cheap the prefill: not its doing
+	}
+	if q, _ := at(prefillHigh); q <= want {
+		return // nor this fast however dear
+	}
+	for range prefillSteps {
+		mid := (lo + hi) / 2
+		if q, _ := at(math.Exp(mid)); q < want {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	_, f := at(math.Exp((lo + hi) / 2))
+	m.Fit, m.cfg.Step = f, f.Model
+}
+
+// weightedMean is the mean of xs weighted by ws (0 without samples).
+func weightedMean(xs, ws []float64) float64 {
+	s, n := 0.0, 0.0
+	for i, x := range xs {
+		s += x * ws[i]
+		n += ws[i]
+	}
+	if n == 0 {
+		return 0
+	}
+	return s / n
+}
 
 func inBand(x float64) bool { return x >= CalibLow && x <= CalibHigh }
 

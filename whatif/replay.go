@@ -67,8 +67,9 @@ type Result struct {
 	PromptTokens, CachedTokens float64
 	Requests                   int
 	Steps                      int
-	// Waiting is the requests waiting on a simulated replica, averaged
-	// over the measured window and the replicas.
+	// Waiting is the requests waiting on a real replica, averaged over
+	// the measured window and the replicas they stand for (each simulated
+	// replica by its weight: a pinned replica stands for one).
 	Waiting float64
 	// Truncated names the bound that stopped the replay early, if any.
 	Truncated string
@@ -402,11 +403,11 @@ func Replay(c Config) Result {
 	waited := 0.0 // requests waiting × seconds, over the measured window
 	wait := func(from, to float64) {
 		if dt := math.Min(to, ReplaySeconds) - math.Max(from, ReplayWarmup); dt > 0 {
-			n := 0
-			for _, rp := range reps {
-				n += len(rp.waiting)
+			n := 0.0
+			for i, rp := range reps {
+				n += float64(len(rp.waiting)) * weight[i]
 			}
-			waited += float64(n) * dt
+			waited += n * dt
 		}
 	}
 	for {
@@ -458,7 +459,11 @@ func Replay(c Config) Result {
 	}
 	res.Span = math.Max(0, math.Min(t, ReplaySeconds)-ReplayWarmup)
 	if res.Span > 0 {
-		res.Waiting = waited / res.Span / float64(k)
+		total := 0.0
+		for _, w := range weight {
+			total += w
+		}
+		res.Waiting = waited / res.Span / total
 	}
 	return res
 }

@@ -253,3 +253,89 @@ func TestFitReserve(t *testing.T) {
 		t.Errorf("without waiting: %d, want the averages' 1600", got)
 	}
 }
+
+// TestReserveOutSkewed: under a skewed routing the queue and the running
+// sit on the busiest replica, which is where the reservation wall is.
+// Five replicas of a 360,000-token pool, 2,500-token prompts: the hot
+// replica runs 80 of the 100 requests and holds every waiting one, so it
+// is full at 360000/80 − 2500 = 2000 reserved output tokens. The scope's
+// averages (20 running per replica) read 16,000; an even routing keeps
+// the averages' reading; without the spreads there is nothing to place
+// the queue on.
+func TestReserveOutSkewed(t *testing.T) {
+	w := Window{sigWaiting: 150, sigRunning: 100, sigWaitSpread: 5, sigRunSpread: 4}
+	if got := reserveOut(w, 360000, 5, true, 2500, 200); got != 2000 {
+		t.Errorf("skewed: %d, want 2000 (the hot replica's wall)", got)
+	}
+	if got := reserveOut(w, 360000, 5, false, 2500, 200); got != 15500 {
+		t.Errorf("even routing: %d, want the averages' 15500", got)
+	}
+	delete(w, sigRunSpread)
+	if got := reserveOut(w, 360000, 5, true, 2500, 200); got != 15500 {
+		t.Errorf("no running_spread: %d, want the averages' 15500", got)
+	}
+	if got := reserveOut(Window{sigWaiting: 2, sigRunning: 100}, 360000, 5, true, 2500, 200); got != 800 {
+		t.Errorf("under one waiting per replica: %d, want 4× the mean output (800)", got)
+	}
+}
+
+// TestFitPrefillFromTheTTFT: the sub-windows of one incident cannot
+// split the gap between the prefill cost and the rest, and a prefill
+// cost fitted 1.4× too high runs the replay close to saturation. The
+// window's measured TTFT mean sets it back near the true one, or, where
+// the time outside the engine is not known, its queue; a window whose
+// TTFT no prefill cost in range reproduces keeps the fitted model.
+func TestFitPrefillFromTheTTFT(t *testing.T) {
+	truth := StepModel{Fixed: 0.012, PerPrefillToken: 40e-6, PerDecode: 0.1e-3, PerContextToken: 50e-9}
+	obs := obsFrom(truth, [][3]float64{{500, 10, 800}, {2000, 30, 1200}, {4000, 60, 900}, {1000, 80, 2500}, {6000, 20, 4000}})
+	c := Config{Policy: PolicyVLLM, Step: truth, Clock: 1, Rate: 8.0, PromptMean: 2000, PromptSigma: 0.5, OutputMean: 150,
+		OutputSigma: 0.6, Budget: 8192, MaxSeqs: 256, KVTokens: 1 << 21, Replicas: 1, Represents: 1}
+	observed, waiting := 0.0, 0.0
+	for _, s := range Seeds {
+		c.Seed = s
+		r := Replay(c)
+		observed += weightedMean(r.TTFT, r.TTFTW) / float64(len(Seeds))
+		waiting += r.Waiting / float64(len(Seeds))
+	}
+	wrong := truth
+	wrong.PerPrefillToken *= 1.4
+	fitted := refitWithPrefill(obs, Fit{}, wrong.PerPrefillToken)
+	m := &Model{In: &Inputs{}, Fit: fitted, cfg: c, replicas: 1, rate: c.Rate}
+	m.cfg.Step = fitted.Model
+	m.fitPrefill(Window{sigTTFTMean: observed}, obs, true)
+	got := m.Fit.Model.PerPrefillToken
+	t.Logf("TTFT mean %.3fs: prefill cost %.1f µs/token (true %.1f, fitted %.1f)", observed, got*1e6, truth.PerPrefillToken*1e6, wrong.PerPrefillToken*1e6)
+	if math.Abs(got/truth.PerPrefillToken-1) > 0.1 {
+		t.Errorf("prefill cost %.1f µs/token, want about %.1f", got*1e6, truth.PerPrefillToken*1e6)
+	}
+	if m.cfg.Step != m.Fit.Model {
+		t.Errorf("the replay's step %+v is not the fit's %+v", m.cfg.Step, m.Fit.Model)
+	}
+	// a TTFT of a day: no prefill cost in range makes it
+	m = &Model{In: &Inputs{}, Fit: fitted, cfg: c, replicas: 1, rate: c.Rate}
+	m.cfg.Step = fitted.Model
+	m.fitPrefill(Window{sigTTFTMean: 86400}, obs, true)
+	if m.Fit.Model != fitted.Model {
+		t.Errorf("an unreachable TTFT moved the fit: %+v", m.Fit.Model)
+	}
+	// without the TTFT mean or a queue there is nothing to fit on
+	m.fitPrefill(Window{}, obs, true)
+	if m.Fit.Model != fitted.Model {
+		t.Errorf("a missing TTFT mean moved the fit: %+v", m.Fit.Model)
+	}
+	// without the time outside the engine the TTFT mean cannot tell the
+	// prefill from it: the queue decides, where requests queue
+	m.fitPrefill(Window{sigTTFTMean: 2 * observed}, obs, false)
+	if m.Fit.Model != fitted.Model {
+		t.Errorf("a TTFT mean without the outside time moved the fit: %+v", m.Fit.Model)
+	}
+	if waiting < queueSeen {
+		t.Fatalf("the truth queues %.2f requests: no queue to fit on", waiting)
+	}
+	m.fitPrefill(Window{sigTTFTMean: 2 * observed, sigWaiting: waiting}, obs, false)
+	got = m.Fit.Model.PerPrefillToken
+	t.Logf("waiting %.2f: prefill cost %.1f µs/token", waiting, got*1e6)
+	if math.Abs(got/truth.PerPrefillToken-1) > 0.1 {
+		t.Errorf("from the queue: prefill cost %.1f µs/token, want about %.1f", got*1e6, truth.PerPrefillToken*1e6)
+	}
+}

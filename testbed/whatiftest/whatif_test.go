@@ -200,6 +200,36 @@ func Report(pairs []Pair) string {
 	for r, n := range reasons {
 		fmt.Fprintf(&b, "declined %d× %s\n", n, r)
 	}
+	b.WriteString(wrongDirections(pairs))
+	return b.String()
+}
+
+// wrongDirections lists every pair whose predicted direction is not the
+// truth's: the change the fix truly makes, the predicted one and its
+// range over the replay seeds.
+func wrongDirections(pairs []Pair) string {
+	var b strings.Builder
+	pc := func(x, of float64) float64 { return 100 * (x/of - 1) }
+	for _, p := range pairs {
+		if p.Declined != "" {
+			continue
+		}
+		for _, m := range []struct {
+			name                            string
+			right                           bool
+			truth, fixed, obs, pred, lo, hi float64
+		}{
+			{"TTFT", p.RightTTFT(), p.TruthTTFT, p.FixedTTFT, p.ObsTTFT, p.PredTTFT, p.PredTTFTLow, p.PredTTFTHigh},
+			{"ITL", p.RightITL(), p.TruthITL, p.FixedITL, p.ObsITL, p.PredITL, p.PredITLLow, p.PredITLHigh},
+		} {
+			if m.right {
+				continue
+			}
+			fmt.Fprintf(&b, "wrong %s: %s %s %s ×%.3g seed %#x, %s: true %+.1f%%, predicted %+.1f%% (seeds %+.1f…%+.1f%%)\n",
+				m.name, p.Scenario, p.Engine, p.Band, p.Magnitude, p.Seed, p.Fix,
+				pc(m.fixed, m.truth), pc(m.pred, m.obs), pc(m.lo, m.obs), pc(m.hi, m.obs))
+		}
+	}
 	return b.String()
 }
 

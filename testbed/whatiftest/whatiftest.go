@@ -55,11 +55,16 @@ var Catalogue = []Case{
 type Pair struct {
 	Scenario, Engine, Band, Fix string
 	Seed                        int64
+	// Magnitude is the fault's drawn magnitude (reqsim Truth.Magnitude).
+	Magnitude float64
 	// Truth: the incident's exact p95s without and with the fix.
 	TruthTTFT, TruthITL, FixedTTFT, FixedITL float64
 	// Prediction: the model's incident p95s (the replay of the incident's
 	// own inputs, calibrated to the telemetry) and the predicted ones.
 	ObsTTFT, ObsITL, PredTTFT, PredITL float64
+	// PredTTFTLow … PredITLHigh are the predictions' ranges over the
+	// replay seeds.
+	PredTTFTLow, PredTTFTHigh, PredITLLow, PredITLHigh float64
 	// Declined says why whatif predicted nothing ("" when it did).
 	Declined string
 	Fit      string
@@ -104,7 +109,7 @@ func Incident(ctx context.Context, o reqsim.Options, cases []Case) ([]Pair, erro
 	var out []Pair
 	for _, c := range cases {
 		p := Pair{Scenario: o.Scenario, Engine: b.Engine, Band: b.Truth.Band, Fix: c.Name, Seed: o.Seed,
-			TruthTTFT: b.Truth.Inc.TTFTP95, TruthITL: b.Truth.Inc.ITLP95}
+			Magnitude: b.Truth.Magnitude, TruthTTFT: b.Truth.Inc.TTFTP95, TruthITL: b.Truth.Inc.ITLP95}
 		fo := o
 		fo.Fix = c.Truth(b)
 		fb, err := reqsim.Record(ctx, fo)
@@ -129,6 +134,8 @@ func Incident(ctx context.Context, o reqsim.Options, cases []Case) ([]Pair, erro
 		}
 		p.ObsTTFT, p.ObsITL = model.Incident.TTFTP95, model.Incident.ITLP95
 		p.PredTTFT, p.PredITL = pr.TTFTP95.Median, pr.ITLP95.Median
+		p.PredTTFTLow, p.PredTTFTHigh = pr.TTFTP95.Low, pr.TTFTP95.High
+		p.PredITLLow, p.PredITLHigh = pr.ITLP95.Low, pr.ITLP95.High
 		out = append(out, p)
 	}
 	return out, nil
