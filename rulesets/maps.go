@@ -176,6 +176,21 @@ func (m *Maps) For(engine string) ([]*rules.Ruleset, error) {
 	return out, nil
 }
 
+// Check reports whether For(engine) has a map to read, as For does, but
+// compiles nothing: a shipped map cannot fail to compile (the tests compile
+// every one) and a user's was compiled when it was loaded, so what is left
+// to check is the engine's name.
+func (m *Maps) Check(engine string) error {
+	if engine == "" || engine == "auto" {
+		if len(m.list) > 0 {
+			return nil
+		}
+	} else if m.Knows(engine) {
+		return nil
+	}
+	return m.Unknown(engine)
+}
+
 // Others returns the rulesets of every map but engine's (for
 // diagnose.Options.OtherEngines); one that does not compile is left out.
 func (m *Maps) Others(engine string) []*rules.Ruleset {

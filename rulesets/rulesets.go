@@ -10,6 +10,7 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -149,6 +150,15 @@ func Default(engine string) (*rules.Ruleset, error) {
 	}
 	cache[engine] = withKnown(rs)
 	return rs, nil
+}
+
+// Compiled returns the engines whose shipped rulesets this process has
+// compiled so far (Default), sorted: what a start has built before any
+// triage read them.
+func Compiled() []string {
+	cacheMu.Lock()
+	defer cacheMu.Unlock()
+	return slices.Sorted(maps.Keys(cache))
 }
 
 // All returns the shipped ruleset of every engine, for engine auto-detection.
