@@ -47,3 +47,50 @@ func TestTriageWithCompilesNoShippedRuleset(t *testing.T) {
 		t.Errorf("after For(vllm) the process has compiled %v; want [vllm]", got)
 	}
 }
+
+// The daemon holds the shipped rulesets its triages compile only while an
+// incident is open: a Tick with none open releases them, and the next
+// incident's triage compiles them again.
+func TestDaemonHoldsRulesetsOnlyWhileAnIncidentIsOpen(t *testing.T) {
+	cfg := testConfig()
+	var maps *rulesets.Maps
+	h := newHarnessWith(t, cfg, func(o *Options) {
+		shipped, err := cfg.Maps()
+		if err != nil {
+			t.Fatal(err)
+		}
+		maps = shipped.Releasable()
+		tri, err := TriageWith(o.Metrics, nil, maps, cfg.WithDefaults().Engine)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Maps, o.Triage = maps, tri
+	})
+	h.ticks(t, 15*12) // the detector's baseline
+	if got := maps.Held(); len(got) > 0 {
+		t.Fatalf("healthy period: the daemon holds compiled rulesets %v", got)
+	}
+	for round := 1; round <= 2; round++ {
+		h.eng.setSlow(true)
+		for i := 0; i < 12 && len(h.d.tracker.OpenKeys()) == 0; i++ {
+			h.ticks(t, 1)
+		}
+		if len(h.d.tracker.OpenKeys()) == 0 {
+			t.Fatalf("round %d: no incident opened", round)
+		}
+		h.ticks(t, 2)
+		if got := maps.Held(); len(got) == 0 {
+			t.Fatalf("round %d: an incident is open and its triage's rulesets are not held", round)
+		}
+		h.eng.setSlow(false)
+		for i := 0; i < 15*12 && len(h.d.tracker.OpenKeys()) > 0; i++ {
+			h.ticks(t, 1)
+		}
+		if len(h.d.tracker.OpenKeys()) > 0 {
+			t.Fatalf("round %d: the incident did not resolve", round)
+		}
+		if got := maps.Held(); len(got) > 0 {
+			t.Errorf("round %d: no incident open and the daemon still holds compiled rulesets %v", round, got)
+		}
+	}
+}

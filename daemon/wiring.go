@@ -168,6 +168,9 @@ func (s *Stack) build(cfg Config, o StackOptions) error {
 	if err != nil {
 		return err
 	}
+	// The daemon's triages compile the shipped rulesets they read into
+	// maps of their own, released when no incident is open (Tick).
+	maps = maps.Releasable()
 	source, err := s.openSource(cfg, o)
 	if err != nil {
 		return err

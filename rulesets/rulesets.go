@@ -140,6 +140,16 @@ func Default(engine string) (*rules.Ruleset, error) {
 	if rs, ok := cache[engine]; ok {
 		return rs, nil
 	}
+	rs, err := compileShipped(engine)
+	if err != nil {
+		return nil, err
+	}
+	cache[engine] = rs
+	return rs, nil
+}
+
+// compileShipped builds the engine's shipped ruleset, uncached.
+func compileShipped(engine string) (*rules.Ruleset, error) {
 	f, err := file(engine + ".yaml")
 	if err != nil || !slices.Contains(Engines, engine) {
 		return nil, Shipped().Unknown(engine)
@@ -148,8 +158,7 @@ func Default(engine string) (*rules.Ruleset, error) {
 	if err != nil {
 		return nil, err
 	}
-	cache[engine] = withKnown(rs)
-	return rs, nil
+	return withKnown(rs), nil
 }
 
 // Compiled returns the engines whose shipped rulesets this process has
