@@ -246,6 +246,7 @@ func New(opts Options) (*Daemon, error) {
 		if opts.Maps, err = cfg.Maps(); err != nil {
 			return nil, fmt.Errorf("new daemon: %w", err)
 		}
+		opts.Maps = opts.Maps.Releasable()
 	}
 	det, err := newDetector(cfg.Detect, opts.Maps)
 	if err != nil {
@@ -376,6 +377,12 @@ func (d *Daemon) Tick(ctx context.Context, at time.Time) error {
 	}
 	d.commit(events, at)
 	d.syncAlerts(at)
+	if len(d.tracker.OpenKeys()) == 0 {
+		// Nothing left to triage: the compiled rulesets go (Releasable
+		// maps) and the next incident's triage compiles them again, tens
+		// of milliseconds once, rather than holding megabytes idle.
+		d.opts.Maps.Release()
+	}
 	took := time.Since(cycleStart)
 	d.stats.observeCycle(dets, bounds, took, d.queries()-queriesBefore)
 	d.checkBounds(cfg, bounds, took, refusedOpen)

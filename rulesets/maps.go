@@ -3,6 +3,7 @@ package rulesets
 import (
 	"fmt"
 	"iter"
+	"maps"
 	"os"
 	"slices"
 	"sync"
@@ -20,6 +21,14 @@ type Maps struct {
 	list []engineMap
 	// parsed are the maps' chart and series sections, decoded once.
 	parsed func() []mapSections
+	// held, when not nil (Releasable), holds the shipped rulesets these
+	// maps compiled, by engine, in place of the process-wide cache.
+	held *heldRulesets
+}
+
+type heldRulesets struct {
+	mu sync.Mutex
+	rs map[string]*rules.Ruleset
 }
 
 func newMaps(list []engineMap) *Maps {
@@ -64,6 +73,39 @@ func (m *Maps) WithUser(rss ...*rules.Ruleset) *Maps {
 		}
 	}
 	return newMaps(list)
+}
+
+// Releasable returns the same maps with a cache of their own for the
+// shipped rulesets they compile, which Release empties: a daemon holds a
+// compiled ruleset (vllm's is ~1.7 MB of live heap) only while it triages
+// with it. The process-wide cache (Default) is neither read nor filled.
+func (m *Maps) Releasable() *Maps {
+	return &Maps{list: m.list, parsed: m.parsed, held: &heldRulesets{rs: map[string]*rules.Ruleset{}}}
+}
+
+// Release drops the shipped rulesets Releasable maps hold; the next read
+// compiles them again. It returns the engines dropped, sorted; maps that
+// are not Releasable hold none.
+func (m *Maps) Release() []string {
+	if m.held == nil {
+		return nil
+	}
+	m.held.mu.Lock()
+	defer m.held.mu.Unlock()
+	out := slices.Sorted(maps.Keys(m.held.rs))
+	clear(m.held.rs)
+	return out
+}
+
+// Held returns the engines whose shipped rulesets Releasable maps hold,
+// sorted.
+func (m *Maps) Held() []string {
+	if m.held == nil {
+		return nil
+	}
+	m.held.mu.Lock()
+	defer m.held.mu.Unlock()
+	return slices.Sorted(maps.Keys(m.held.rs))
 }
 
 // Engines returns the engines the maps name, in order.
@@ -112,7 +154,7 @@ func (m *Maps) Files() iter.Seq2[string, []byte] {
 func (m *Maps) Rulesets() []*rules.Ruleset {
 	var out []*rules.Ruleset
 	for _, em := range m.list {
-		if rs, err := em.ruleset(); err == nil {
+		if rs, err := m.ruleset(em); err == nil {
 			out = append(out, rs) // a shipped one that fails, fails TestShippedRulesets
 		}
 	}
@@ -164,7 +206,7 @@ func (m *Maps) For(engine string) ([]*rules.Ruleset, error) {
 		if engine != "" && engine != "auto" && em.engine != engine {
 			continue
 		}
-		rs, err := em.ruleset()
+		rs, err := m.ruleset(em)
 		if err != nil {
 			return nil, err
 		}
@@ -176,6 +218,21 @@ func (m *Maps) For(engine string) ([]*rules.Ruleset, error) {
 	return out, nil
 }
 
+// Check reports whether For(engine) has a map to read, as For does, but
+// compiles nothing: a shipped map cannot fail to compile (the tests compile
+// every one) and a user's was compiled when it was loaded, so what is left
+// to check is the engine's name.
+func (m *Maps) Check(engine string) error {
+	if engine == "" || engine == "auto" {
+		if len(m.list) > 0 {
+			return nil
+		}
+	} else if m.Knows(engine) {
+		return nil
+	}
+	return m.Unknown(engine)
+}
+
 // Others returns the rulesets of every map but engine's (for
 // diagnose.Options.OtherEngines); one that does not compile is left out.
 func (m *Maps) Others(engine string) []*rules.Ruleset {
@@ -184,7 +241,7 @@ func (m *Maps) Others(engine string) []*rules.Ruleset {
 		if em.engine == engine {
 			continue
 		}
-		if rs, err := em.ruleset(); err == nil {
+		if rs, err := m.ruleset(em); err == nil {
 			out = append(out, rs)
 		}
 	}
@@ -192,12 +249,25 @@ func (m *Maps) Others(engine string) []*rules.Ruleset {
 }
 
 // ruleset is the map's compiled ruleset: a user's as it was loaded, a
-// shipped one's by Default.
-func (em engineMap) ruleset() (*rules.Ruleset, error) {
+// shipped one's by Default, or held by Releasable maps.
+func (m *Maps) ruleset(em engineMap) (*rules.Ruleset, error) {
 	if em.user != nil {
 		return em.user, nil
 	}
-	return Default(em.engine)
+	if m.held == nil {
+		return Default(em.engine)
+	}
+	m.held.mu.Lock()
+	defer m.held.mu.Unlock()
+	if rs, ok := m.held.rs[em.engine]; ok {
+		return rs, nil
+	}
+	rs, err := compileShipped(em.engine)
+	if err != nil {
+		return nil, err
+	}
+	m.held.rs[em.engine] = rs
+	return rs, nil
 }
 
 var (

@@ -55,3 +55,51 @@ func TestMaps(t *testing.T) {
 		t.Errorf("Unknown: %v", err)
 	}
 }
+
+// Releasable maps compile the shipped rulesets into a cache of their own,
+// which Release empties; the process-wide cache is not filled.
+func TestReleasableMapsHoldTheirRulesetsUntilRelease(t *testing.T) {
+	m := Shipped().Releasable()
+	if err := m.Check("vllm"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Check("nosuchengine"); err == nil {
+		t.Error("Check(nosuchengine): no error")
+	}
+	if got := m.Held(); len(got) > 0 {
+		t.Fatalf("Check compiled %v", got)
+	}
+	global := Compiled()
+	first, err := m.For("vllm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Held(); !slices.Equal(got, []string{"vllm"}) {
+		t.Fatalf("held after For(vllm) = %v, want [vllm]", got)
+	}
+	if again, _ := m.For("vllm"); again[0] != first[0] {
+		t.Error("a second For(vllm) compiled again while held")
+	}
+	if got := Compiled(); !slices.Equal(got, global) {
+		t.Errorf("the process-wide cache went from %v to %v", global, got)
+	}
+	if got := m.Release(); !slices.Equal(got, []string{"vllm"}) {
+		t.Errorf("Release() = %v, want [vllm]", got)
+	}
+	if got := m.Held(); len(got) > 0 {
+		t.Fatalf("held after Release = %v", got)
+	}
+	after, err := m.For("vllm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after[0] == first[0] {
+		t.Error("For(vllm) after Release returned the released ruleset")
+	}
+	if after[0].Engine != "vllm" || len(after[0].Steps) != len(first[0].Steps) || !slices.Equal(after[0].Files, first[0].Files) {
+		t.Errorf("recompiled ruleset differs: engine %q, %d steps (was %d)", after[0].Engine, len(after[0].Steps), len(first[0].Steps))
+	}
+	if got := Shipped().Release(); got != nil {
+		t.Errorf("Release of maps that are not Releasable = %v", got)
+	}
+}

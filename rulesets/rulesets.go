@@ -10,6 +10,7 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -139,6 +140,16 @@ func Default(engine string) (*rules.Ruleset, error) {
 	if rs, ok := cache[engine]; ok {
 		return rs, nil
 	}
+	rs, err := compileShipped(engine)
+	if err != nil {
+		return nil, err
+	}
+	cache[engine] = rs
+	return rs, nil
+}
+
+// compileShipped builds the engine's shipped ruleset, uncached.
+func compileShipped(engine string) (*rules.Ruleset, error) {
 	f, err := file(engine + ".yaml")
 	if err != nil || !slices.Contains(Engines, engine) {
 		return nil, Shipped().Unknown(engine)
@@ -147,8 +158,16 @@ func Default(engine string) (*rules.Ruleset, error) {
 	if err != nil {
 		return nil, err
 	}
-	cache[engine] = withKnown(rs)
-	return rs, nil
+	return withKnown(rs), nil
+}
+
+// Compiled returns the engines whose shipped rulesets this process has
+// compiled so far (Default), sorted: what a start has built before any
+// triage read them.
+func Compiled() []string {
+	cacheMu.Lock()
+	defer cacheMu.Unlock()
+	return slices.Sorted(maps.Keys(cache))
 }
 
 // All returns the shipped ruleset of every engine, for engine auto-detection.
