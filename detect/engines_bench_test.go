@@ -3,7 +3,6 @@ package detect
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -45,15 +44,7 @@ func vllmLoad(scopes int) string {
 func BenchmarkDetectorTick(b *testing.B) {
 	m := querytest.New(b, vllmLoad(4))
 	at := time.Unix(0, 0).Add(70 * time.Minute)
-	tgiMap, err := os.ReadFile("../rulesets/tgi.yaml")
-	if err != nil {
-		b.Fatal(err)
-	}
-	tgi, err := ParseEngine("tgi", tgiMap)
-	if err != nil {
-		b.Fatal(err)
-	}
-	engines := append(shipped(b), tgi)
+	engines := append(shipped(b), shippedEngine(b, "tgi"))
 	for _, reads := range [][]string{nil, {"vllm"}} {
 		name := "all"
 		if reads != nil {

@@ -21,17 +21,23 @@ func shipped(t testing.TB) []Engine {
 	t.Helper()
 	var out []Engine
 	for _, name := range []string{"vllm", "sglang", "trtllm"} {
-		b, err := os.ReadFile("../rulesets/" + name + ".yaml")
-		if err != nil {
-			t.Fatal(err)
-		}
-		e, err := ParseEngine(name, b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, e)
+		out = append(out, shippedEngine(t, name))
 	}
 	return out
+}
+
+// shippedEngine is the detector part of the shipped map of engine name.
+func shippedEngine(t testing.TB, name string) Engine {
+	t.Helper()
+	b, err := os.ReadFile("../rulesets/" + name + ".yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := ParseEngine(name, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
 }
 
 // recorder remembers the queries a detector sends.
@@ -142,14 +148,7 @@ func TestReadOnlyDetectsTheSame(t *testing.T) {
 // reads nothing for it, as the whole `or` finds no series, instead of
 // failing; ReadOnly(nil) reads every engine again.
 func TestReadOnlyEngineWithoutSignal(t *testing.T) {
-	b, err := os.ReadFile("../rulesets/tgi.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tgi, err := ParseEngine("tgi", b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tgi := shippedEngine(t, "tgi")
 	d, err := NewDetector(DetectConfig{}, append(shipped(t), tgi))
 	if err != nil {
 		t.Fatal(err)
