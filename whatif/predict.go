@@ -281,12 +281,7 @@ func (m *Model) fitReserve(w Window) int {
 	waiting := func(reserve int) float64 {
 		c := m.configFor(Fix{})
 		c.ReserveOut = reserve
-		sum := 0.0
-		for _, seed := range Seeds {
-			c.Seed = seed
-			sum += Replay(c).Waiting
-		}
-		return sum / float64(len(Seeds))
+		return meanOverSeeds(c, func(r Result) float64 { return r.Waiting })
 	}
 	if waiting(lo) >= want {
 		return lo
@@ -352,39 +347,43 @@ func (m *Model) fitPrefill(w Window, obs []Window, outsideKnown bool) {
 		}
 		measure, want = func(r Result) float64 { return r.Waiting }, wt/m.replicas
 	}
-	at := func(k float64) (float64, Fit) {
-		f := refitWithPrefill(obs, fitted, k*fitted.Model.PerPrefillToken)
+	refit := func(k float64) Fit { return refitWithPrefill(obs, fitted, k*fitted.Model.PerPrefillToken) }
+	at := func(k float64) float64 {
 		c := m.configFor(Fix{})
-		c.Step = f.Model
-		sum := 0.0
-		for _, seed := range Seeds {
-			c.Seed = seed
-			sum += measure(Replay(c))
-		}
-		return sum / float64(len(Seeds)), f
+		c.Step = refit(k).Model
+		return meanOverSeeds(c, measure)
 	}
-	if byQueue {
-		if q, _ := at(1); math.Max(want, q) < queueSeen {
-			return // nobody queues: the queue says nothing of the prefill
-		}
+	if byQueue && math.Max(want, at(1)) < queueSeen {
+		return // nobody queues: the queue says nothing of the prefill
 	}
 	lo, hi := math.Log(prefillLow), math.Log(prefillHigh)
-	if q, _ := at(prefillLow); q >= want {
+	if at(prefillLow) >= want {
 		return // the replay is this slow however cheap the prefill: not its doing
 	}
-	if q, _ := at(prefillHigh); q <= want {
+	if at(prefillHigh) <= want {
 		return // nor this fast however dear
 	}
 	for range prefillSteps {
 		mid := (lo + hi) / 2
-		if q, _ := at(math.Exp(mid)); q < want {
+		if at(math.Exp(mid)) < want {
 			lo = mid
 		} else {
 			hi = mid
 		}
 	}
-	_, f := at(math.Exp((lo + hi) / 2))
+	f := refit(math.Exp((lo + hi) / 2))
 	m.Fit, m.cfg.Step = f, f.Model
+}
+
+// meanOverSeeds is measure of c's replay, averaged over Seeds: near a
+// wall one seed's queue swings too much to fit on.
+func meanOverSeeds(c Config, measure func(Result) float64) float64 {
+	sum := 0.0
+	for _, seed := range Seeds {
+		c.Seed = seed
+		sum += measure(Replay(c))
+	}
+	return sum / float64(len(Seeds))
 }
 
 // weightedMean is the mean of xs weighted by ws (0 without samples).
