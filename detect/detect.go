@@ -991,24 +991,25 @@ func (d *Detector) capScopes(byScope map[string]*Detection) {
 func (d *Detector) learnedBaseline(ctx context.Context, m query.Metrics, t Trigger, points []time.Time, set func(key string, v, n, mean *float64)) error {
 	best := map[string]*float64{}
 	count := map[string]*float64{}
-	means := map[string]*float64{}
-	for _, p := range points {
-		vals, err := d.query(ctx, m, t, d.cfg.LongWindow, p)
-		if err != nil {
-			return fmt.Errorf("trigger %s baseline: %w", t.Name, err)
+	highest := map[string]*float64{} // the highest mean
+	vals, err := d.queryPoints(ctx, m, d.expr(t, d.cfg.LongWindow), points)
+	if err != nil {
+		return fmt.Errorf("trigger %s baseline: %w", t.Name, err)
+	}
+	vols := make([]map[string]float64, len(points))
+	if t.MinRequests > 0 && d.volumeTemplate(t) != "" {
+		if vols, err = d.queryPoints(ctx, m, d.cfg.fill(d.volumeTemplate(t), d.cfg.LongWindow), points); err != nil {
+			return fmt.Errorf("trigger %s request count: %w", t.Name, err)
 		}
-		var vols map[string]float64
-		if t.MinRequests > 0 && d.volumeTemplate(t) != "" {
-			if vols, err = d.queryExpr(ctx, m, d.cfg.fill(d.volumeTemplate(t), d.cfg.LongWindow), p); err != nil {
-				return fmt.Errorf("trigger %s request count: %w", t.Name, err)
-			}
+	}
+	means := make([]map[string]float64, len(points))
+	if t.MeanRatio > 0 && d.tm.mean[t.Signal] != "" {
+		if means, err = d.queryPoints(ctx, m, d.cfg.fill(d.tm.mean[t.Signal], d.cfg.LongWindow), points); err != nil {
+			return fmt.Errorf("trigger %s mean: %w", t.Name, err)
 		}
-		var mv map[string]float64
-		if t.MeanRatio > 0 && d.tm.mean[t.Signal] != "" {
-			if mv, err = d.queryExpr(ctx, m, d.cfg.fill(d.tm.mean[t.Signal], d.cfg.LongWindow), p); err != nil {
-				return fmt.Errorf("trigger %s mean: %w", t.Name, err)
-			}
-		}
+	}
+	for i := range points {
+		vals, vols, mv := vals[i], vols[i], means[i]
 		for key, v := range vals {
 			var n *float64
 			if t.MinRequests > 0 {
@@ -1021,15 +1022,88 @@ func (d *Detector) learnedBaseline(ctx context.Context, m query.Metrics, t Trigg
 			if b := best[key]; b == nil || v > *b {
 				best[key], count[key] = ptr(v), n
 			}
-			if mean, ok := mv[key]; ok && (means[key] == nil || mean > *means[key]) {
-				means[key] = ptr(mean)
+			if mean, ok := mv[key]; ok && (highest[key] == nil || mean > *highest[key]) {
+				highest[key] = ptr(mean)
 			}
 		}
 	}
 	for key, v := range best {
-		set(key, v, count[key], means[key])
+		set(key, v, count[key], highest[key])
 	}
 	return nil
+}
+
+// queryPoints evaluates expr at each of points and returns the answers in
+// their order. Evenly spaced points on whole milliseconds are asked as one
+// range query: Prometheus evaluates a range query at start + k×step as an
+// instant query at that time, and reads the series once instead of once
+// per point (a learning baseline's six points cost one query, not six).
+// A source without range queries, or that fails one, is asked point by
+// point, as is an answer with more series than MaxSeries keeps (an
+// instant answer's order decides which are kept).
+func (d *Detector) queryPoints(ctx context.Context, m query.Metrics, expr string, points []time.Time) ([]map[string]float64, error) {
+	out := make([]map[string]float64, len(points))
+	var vecs []model.Vector
+	for _, p := range points {
+		if _, ok := d.cur.answers[answerKey{expr: expr, at: p.UnixNano()}]; !ok {
+			vecs = d.rangeAnswers(ctx, m, expr, points)
+			break
+		}
+	}
+	for i, p := range points {
+		k := answerKey{expr: expr, at: p.UnixNano()}
+		if _, asked := d.cur.answers[k]; vecs == nil || asked {
+			v, err := d.queryExpr(ctx, m, expr, p)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = v
+			continue
+		}
+		out[i] = d.takeAnswer(k, vecs[i])
+	}
+	return out, nil
+}
+
+// rangeAnswers asks expr at points as one range query and returns the
+// instant answer at each point, or nil when the points are not an even
+// grid of whole milliseconds (a range query's steps are milliseconds), the
+// source cannot answer, or an answer holds more than MaxSeries series.
+func (d *Detector) rangeAnswers(ctx context.Context, m query.Metrics, expr string, points []time.Time) []model.Vector {
+	if len(points) < 2 {
+		return nil
+	}
+	start, step := points[0], points[1].Sub(points[0])
+	if step <= 0 || step%time.Millisecond != 0 || start.Nanosecond()%int(time.Millisecond) != 0 {
+		return nil
+	}
+	for i, p := range points {
+		if !p.Equal(start.Add(time.Duration(i) * step)) {
+			return nil
+		}
+	}
+	mat, _, err := m.QueryRange(ctx, expr, start, points[len(points)-1], step)
+	if err != nil {
+		return nil
+	}
+	vecs := make([]model.Vector, len(points))
+	startMs, stepMs := start.UnixMilli(), step.Milliseconds()
+	for _, ss := range mat {
+		for _, sp := range ss.Values {
+			off := int64(sp.Timestamp) - startMs
+			i := off / stepMs
+			if off < 0 || off%stepMs != 0 || i >= int64(len(points)) {
+				return nil // not a step of the query: trust no part of it
+			}
+			vecs[i] = append(vecs[i], &model.Sample{Metric: ss.Metric, Value: sp.Value, Timestamp: sp.Timestamp})
+		}
+	}
+	for _, v := range vecs {
+		if d.cfg.MaxSeries > 0 && len(v) > d.cfg.MaxSeries {
+			return nil
+		}
+	}
+	return vecs
 }
 
 // enough reports whether a window's request count reaches min.
@@ -1080,6 +1154,14 @@ func (d *Detector) queryExpr(ctx context.Context, m query.Metrics, expr string, 
 	if err != nil {
 		return nil, err
 	}
+	return d.takeAnswer(k, vec), nil
+}
+
+// takeAnswer turns the answer vec to the query k into finite values by
+// scope key, applying MaxSeries and the evaluation's part, and keeps it
+// for the rest of the evaluation.
+func (d *Detector) takeAnswer(k answerKey, vec model.Vector) map[string]float64 {
+	c := &d.cur
 	truncated := 0
 	c.stats.Series = max(c.stats.Series, len(vec))
 	if k := d.cfg.MaxSeries; k > 0 && len(vec) > k {
@@ -1115,7 +1197,7 @@ func (d *Detector) queryExpr(ctx context.Context, m query.Metrics, expr string, 
 	if c.answers != nil {
 		c.answers[k] = answer{values: out, truncated: truncated}
 	}
-	return out, nil
+	return out
 }
 
 // keyOf builds the scope key (a PromQL selector) from the group-by labels.

@@ -1,0 +1,101 @@
+package detect
+
+import (
+	"context"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/model"
+
+	"github.com/whyslow/whyslow/query"
+	"github.com/whyslow/whyslow/query/querytest"
+)
+
+// rangeCounter counts a source's instant and range queries; a range
+// query asked twice in one evaluation is a repeat.
+type rangeCounter struct {
+	query.Metrics
+	instant, ranges int
+	asked           map[string]int
+}
+
+func (c *rangeCounter) Query(ctx context.Context, expr string, at time.Time) (model.Vector, []string, error) {
+	c.instant++
+	return c.Metrics.Query(ctx, expr, at)
+}
+
+func (c *rangeCounter) QueryRange(ctx context.Context, expr string, start, end time.Time, step time.Duration) (model.Matrix, []string, error) {
+	c.ranges++
+	c.asked[expr+" @ "+start.UTC().Format(time.RFC3339Nano)+" "+step.String()]++
+	return c.Metrics.QueryRange(ctx, expr, start, end, step)
+}
+
+// A learning baseline's points are asked as one range query per
+// expression where the source answers range queries; tick by tick the
+// detections are those of a detector that asks each point as an instant
+// query (querytest.Metrics has no range queries), over histories that give
+// one to six points, with onsets that fire ratio triggers while learning.
+func TestLearnedBaselineRangeQueryDetectsTheSame(t *testing.T) {
+	engines := shipped(t)
+	hold := time.Duration(0)
+	for _, c := range []struct {
+		name     string
+		load     string
+		triggers []Trigger
+	}{
+		{"ttft", ttftLoad(), []Trigger{{Name: "ttft", Signal: SignalTTFTP95, Ratio: 2, MinIncrease: 0.1, For: &hold}}},
+		{"itl defaults", itlLoad(), nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := querytest.New(t, c.load)
+			cfg := DetectConfig{Triggers: c.triggers}
+			fired := false
+			// History at the onset (sample 840, 70 min): 9, 14, 40 and 54
+			// minutes, so learning reads one point (an instant query),
+			// three, and six.
+			for _, since := range []time.Duration{61 * time.Minute, 56 * time.Minute, 30 * time.Minute, 16 * time.Minute} {
+				pointwise, err := NewDetector(cfg, engines)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ranged, err := NewDetector(cfg, engines)
+				if err != nil {
+					t.Fatal(err)
+				}
+				src := &rangeCounter{Metrics: querytest.Range{Metrics: m}}
+				from := time.Unix(0, 0).Add(since)
+				for i := 836; i <= 866; i += 2 {
+					at := time.Unix(int64(i)*5, 0)
+					want, err := pointwise.EvaluateSince(context.Background(), m, at, from)
+					if err != nil {
+						t.Fatal(err)
+					}
+					src.asked = map[string]int{}
+					got, err := ranged.EvaluateSince(context.Background(), src, at, from)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !reflect.DeepEqual(got, want) {
+						t.Fatalf("history from %s, sample %d: with range queries the detector judged\n%+v\npoint by point\n%+v", since, i, got, want)
+					}
+					for q, n := range src.asked {
+						if n > 1 {
+							t.Errorf("sample %d: range query asked %d times: %s", i, n, q)
+						}
+					}
+					for _, det := range want {
+						fired = fired || det.Firing
+					}
+				}
+				if since < 61*time.Minute && src.ranges == 0 {
+					t.Errorf("history from %s: the learning baseline asked no range query", since)
+				}
+				t.Logf("history from %s: %d instant and %d range queries", since, src.instant, src.ranges)
+			}
+			if !fired {
+				t.Fatal("nothing fired: the comparison proves little")
+			}
+		})
+	}
+}
