@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql"
-	"github.com/prometheus/prometheus/promql/promqltest"
 	"github.com/prometheus/prometheus/storage"
 )
 
@@ -23,11 +22,13 @@ type Metrics struct {
 	store  storage.Queryable
 }
 
-// New loads the series of load into a storage closed when t ends.
-func New(t testing.TB, load string) *Metrics {
+// New loads the series of input (see load) into memory.
+func New(t testing.TB, input string) *Metrics {
 	t.Helper()
-	st := promqltest.LoadedStorage(t, load)
-	t.Cleanup(func() { st.Close() })
+	st, err := load(input)
+	if err != nil {
+		t.Fatalf("querytest: %v", err)
+	}
 	eng := promql.NewEngine(promql.EngineOpts{MaxSamples: 50_000_000, Timeout: time.Minute, LookbackDelta: 5 * time.Minute})
 	return &Metrics{engine: eng, store: st}
 }
