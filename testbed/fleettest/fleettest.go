@@ -16,6 +16,7 @@ import (
 
 	"github.com/whyslow/whyslow/testbed/promtest"
 	"github.com/whyslow/whyslow/testbed/sim"
+	"github.com/whyslow/whyslow/testbed/testgc"
 )
 
 // Promtool is where Debian's prometheus package installs promtool.
@@ -83,7 +84,9 @@ func Build(ctx context.Context, dir string, scopes []Scope) (*Fleet, error) {
 // Backfill writes the OpenMetrics file om into the TSDB at dataDir with
 // promtool (new blocks next to those already there).
 func Backfill(ctx context.Context, om, dataDir string) error {
-	if out, err := exec.CommandContext(ctx, Promtool, "tsdb", "create-blocks-from", "openmetrics", om, dataDir).CombinedOutput(); err != nil {
+	cmd := exec.CommandContext(ctx, Promtool, "tsdb", "create-blocks-from", "openmetrics", om, dataDir)
+	cmd.Env = testgc.ChildEnv()
+	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("promtool: %v\n%s", err, out)
 	}
 	return nil

@@ -17,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/whyslow/whyslow/testbed/testgc"
 )
 
 // Bin is where Debian's prometheus package installs the server.
@@ -85,6 +87,7 @@ func StartServer(ctx context.Context, t testing.TB, name, addr, bin string, args
 	logs := &syncBuffer{}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logs, logs
+	cmd.Env = testgc.ChildEnv()
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
