@@ -1068,7 +1068,9 @@ func (d *Detector) queryPoints(ctx context.Context, m query.Metrics, expr string
 // rangeAnswers asks expr at points as one range query and returns the
 // instant answer at each point, or nil when the points are not an even
 // grid of whole milliseconds (a range query's steps are milliseconds), the
-// source cannot answer, or an answer holds more than MaxSeries series.
+// source cannot answer, the answer holds a sample at another time than the
+// points (a query frontend that aligns a range query's start to its step),
+// or an answer holds more than MaxSeries series.
 func (d *Detector) rangeAnswers(ctx context.Context, m query.Metrics, expr string, points []time.Time) []model.Vector {
 	if len(points) < 2 {
 		return nil
