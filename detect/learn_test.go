@@ -2,7 +2,9 @@ package detect
 
 import (
 	"context"
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,5 +99,68 @@ func TestLearnedBaselineRangeQueryDetectsTheSame(t *testing.T) {
 				t.Fatal("nothing fired: the comparison proves little")
 			}
 		})
+	}
+}
+
+// alignedRange answers a range query from the start aligned down to a
+// multiple of the step, as a query frontend that aligns queries does.
+type alignedRange struct{ querytest.Range }
+
+func (a alignedRange) QueryRange(ctx context.Context, expr string, start, end time.Time, step time.Duration) (model.Matrix, []string, error) {
+	return a.Range.QueryRange(ctx, expr, start.Truncate(step), end, step)
+}
+
+// A range answer at other times than the baseline's points is not taken
+// for them: the detector asks the points one by one and judges as a
+// detector that never asks a range query.
+func TestLearnedBaselineIgnoresAlignedRangeAnswers(t *testing.T) {
+	// TTFT whose p95 rises through the history (the share of requests
+	// under 0.1 s falls from 90% to 30%, a tenth every 10 minutes), so the
+	// learned baseline (the highest window) moves with its points; from
+	// sample 841 on every request is over 1 s.
+	var fast, second, all strings.Builder
+	for i, n := 0, 0; i <= 960; i++ {
+		fmt.Fprintf(&fast, " %d", n)
+		fmt.Fprintf(&second, " %d", 10*min(i, 840))
+		fmt.Fprintf(&all, " %d", 10*i)
+		if i < 840 {
+			n += 9 - i/120
+		}
+	}
+	m := querytest.New(t, "load 5s\n"+
+		`  vllm:time_to_first_token_seconds_bucket{model_name="m",le="0.1"}`+fast.String()+"\n"+
+		`  vllm:time_to_first_token_seconds_bucket{model_name="m",le="1"}`+second.String()+"\n"+
+		`  vllm:time_to_first_token_seconds_bucket{model_name="m",le="+Inf"}`+all.String()+"\n")
+	hold := time.Duration(0)
+	cfg := DetectConfig{Triggers: []Trigger{{Name: "ttft", Signal: SignalTTFTP95, Ratio: 1.05, For: &hold}}}
+	pointwise, err := NewDetector(cfg, shipped(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	aligned, err := NewDetector(cfg, shipped(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := time.Unix(0, 0).Add(30*time.Minute + 7*time.Second) // points off the step grid
+	fired := false
+	for i := 836; i <= 866; i += 3 {
+		at := time.Unix(int64(i)*5, 0)
+		want, err := pointwise.EvaluateSince(context.Background(), m, at, from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := aligned.EvaluateSince(context.Background(), alignedRange{querytest.Range{Metrics: m}}, at, from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("sample %d: with an aligning source the detector judged\n%+v\npoint by point\n%+v", i, got, want)
+		}
+		for _, det := range want {
+			fired = fired || det.Firing
+		}
+	}
+	if !fired {
+		t.Fatal("nothing fired: the comparison proves little")
 	}
 }
