@@ -340,18 +340,24 @@ func (m *Model) fitPrefill(w Window, obs []Window, outsideKnown bool) {
 	measure := func(r Result) float64 { return weightedMean(r.TTFT, r.TTFTW) }
 	want, ok := w.get(sigTTFTMean)
 	byQueue := !outsideKnown || !ok || want <= 0
+	refit := func(k float64) Fit { return refitWithPrefill(obs, fitted, k*fitted.Model.PerPrefillToken) }
+	at := func(k float64) float64 {
+		c := m.configFor(Fix{})
+		c.Step = refit(k).Model
+		return meanOverSeeds(c, measure)
+	}
+	if byQueue && ok && want > 0 && at(1) > want {
+		// the time outside the engine is unknown but not negative: a
+		// replay whose engine alone takes longer than the window's whole
+		// TTFT mean prefills too dearly
+		byQueue = false
+	}
 	if byQueue {
 		wt, ok := w.get(sigWaiting)
 		if !ok {
 			return
 		}
 		measure, want = func(r Result) float64 { return r.Waiting }, wt/m.replicas
-	}
-	refit := func(k float64) Fit { return refitWithPrefill(obs, fitted, k*fitted.Model.PerPrefillToken) }
-	at := func(k float64) float64 {
-		c := m.configFor(Fix{})
-		c.Step = refit(k).Model
-		return meanOverSeeds(c, measure)
 	}
 	if byQueue && math.Max(want, at(1)) < queueSeen {
 		return // nobody queues: the queue says nothing of the prefill
