@@ -202,10 +202,11 @@ func Build(in *Inputs) (*Model, error) {
 		c.ReserveOut = reserveOut(w, kv, m.replicas, m.pinned > 0, c.PromptMean, c.OutputMean)
 	}
 	m.cfg = c
+	// TensorRT-LLM's queue fits its reservation (fitReserve): its
+	// prefill cost fits the TTFT mean alone, before the queue is read
+	m.fitPrefill(w, obs, outsideKnown, c.Policy != PolicyTRT)
 	if c.Policy == PolicyTRT {
 		m.cfg.ReserveOut = m.fitReserve(w)
-	} else {
-		m.fitPrefill(w, obs, outsideKnown)
 	}
 	m.Observed = Metrics{TTFTP95: v(sigTTFTP95), ITLP95: v(sigITLP95), Throughput: v(sigGenTPS)}
 	own := m.replay(Fix{})
@@ -332,7 +333,7 @@ const (
 // Where no cost in that range reproduces it (a queue the KV pool makes),
 // the fitted one stays too. TensorRT-LLM's queue fits its reservation
 // instead (fitReserve): one measured queue fits one unknown.
-func (m *Model) fitPrefill(w Window, obs []Window, outsideKnown bool) {
+func (m *Model) fitPrefill(w Window, obs []Window, outsideKnown, byWaiting bool) {
 	fitted := m.Fit
 	if fitted.Model.PerPrefillToken <= 0 {
 		return
@@ -354,7 +355,7 @@ func (m *Model) fitPrefill(w Window, obs []Window, outsideKnown bool) {
 	}
 	if byQueue {
 		wt, ok := w.get(sigWaiting)
-		if !ok {
+		if !ok || !byWaiting {
 			return
 		}
 		measure, want = func(r Result) float64 { return r.Waiting }, wt/m.replicas
