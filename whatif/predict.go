@@ -187,7 +187,9 @@ func Build(in *Inputs) (*Model, error) {
 	if len(c.PromptTail) > 0 {
 		c.PromptBody = fitBody(c.PromptTail, c.PromptMean)
 	}
-	c.PromptHist = NewHistogram(in.PromptLes, in.PromptCounts)
+	if c.PromptHist = NewHistogram(in.PromptLes, in.PromptCounts); c.PromptHist != nil {
+		c.PromptHist.FitMean(float64(c.PromptMax), c.PromptMean)
+	}
 	if fit.ClockKnown {
 		c.Clock = v(sigClock)
 	}
@@ -324,15 +326,19 @@ const (
 // the sub-windows' gaps stay fitted) whose replay reproduces, as a mean
 // over the seeds (bisection):
 //   - the window's TTFT mean, where the time outside the engine is known
-//     (outsideKnown: TTFT, queue and prefill means); without it a TTFT
-//     mean cannot tell the prefill from time before the engine;
+//     (outsideKnown: TTFT, queue and prefill means), or where it is not
+//     but the replay's engine alone takes longer than that mean (the time
+//     outside is never negative: the mean bounds the engine's); a TTFT
+//     mean above the replay's without the outside time cannot tell the
+//     prefill from time before the engine;
 //   - else the window's mean waiting per replica, where the window or the
-//     replay queues at all (queueSeen);
+//     replay queues at all (queueSeen) and the queue may fit the prefill
+//     (byWaiting; TensorRT-LLM's queue fits its reservation instead,
+//     fitReserve: one measured queue fits one unknown);
 //   - else nothing: the fitted cost stays.
 //
 // Where no cost in that range reproduces it (a queue the KV pool makes),
-// the fitted one stays too. TensorRT-LLM's queue fits its reservation
-// instead (fitReserve): one measured queue fits one unknown.
+// the fitted one stays too.
 func (m *Model) fitPrefill(w Window, obs []Window, outsideKnown, byWaiting bool) {
 	fitted := m.Fit
 	if fitted.Model.PerPrefillToken <= 0 {
