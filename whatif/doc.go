@@ -20,11 +20,13 @@
 // interleaved with it) on that sub-window's prefill tokens per gap, decode
 // batch and context. One incident's sub-windows move those together, so
 // the split between the prefill cost and the rest is poorly determined;
-// on vLLM and SGLang the prefill cost is set within ½–2× of the fitted one
-// so that the replay's mean TTFT is the window's (where the time outside
-// the engine is known; else its mean waiting, where requests queue), the
-// other coefficients fitted again with it held (TensorRT-LLM's queue fits
-// its reservation instead). The
+// the prefill cost is set within ½–2× of the fitted one so that the
+// replay's mean TTFT is the window's (where the time outside the engine
+// is known, or where the replay's engine alone exceeds the window's whole
+// TTFT mean: the time outside is never negative; else, on vLLM and
+// SGLang, its mean waiting, where requests queue), the other coefficients
+// fitted again with it held (TensorRT-LLM's queue fits its reservation
+// instead). The
 // KV pool's capacity per replica is the context a
 // running request holds over the share of the pool it uses
 // (decode_ctx_tokens / kv_per_running). The scheduler is the incident's
@@ -40,8 +42,9 @@
 // with retraction; TensorRT-LLM in-flight batching under
 // GUARANTEED_NO_EVICT), fed by a Poisson stream with lognormal prompt and
 // output lengths of the window's means (the prompts drawn from the
-// exported prompt-length histogram, else through its p90/p99/p99.9, else
-// lognormal). It is bounded: 420 s simulated (120 s warm-up, the
+// exported prompt-length histogram, the draw inside a bucket tilted so
+// that the mean is the token counters', else through its p90/p99/p99.9,
+// else lognormal). It is bounded: 420 s simulated (120 s warm-up, the
 // 300 s after it measured), 20,000 requests, 100,000 steps.
 //
 // # Prediction

@@ -187,7 +187,9 @@ func Build(in *Inputs) (*Model, error) {
 	if len(c.PromptTail) > 0 {
 		c.PromptBody = fitBody(c.PromptTail, c.PromptMean)
 	}
-	c.PromptHist = NewHistogram(in.PromptLes, in.PromptCounts)
+	if c.PromptHist = NewHistogram(in.PromptLes, in.PromptCounts); c.PromptHist != nil {
+		c.PromptHist.FitMean(float64(c.PromptMax), c.PromptMean)
+	}
 	if fit.ClockKnown {
 		c.Clock = v(sigClock)
 	}
@@ -202,10 +204,11 @@ func Build(in *Inputs) (*Model, error) {
 		c.ReserveOut = reserveOut(w, kv, m.replicas, m.pinned > 0, c.PromptMean, c.OutputMean)
 	}
 	m.cfg = c
+	// TensorRT-LLM's queue fits its reservation (fitReserve): its
+	// prefill cost fits the TTFT mean alone, before the queue is read
+	m.fitPrefill(w, obs, outsideKnown, c.Policy != PolicyTRT)
 	if c.Policy == PolicyTRT {
 		m.cfg.ReserveOut = m.fitReserve(w)
-	} else {
-		m.fitPrefill(w, obs, outsideKnown)
 	}
 	m.Observed = Metrics{TTFTP95: v(sigTTFTP95), ITLP95: v(sigITLP95), Throughput: v(sigGenTPS)}
 	own := m.replay(Fix{})
@@ -323,16 +326,20 @@ const (
 // the sub-windows' gaps stay fitted) whose replay reproduces, as a mean
 // over the seeds (bisection):
 //   - the window's TTFT mean, where the time outside the engine is known
-//     (outsideKnown: TTFT, queue and prefill means); without it a TTFT
-//     mean cannot tell the prefill from time before the engine;
+//     (outsideKnown: TTFT, queue and prefill means), or where it is not
+//     but the replay's engine alone takes longer than that mean (the time
+//     outside is never negative: the mean bounds the engine's); a TTFT
+//     mean above the replay's without the outside time cannot tell the
+//     prefill from time before the engine;
 //   - else the window's mean waiting per replica, where the window or the
-//     replay queues at all (queueSeen);
+//     replay queues at all (queueSeen) and the queue may fit the prefill
+//     (byWaiting; TensorRT-LLM's queue fits its reservation instead,
+//     fitReserve: one measured queue fits one unknown);
 //   - else nothing: the fitted cost stays.
 //
 // Where no cost in that range reproduces it (a queue the KV pool makes),
-// the fitted one stays too. TensorRT-LLM's queue fits its reservation
-// instead (fitReserve): one measured queue fits one unknown.
-func (m *Model) fitPrefill(w Window, obs []Window, outsideKnown bool) {
+// the fitted one stays too.
+func (m *Model) fitPrefill(w Window, obs []Window, outsideKnown, byWaiting bool) {
 	fitted := m.Fit
 	if fitted.Model.PerPrefillToken <= 0 {
 		return
@@ -340,18 +347,24 @@ func (m *Model) fitPrefill(w Window, obs []Window, outsideKnown bool) {
 	measure := func(r Result) float64 { return weightedMean(r.TTFT, r.TTFTW) }
 	want, ok := w.get(sigTTFTMean)
 	byQueue := !outsideKnown || !ok || want <= 0
-	if byQueue {
-		wt, ok := w.get(sigWaiting)
-		if !ok {
-			return
-		}
-		measure, want = func(r Result) float64 { return r.Waiting }, wt/m.replicas
-	}
 	refit := func(k float64) Fit { return refitWithPrefill(obs, fitted, k*fitted.Model.PerPrefillToken) }
 	at := func(k float64) float64 {
 		c := m.configFor(Fix{})
 		c.Step = refit(k).Model
 		return meanOverSeeds(c, measure)
+	}
+	if byQueue && ok && want > 0 && at(1) > want {
+		// the time outside the engine is unknown but not negative: a
+		// replay whose engine alone takes longer than the window's whole
+		// TTFT mean prefills too dearly
+		byQueue = false
+	}
+	if byQueue {
+		wt, ok := w.get(sigWaiting)
+		if !ok || !byWaiting {
+			return
+		}
+		measure, want = func(r Result) float64 { return r.Waiting }, wt/m.replicas
 	}
 	if byQueue && math.Max(want, at(1)) < queueSeen {
 		return // nobody queues: the queue says nothing of the prefill

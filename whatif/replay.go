@@ -525,6 +525,9 @@ func fitBody(q []Quantile, mean float64) float64 {
 type Histogram struct {
 	Les, Counts []float64
 	total       float64
+	// tilt shapes a draw inside its bucket: density ∝ x^(tilt−1), 0
+	// log-uniform (see FitMean).
+	tilt float64
 }
 
 // NewHistogram checks the layout; nil when it holds no observation.
@@ -542,18 +545,62 @@ func NewHistogram(les, counts []float64) *Histogram {
 	return h
 }
 
-// Mean is the histogram's mean under draw's log-uniform buckets.
+// Mean is the histogram's mean under draw's buckets.
 func (h *Histogram) Mean(top float64) float64 {
 	s := 0.0
 	for i, c := range h.Counts {
 		lo, hi := h.bucket(i, top)
-		if hi > lo {
-			s += c * (hi - lo) / math.Log(hi/lo)
-		} else {
-			s += c * lo
-		}
+		s += c * tiltedMean(lo, hi, h.tilt)
 	}
 	return s / h.total
+}
+
+// FitMean shapes the draws inside the buckets so that the histogram's
+// mean is mean (the exact one, from the token counters): the buckets
+// place a length only within a factor of 2–2.5 on coarse layouts, and a
+// log-uniform fill there can put the mean several percent off the
+// counters' (it stays log-uniform where no tilt within ±3 reaches it).
+func (h *Histogram) FitMean(top, mean float64) {
+	if mean <= 0 {
+		return
+	}
+	h.tilt = 0
+	if h.Mean(top) == mean {
+		return
+	}
+	lo, hi := -3.0, 3.0
+	h.tilt = lo
+	below := h.Mean(top) > mean
+	h.tilt = hi
+	above := h.Mean(top) < mean
+	if below || above {
+		h.tilt = 0
+		return
+	}
+	for i := 0; i < 50; i++ {
+		h.tilt = (lo + hi) / 2
+		if h.Mean(top) < mean {
+			lo = h.tilt
+		} else {
+			hi = h.tilt
+		}
+	}
+	h.tilt = (lo + hi) / 2
+}
+
+// tiltedMean is the mean of a length on [lo, hi] with density ∝
+// x^(tilt−1).
+func tiltedMean(lo, hi, tilt float64) float64 {
+	switch {
+	case hi <= lo:
+		return lo
+	case math.Abs(tilt) < 1e-9:
+		return (hi - lo) / math.Log(hi/lo)
+	case math.Abs(tilt+1) < 1e-9:
+		return math.Log(hi/lo) / (1/lo - 1/hi)
+	}
+	b := tilt
+	return b / (b + 1) * (math.Pow(hi, b+1) - math.Pow(lo, b+1)) / (math.Pow(hi, b) - math.Pow(lo, b))
 }
 
 func (h *Histogram) bucket(i int, top float64) (lo, hi float64) {
@@ -582,5 +629,10 @@ func (h *Histogram) draw(rng *rand.Rand, top float64) float64 {
 		u -= h.Counts[i]
 	}
 	lo, hi := h.bucket(i, top)
-	return lo * math.Exp(rng.Float64()*math.Log(hi/lo))
+	u = rng.Float64()
+	if math.Abs(h.tilt) < 1e-9 || hi <= lo {
+		return lo * math.Exp(u*math.Log(hi/lo))
+	}
+	b := h.tilt
+	return math.Pow(math.Pow(lo, b)+u*(math.Pow(hi, b)-math.Pow(lo, b)), 1/b)
 }

@@ -3,6 +3,7 @@ package whatif
 import (
 	"errors"
 	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -302,7 +303,7 @@ func TestFitPrefillFromTheTTFT(t *testing.T) {
 	fitted := refitWithPrefill(obs, Fit{}, wrong.PerPrefillToken)
 	m := &Model{In: &Inputs{}, Fit: fitted, cfg: c, replicas: 1, rate: c.Rate}
 	m.cfg.Step = fitted.Model
-	m.fitPrefill(Window{sigTTFTMean: observed}, obs, true)
+	m.fitPrefill(Window{sigTTFTMean: observed}, obs, true, true)
 	got := m.Fit.Model.PerPrefillToken
 	t.Logf("TTFT mean %.3fs: prefill cost %.1f µs/token (true %.1f, fitted %.1f)", observed, got*1e6, truth.PerPrefillToken*1e6, wrong.PerPrefillToken*1e6)
 	if math.Abs(got/truth.PerPrefillToken-1) > 0.1 {
@@ -314,28 +315,73 @@ func TestFitPrefillFromTheTTFT(t *testing.T) {
 	// a TTFT of a day: no prefill cost in range makes it
 	m = &Model{In: &Inputs{}, Fit: fitted, cfg: c, replicas: 1, rate: c.Rate}
 	m.cfg.Step = fitted.Model
-	m.fitPrefill(Window{sigTTFTMean: 86400}, obs, true)
+	m.fitPrefill(Window{sigTTFTMean: 86400}, obs, true, true)
 	if m.Fit.Model != fitted.Model {
 		t.Errorf("an unreachable TTFT moved the fit: %+v", m.Fit.Model)
 	}
 	// without the TTFT mean or a queue there is nothing to fit on
-	m.fitPrefill(Window{}, obs, true)
+	m.fitPrefill(Window{}, obs, true, true)
 	if m.Fit.Model != fitted.Model {
 		t.Errorf("a missing TTFT mean moved the fit: %+v", m.Fit.Model)
 	}
-	// without the time outside the engine the TTFT mean cannot tell the
-	// prefill from it: the queue decides, where requests queue
-	m.fitPrefill(Window{sigTTFTMean: 2 * observed}, obs, false)
+	// without the time outside the engine a TTFT mean above the replay's
+	// cannot tell the prefill from it: the queue decides, where requests
+	// queue
+	m.fitPrefill(Window{sigTTFTMean: 86400}, obs, false, true)
 	if m.Fit.Model != fitted.Model {
 		t.Errorf("a TTFT mean without the outside time moved the fit: %+v", m.Fit.Model)
 	}
 	if waiting < queueSeen {
 		t.Fatalf("the truth queues %.2f requests: no queue to fit on", waiting)
 	}
-	m.fitPrefill(Window{sigTTFTMean: 2 * observed, sigWaiting: waiting}, obs, false)
+	// TensorRT-LLM's queue fits its reservation, not the prefill
+	m.fitPrefill(Window{sigTTFTMean: 86400, sigWaiting: waiting}, obs, false, false)
+	if m.Fit.Model != fitted.Model {
+		t.Errorf("the queue moved the fit where it fits the reservation: %+v", m.Fit.Model)
+	}
+	m.fitPrefill(Window{sigTTFTMean: 86400, sigWaiting: waiting}, obs, false, true)
 	got = m.Fit.Model.PerPrefillToken
 	t.Logf("waiting %.2f: prefill cost %.1f µs/token", waiting, got*1e6)
 	if math.Abs(got/truth.PerPrefillToken-1) > 0.1 {
 		t.Errorf("from the queue: prefill cost %.1f µs/token, want about %.1f", got*1e6, truth.PerPrefillToken*1e6)
+	}
+	// the time outside is unknown, but the replay's engine alone takes
+	// longer than the window's whole TTFT mean: the mean bounds it
+	m = &Model{In: &Inputs{}, Fit: fitted, cfg: c, replicas: 1, rate: c.Rate}
+	m.cfg.Step = fitted.Model
+	m.fitPrefill(Window{sigTTFTMean: observed}, obs, false, false)
+	got = m.Fit.Model.PerPrefillToken
+	t.Logf("TTFT mean %.3fs as a bound: prefill cost %.1f µs/token", observed, got*1e6)
+	if math.Abs(got/truth.PerPrefillToken-1) > 0.1 {
+		t.Errorf("from the TTFT mean as a bound: prefill cost %.1f µs/token, want about %.1f", got*1e6, truth.PerPrefillToken*1e6)
+	}
+}
+
+// TestHistogramKeepsTheMean: coarse buckets filled log-uniformly put the
+// mean off the counters'; FitMean tilts the draws inside the buckets to
+// it, and the draws follow.
+func TestHistogramKeepsTheMean(t *testing.T) {
+	h := NewHistogram([]float64{500, 1000, 2000, 5000, 10000}, []float64{10, 40, 30, 15, 5, 0})
+	top := 12000.0
+	loose := h.Mean(top)
+	for _, want := range []float64{0.9 * loose, 1.06 * loose} {
+		h.FitMean(top, want)
+		if got := h.Mean(top); math.Abs(got/want-1) > 1e-6 {
+			t.Errorf("mean %.1f, want %.1f (log-uniform %.1f)", got, want, loose)
+		}
+		rng := rand.New(rand.NewPCG(1, 2))
+		s := 0.0
+		const n = 200000
+		for i := 0; i < n; i++ {
+			s += h.draw(rng, top)
+		}
+		if math.Abs(s/n/want-1) > 0.01 {
+			t.Errorf("drawn mean %.1f, want %.1f", s/n, want)
+		}
+	}
+	// a mean no tilt reaches leaves the fill log-uniform
+	h.FitMean(top, 50*loose)
+	if got := h.Mean(top); got != loose {
+		t.Errorf("an unreachable mean moved the fill: %.1f, log-uniform %.1f", got, loose)
 	}
 }
