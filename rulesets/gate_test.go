@@ -467,3 +467,34 @@ func TestPromptsPastBudgetWithoutPrefixSeries(t *testing.T) {
 		t.Errorf("no token counters at all: finding %+v, want the rule silent", f)
 	}
 }
+
+// TestGateRecentKeepsHalfTheRise: a prompt shift whose window rise stands
+// outside the noise (TTFT median ×1.56 at z 3.9, mean ×1.52) while its last
+// minutes, holding few requests, read inside their wider noise (mean ×1.27
+// at z 0.5, p95 ×2.0 at z 1.2): both keep half of the window's rise, so it
+// has not drained. A burst whose last minutes are back near the baseline in
+// the mean is still vetoed.
+func TestGateRecentKeepsHalfTheRise(t *testing.T) {
+	rs, err := Default("vllm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := map[string]float64{"samples": 20, "requests": 4540, "ttft_mean": 0.293, "ttft_p50": 0.153, "ttft_p95": 0.781,
+		"ttft_p99": 2.51, "tpot_mean": 0.0224, "tpot_p50": 0.0178, "tpot_p95": 0.0249}
+	now := map[string]float64{"samples": 20, "requests": 3720, "ttft_mean": 0.446, "ttft_p50": 0.238, "ttft_p95": 1.85,
+		"ttft_p99": 3.92, "tpot_mean": 0.0224, "tpot_p50": 0.0178, "tpot_p95": 0.0249,
+		"ttft_mean_recent": 0.373, "ttft_p95_recent": 1.56}
+	z := map[string]float64{"ttft_p50": 3.85, "ttft_p95": 1.78, "ttft_p99": 0.82, "ttft_mean": 1.17,
+		"ttft_mean_recent": 0.55, "ttft_p95_recent": 1.23}
+	if out := rs.Walk(rules.Facts{Now: now, Base: base, Z: z}); !out.Anomaly {
+		t.Errorf("last minutes keep half of the rise in mean and p95: not an anomaly")
+	}
+	drained := map[string]float64{}
+	for k, v := range now {
+		drained[k] = v
+	}
+	drained["ttft_mean_recent"] = 0.31 // ×1.06: back near the baseline
+	if out := rs.Walk(rules.Facts{Now: drained, Base: base, Z: z}); out.Anomaly {
+		t.Errorf("last minutes back near the baseline in the mean: anomaly, want the burst vetoed")
+	}
+}
