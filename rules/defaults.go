@@ -266,13 +266,15 @@ func presentStates() []sigState {
 }
 
 // searchStates are the candidates of the search: absent, present without a
-// baseline, and a coarser grid of present values.
+// baseline, and a coarser grid of present values; the moves start from
+// token-sized baselines too, since rules that compare prompts with a step
+// budget fire only there.
 func searchStates() []sigState {
 	out := []sigState{{}, {present: true, nowOnly: true, now: 1}}
 	for _, v := range []float64{0, 0.03, 0.5, 0.9, 0.97, 1, 3, 60, 2000, 20000} {
 		out = append(out, sigState{present: true, now: v, base: v})
 	}
-	for _, b := range []float64{0.5, 20} {
+	for _, b := range []float64{0.5, 20, 4000} {
 		for _, m := range []float64{0.3, 0.7, 0.9, 1.1, 1.3, 1.6, 2.5, 5} {
 			out = append(out, sigState{present: true, now: b * m, base: b})
 		}

@@ -260,7 +260,8 @@ func TestCalibration(t *testing.T) {
 
 // TestCheckDefaultsFindsVeto: a neutral default inside a factor that vetoes
 // the cause when traffic rose is caught; declared, it passes; a default at
-// the factor's lowest value is safe without a declaration.
+// the factor's lowest value is safe without a declaration; a rule that fires
+// only at thousands of tokens is searched there too.
 func TestCheckDefaultsFindsVeto(t *testing.T) {
 	for _, tc := range []struct {
 		name, grade, safe string
@@ -269,12 +270,18 @@ func TestCheckDefaultsFindsVeto(t *testing.T) {
 		{"veto default", `ramp(ratio.tpot_mean, 1.2, 1.5) * ramp(ratio.?arrival_rate.orValue(1.0), 1.25, 1.1)`, "", true},
 		{"declared", `ramp(ratio.tpot_mean, 1.2, 1.5) * ramp(ratio.?arrival_rate.orValue(1.0), 1.25, 1.1)`, "\n        safe_defaults: {arrival_rate: 'a reason'}", false},
 		{"lowest default", `ramp(ratio.tpot_mean, 1.2, 1.5) * ramp(now.?preemption_rate.orValue(0.0), 0.01, 0.1)`, "", false},
+		// Fires only for prompts that moved from thousands of tokens to past
+		// a budget of 8192: the search must reach large baselines.
+		{"large values", `ramp(now.prompt_len_p90 / 8192.0, 0.9, 1.4) * logramp(ratio.prompt_len_p90, 1.4, 2.5)
+          * ramp(now.prompt_len_p90 * (1.0 - now.?prefix_hit_rate.orValue(0.0)) / 8192.0, 0.4, 0.7)`, "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			doc := `signals:
   tpot_mean: {title: t, unit: seconds}
   arrival_rate: {title: a, unit: req/s}
   preemption_rate: {title: p, unit: preemptions/s}
+  prompt_len_p90: {title: l, unit: tokens}
+  prefix_hit_rate: {title: h, unit: fraction}
 verdict: {anomaly: 'true'}
 causes:
   - {id: gpu_throttling, title: t, description: d, remediation: [f]}

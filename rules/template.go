@@ -345,7 +345,12 @@ var EvidenceFuncs = template.FuncMap{
 	"pow2up":  Pow2Up,
 	"below":   below,
 	"minus":   minus,
+	"missing": missing,
 }
+
+// missing reports a signal the engine did not export (or a value that is not
+// a number): evidence that had to do without it can say so.
+func missing(v any) bool { return math.IsNaN(toFloat(v)) }
 
 // minus is a − b; NaN, rendered "n/a", when either is missing.
 func minus(a, b any) float64 { return toFloat(a) - toFloat(b) }

@@ -1,6 +1,8 @@
 package rulesets
 
 import (
+	"math"
+	"strings"
 	"testing"
 
 	"github.com/whyslow/whyslow/diagnose"
@@ -87,10 +89,12 @@ func TestContextFromNewPrompt(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := map[string]float64{"samples": 40, "requests": 9000, "ttft_mean": 0.169, "tpot_mean": 0.0304, "prompt_len_mean": 2300,
-		"prompt_len_p90": 4750, "kv_per_running": 0.0099, "prefix_hit_rate": 0.30, "request_rate": 30, "arrival_rate": 30}
+		"prompt_len_p90": 4750, "kv_per_running": 0.0099, "prefix_hit_rate": 0.30, "request_rate": 30, "arrival_rate": 30,
+		"prompt_tps": 69000, "prefill_tps": 48300}
 	attr := map[string]float64{"itl_context": 0.6, "itl_symptom": 0.45}
 	now := map[string]float64{"samples": 40, "requests": 9000, "ttft_mean": 0.388, "tpot_mean": 0.0426, "prompt_len_mean": 5860,
-		"prompt_len_p90": 10000, "kv_per_running": 0.0282, "prefix_hit_rate": 0.29, "request_rate": 30, "arrival_rate": 30}
+		"prompt_len_p90": 10000, "kv_per_running": 0.0282, "prefix_hit_rate": 0.29, "request_rate": 30, "arrival_rate": 30,
+		"prompt_tps": 175800, "prefill_tps": 124818}
 	sched := rules.Scheduler{Known: true, ChunkedPrefill: true, MaxNumBatchedTokens: 8192}
 	out := rs.Walk(rules.Facts{Now: now, Base: base, Attr: attr, Scheduler: sched})
 	if causeRank(out, "chunked_prefill_mismatch") != 1 {
@@ -100,7 +104,7 @@ func TestContextFromNewPrompt(t *testing.T) {
 	for k, v := range now {
 		cached[k] = v
 	}
-	cached["prompt_len_p90"], cached["prefix_hit_rate"] = 4750, 0.75 // the growth is served from the cache
+	cached["prompt_len_p90"], cached["prefix_hit_rate"], cached["prefill_tps"] = 4750, 0.75, 43950 // the growth is served from the cache
 	out = rs.Walk(rules.Facts{Now: cached, Base: base, Attr: attr, Scheduler: sched})
 	if causeRank(out, "memory_bandwidth_saturation") != 1 {
 		t.Errorf("cached context ×2.8: causes %v, want memory_bandwidth_saturation first", out.Causes)
@@ -400,5 +404,97 @@ func TestLongerPromptsWithoutPrefixCache(t *testing.T) {
 	out = rs.Walk(rules.Facts{Now: cached, Base: base, Z: z, Attr: attr, Scheduler: sched})
 	if r := causeRank(out, "prefill_contention"); r == 1 {
 		t.Errorf("prompts ×3.6 with TTFT flat (a cached context): prefill_contention ranked first (causes %v)", out.Causes)
+	}
+}
+
+// TestPromptsPastBudgetWithoutPrefixSeries: prompts past the token budget
+// with no prefix-cache series. The cached part is unknown, so the rule counts
+// half and says why; it is not read as "nothing was cached" (the whole
+// prompt), and with neither computed nor prompt token counters it is silent.
+func TestPromptsPastBudgetWithoutPrefixSeries(t *testing.T) {
+	rs, err := Default("vllm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := map[string]float64{"samples": 20, "requests": 600, "ttft_mean": 0.25, "queue_mean": 0.01, "prefill_mean": 0.2,
+		"tpot_mean": 0.025, "prompt_len_mean": 2800, "prompt_len_p90": 4800, "started_rate": 2, "arrival_rate": 2,
+		"prompt_tps": 5600, "prefill_tps": 5320, "prefix_hit_rate": 0.05}
+	now := map[string]float64{"samples": 20, "requests": 600, "ttft_mean": 3.2, "queue_mean": 1.9, "prefill_mean": 1.2,
+		"tpot_mean": 0.03, "prompt_len_mean": 11000, "prompt_len_p90": 15000, "started_rate": 2, "arrival_rate": 2,
+		"prompt_tps": 22000, "prefill_tps": 20900, "prefix_hit_rate": 0.05}
+	sched := rules.Scheduler{Known: true, ChunkedPrefill: true, MaxNumBatchedTokens: 8192, Source: "default"}
+	finding := func(now, base map[string]float64) *rules.Finding {
+		out := rs.Walk(rules.Facts{Now: now, Base: base, Scheduler: sched})
+		for _, c := range out.Candidates {
+			for i, f := range c.Findings {
+				if f.Rule.Name == "prompts_exceed_budget" {
+					return &c.Findings[i]
+				}
+			}
+		}
+		return nil
+	}
+	without := func(m map[string]float64, keys ...string) map[string]float64 {
+		out := map[string]float64{}
+		for k, v := range m {
+			out[k] = v
+		}
+		for _, k := range keys {
+			delete(out, k)
+		}
+		return out
+	}
+	full := finding(now, base)
+	if full == nil || full.Grade < 0.9 {
+		t.Fatalf("with prefix-cache series: finding %+v, want grade near 1", full)
+	}
+	gap := finding(without(now, "prefix_hit_rate", "prefill_tps"), without(base, "prefix_hit_rate", "prefill_tps"))
+	if gap == nil || math.Abs(gap.Grade-full.Grade/2) > 1e-9 {
+		t.Fatalf("without prefix-cache series: finding %+v, want half of %.3f", gap, full.Grade)
+	}
+	if !strings.Contains(gap.Text, "no prefix-cache series") {
+		t.Errorf("evidence does not say what is missing: %q", gap.Text)
+	}
+	if strings.Contains(full.Text, "no prefix-cache series") {
+		t.Errorf("evidence with the series present says they are missing: %q", full.Text)
+	}
+	cached := without(now)
+	cached["prefix_hit_rate"], cached["prefill_tps"] = 0.8, 4400
+	if f := finding(cached, base); f != nil && f.Grade > 0.05 {
+		t.Errorf("prompts served from the cache (hit rate 80%%): grade %.3f, want none", f.Grade)
+	}
+	if f := finding(without(now, "prefix_hit_rate", "prefill_tps", "prompt_tps"), without(base, "prefix_hit_rate", "prefill_tps", "prompt_tps")); f != nil {
+		t.Errorf("no token counters at all: finding %+v, want the rule silent", f)
+	}
+}
+
+// TestGateRecentKeepsHalfTheRise: a prompt shift whose window rise stands
+// outside the noise (TTFT median ×1.56 at z 3.9, mean ×1.52) while its last
+// minutes, holding few requests, read inside their wider noise (mean ×1.27
+// at z 0.5, p95 ×2.0 at z 1.2): both keep half of the window's rise, so it
+// has not drained. A burst whose last minutes are back near the baseline in
+// the mean is still vetoed.
+func TestGateRecentKeepsHalfTheRise(t *testing.T) {
+	rs, err := Default("vllm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := map[string]float64{"samples": 20, "requests": 4540, "ttft_mean": 0.293, "ttft_p50": 0.153, "ttft_p95": 0.781,
+		"ttft_p99": 2.51, "tpot_mean": 0.0224, "tpot_p50": 0.0178, "tpot_p95": 0.0249}
+	now := map[string]float64{"samples": 20, "requests": 3720, "ttft_mean": 0.446, "ttft_p50": 0.238, "ttft_p95": 1.85,
+		"ttft_p99": 3.92, "tpot_mean": 0.0224, "tpot_p50": 0.0178, "tpot_p95": 0.0249,
+		"ttft_mean_recent": 0.373, "ttft_p95_recent": 1.56}
+	z := map[string]float64{"ttft_p50": 3.85, "ttft_p95": 1.78, "ttft_p99": 0.82, "ttft_mean": 1.17,
+		"ttft_mean_recent": 0.55, "ttft_p95_recent": 1.23}
+	if out := rs.Walk(rules.Facts{Now: now, Base: base, Z: z}); !out.Anomaly {
+		t.Errorf("last minutes keep half of the rise in mean and p95: not an anomaly")
+	}
+	drained := map[string]float64{}
+	for k, v := range now {
+		drained[k] = v
+	}
+	drained["ttft_mean_recent"] = 0.31 // ×1.06: back near the baseline
+	if out := rs.Walk(rules.Facts{Now: drained, Base: base, Z: z}); out.Anomaly {
+		t.Errorf("last minutes back near the baseline in the mean: anomaly, want the burst vetoed")
 	}
 }
