@@ -46,7 +46,7 @@ func (d *Daemon) Handler() http.Handler {
 	gs := prometheus.Gatherers{d.stats.reg}
 	gs = append(gs, d.opts.Gatherers...)
 	// Served uncompressed: the page is ~14 KB (a sidecar's), and gzip
-	// allocated a fresh ~1.3 MB compressor for each scrape (the pool that
+	// made a new compressor of ~0.8 MB for each scrape (the pool that
 	// keeps one is emptied by the collections between two scrapes), one
 	// large allocation that grew the sidecar's heap from the OS when no
 	// run of free pages held it.
