@@ -4,6 +4,8 @@ import (
 	"hash/maphash"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 	"unicode/utf8"
 
 	"github.com/prometheus/prometheus/model/labels"
@@ -26,15 +28,30 @@ import (
 // shape is asked: some triage queries hold numbers that change every cycle
 // (a range as long as the data seen so far), so their shapes never repeat,
 // and keeping each one's tree held thousands of dead trees, the sidecar's
-// live heap doubling once an incident opened. Safe for concurrent use.
+// live heap doubling once an incident opened. Kept shapes not asked for a
+// while go (sweep): an incident's triage queries are a few hundred shapes
+// a sidecar asks only while the incident is open, and their trees (~0.35
+// MB) outlived it. Safe for concurrent use.
 type parseCache struct {
 	parser.Parser
-	mu     sync.RWMutex
-	shapes map[string]parser.Expr
+	mu sync.RWMutex
+	// shapes are the trees asked since the last sweep, older those asked
+	// only in the period before it; a sweep drops older.
+	shapes, older map[string]parser.Expr
 	// seenOnce holds the hashes of shapes asked once and not kept.
 	seenOnce map[uint64]struct{}
 	seed     maphash.Seed
+	// now is the clock sweeps follow; nextSweep is when the next is due
+	// (unix ns).
+	now       func() time.Time
+	nextSweep atomic.Int64
 }
+
+// shapeSweepPeriod is how often kept shapes not asked since the last
+// sweep are dropped: a shape goes 10–20 minutes after it was last asked.
+// A daemon asks its detector's and its open incidents' shapes every cycle
+// (seconds), so they stay.
+const shapeSweepPeriod = 10 * time.Minute
 
 // maxShapes bounds the kept parses: when full the cache starts over. A
 // fleet's queries have a few hundred shapes; the bound is for queries
@@ -46,7 +63,51 @@ const maxShapes = 4096
 const placeholderMark = '\x00'
 
 func newParseCache(p parser.Parser) *parseCache {
-	return &parseCache{Parser: p, shapes: map[string]parser.Expr{}, seenOnce: map[uint64]struct{}{}, seed: maphash.MakeSeed()}
+	return newParseCacheAt(p, time.Now)
+}
+
+// newParseCacheAt is newParseCache with the clock its sweeps follow.
+func newParseCacheAt(p parser.Parser, now func() time.Time) *parseCache {
+	c := &parseCache{Parser: p, shapes: map[string]parser.Expr{}, older: map[string]parser.Expr{},
+		seenOnce: map[uint64]struct{}{}, seed: maphash.MakeSeed(), now: now}
+	c.nextSweep.Store(now().Add(shapeSweepPeriod).UnixNano())
+	return c
+}
+
+// sweep drops the shapes not asked in the last full period and forgets
+// the shapes seen once, when a sweep is due.
+func (c *parseCache) sweep() {
+	at := c.now()
+	next := c.nextSweep.Load()
+	if at.UnixNano() < next || !c.nextSweep.CompareAndSwap(next, at.Add(shapeSweepPeriod).UnixNano()) {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.older, c.shapes = c.shapes, make(map[string]parser.Expr, len(c.shapes))
+	clear(c.seenOnce)
+}
+
+// lookup returns the kept tree of shape; one kept only in the older
+// period moves back to the current one.
+func (c *parseCache) lookup(shape string) (parser.Expr, bool) {
+	c.mu.RLock()
+	e, ok := c.shapes[shape]
+	_, old := c.older[shape]
+	c.mu.RUnlock()
+	if ok || !old {
+		return e, ok
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok = c.shapes[shape]; ok {
+		return e, true
+	}
+	if e, ok = c.older[shape]; ok {
+		delete(c.older, shape)
+		c.shapes[shape] = e
+	}
+	return e, ok
 }
 
 // ParseExpr implements parser.Parser.
@@ -55,9 +116,8 @@ func (c *parseCache) ParseExpr(input string) (parser.Expr, error) {
 	if !ok {
 		return c.Parser.ParseExpr(input)
 	}
-	c.mu.RLock()
-	kept, found := c.shapes[shape]
-	c.mu.RUnlock()
+	c.sweep()
+	kept, found := c.lookup(shape)
 	if !found {
 		if !c.admit(shape) {
 			// First sighting: parsed as is, nothing kept.

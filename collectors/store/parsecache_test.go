@@ -240,3 +240,49 @@ func BenchmarkParseCache(b *testing.B) {
 		})
 	}
 }
+
+// TestParseCacheDropsShapesNoLongerAsked: an incident's triage queries are
+// kept while they are asked every cycle; once the incident is over and
+// they are not asked for two sweep periods their trees go, while the
+// detector's query, asked every cycle throughout, stays.
+func TestParseCacheDropsShapesNoLongerAsked(t *testing.T) {
+	plain := parser.NewParser(parser.Options{})
+	now := time.Unix(1_800_000_000, 0)
+	cached := newParseCacheAt(plain, func() time.Time { return now })
+	detector := `histogram_quantile(0.95, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket[5m])))`
+	triage := []string{
+		`sum(rate(vllm:num_preemptions_total{namespace="steady-001"}[5m]))`,
+		`avg(vllm:kv_cache_usage_perc{namespace="steady-001"})`,
+	}
+	cycle := func(withTriage bool) {
+		checkParseCache(t, plain, cached, detector)
+		if withTriage {
+			for _, q := range triage {
+				checkParseCache(t, plain, cached, q)
+			}
+		}
+		now = now.Add(5 * time.Second)
+	}
+	for range 12 * 5 { // five minutes with the incident open
+		cycle(true)
+	}
+	if got := len(cached.shapes) + len(cached.older); got != 1+len(triage) {
+		t.Fatalf("%d shapes kept while the incident is open, want %d", got, 1+len(triage))
+	}
+	for range 12 * 2 * 10 { // two sweep periods after it closed
+		cycle(false)
+	}
+	if got := len(cached.shapes) + len(cached.older); got != 1 {
+		t.Fatalf("%d shapes kept twenty minutes after the triage's last query, want the detector's only", got)
+	}
+	if len(cached.seenOnce) != 0 {
+		t.Fatalf("%d shapes seen once remembered after a sweep, want none", len(cached.seenOnce))
+	}
+	// A dropped shape asked again is parsed and kept again.
+	for range 2 {
+		checkParseCache(t, plain, cached, triage[0])
+	}
+	if got := len(cached.shapes) + len(cached.older); got != 2 {
+		t.Fatalf("%d shapes kept after a dropped one came back, want 2", got)
+	}
+}
