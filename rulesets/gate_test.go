@@ -100,11 +100,8 @@ func TestContextFromNewPrompt(t *testing.T) {
 	if causeRank(out, "chunked_prefill_mismatch") != 1 {
 		t.Errorf("uncached prompts ×2.5 past the budget: causes %v, want chunked_prefill_mismatch first", out.Causes)
 	}
-	cached := map[string]float64{}
-	for k, v := range now {
-		cached[k] = v
-	}
-	cached["prompt_len_p90"], cached["prefix_hit_rate"], cached["prefill_tps"] = 4750, 0.75, 43950 // the growth is served from the cache
+	// the growth is served from the cache
+	cached := withValues(now, map[string]float64{"prompt_len_p90": 4750, "prefix_hit_rate": 0.75, "prefill_tps": 43950})
 	out = rs.Walk(rules.Facts{Now: cached, Base: base, Attr: attr, Scheduler: sched})
 	if causeRank(out, "memory_bandwidth_saturation") != 1 {
 		t.Errorf("cached context ×2.8: causes %v, want memory_bandwidth_saturation first", out.Causes)
@@ -435,10 +432,7 @@ func TestPromptsPastBudgetWithoutPrefixSeries(t *testing.T) {
 		return nil
 	}
 	without := func(m map[string]float64, keys ...string) map[string]float64 {
-		out := map[string]float64{}
-		for k, v := range m {
-			out[k] = v
-		}
+		out := withValues(m, nil)
 		for _, k := range keys {
 			delete(out, k)
 		}
@@ -458,8 +452,7 @@ func TestPromptsPastBudgetWithoutPrefixSeries(t *testing.T) {
 	if strings.Contains(full.Text, "no prefix-cache series") {
 		t.Errorf("evidence with the series present says they are missing: %q", full.Text)
 	}
-	cached := without(now)
-	cached["prefix_hit_rate"], cached["prefill_tps"] = 0.8, 4400
+	cached := withValues(now, map[string]float64{"prefix_hit_rate": 0.8, "prefill_tps": 4400})
 	if f := finding(cached, base); f != nil && f.Grade > 0.05 {
 		t.Errorf("prompts served from the cache (hit rate 80%%): grade %.3f, want none", f.Grade)
 	}
@@ -489,11 +482,7 @@ func TestGateRecentKeepsHalfTheRise(t *testing.T) {
 	if out := rs.Walk(rules.Facts{Now: now, Base: base, Z: z}); !out.Anomaly {
 		t.Errorf("last minutes keep half of the rise in mean and p95: not an anomaly")
 	}
-	drained := map[string]float64{}
-	for k, v := range now {
-		drained[k] = v
-	}
-	drained["ttft_mean_recent"] = 0.31 // ×1.06: back near the baseline
+	drained := withValues(now, map[string]float64{"ttft_mean_recent": 0.31}) // ×1.06: back near the baseline
 	if out := rs.Walk(rules.Facts{Now: drained, Base: base, Z: z}); out.Anomaly {
 		t.Errorf("last minutes back near the baseline in the mean: anomaly, want the burst vetoed")
 	}
