@@ -72,23 +72,33 @@ func engineNames(e Engine) []*regexp.Regexp {
 	return out
 }
 
+// onsetCase is a store whose slowdown fires the detector, the triggers it
+// fires, and the samples around its onset that a comparison ticks through.
+type onsetCase struct {
+	name, load string
+	triggers   []Trigger
+	from, to   int
+}
+
+// onsetCases are the comparisons' stores: a TTFT ratio trigger and the
+// default inter-token triggers with onsets at sample 840, and the default
+// success and queue triggers with one at sample 100.
+func onsetCases() []onsetCase {
+	hold := time.Duration(0)
+	return []onsetCase{
+		{"ttft", ttftLoad(), []Trigger{{Name: "ttft", Signal: SignalTTFTP95, Ratio: 2, MinIncrease: 0.1, For: &hold}}, 836, 866},
+		{"itl defaults", itlLoad(), nil, 836, 866},
+		{"success and queue defaults", successQueueLoad, nil, 96, 136},
+	}
+}
+
 // A detector narrowed to vLLM (ReadOnly) on a vLLM store judges every
 // scope as the one that reads every engine, tick by tick, pending holds
 // included (it is narrowed mid-run), and sends none of the other
 // engines' names.
 func TestReadOnlyDetectsTheSame(t *testing.T) {
 	engines := shipped(t)
-	hold := time.Duration(0)
-	for _, c := range []struct {
-		name     string
-		load     string
-		triggers []Trigger
-		from, to int
-	}{
-		{"ttft", ttftLoad(), []Trigger{{Name: "ttft", Signal: SignalTTFTP95, Ratio: 2, MinIncrease: 0.1, For: &hold}}, 836, 866},
-		{"itl defaults", itlLoad(), nil, 836, 866},
-		{"success and queue defaults", successQueueLoad, nil, 96, 136},
-	} {
+	for _, c := range onsetCases() {
 		t.Run(c.name, func(t *testing.T) {
 			m := querytest.New(t, c.load)
 			cfg := DetectConfig{Triggers: c.triggers}

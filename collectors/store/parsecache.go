@@ -53,7 +53,8 @@ type parseCache struct {
 // (seconds), so they stay.
 const shapeSweepPeriod = 10 * time.Minute
 
-// maxShapes bounds the kept parses: when full the cache starts over. A
+// maxShapes bounds the parses kept in a period (the older period holds at
+// most as many): when full the period starts over. A
 // fleet's queries have a few hundred shapes; the bound is for queries
 // that are not the rulesets' (API users', the detector's triggers).
 const maxShapes = 4096
