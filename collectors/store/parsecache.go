@@ -94,7 +94,10 @@ func (c *parseCache) sweep() {
 func (c *parseCache) lookup(shape string) (parser.Expr, bool) {
 	c.mu.RLock()
 	e, ok := c.shapes[shape]
-	_, old := c.older[shape]
+	old := false
+	if !ok {
+		_, old = c.older[shape]
+	}
 	c.mu.RUnlock()
 	if ok || !old {
 		return e, ok
