@@ -487,3 +487,84 @@ func TestGateRecentKeepsHalfTheRise(t *testing.T) {
 		t.Errorf("last minutes back near the baseline in the mean: anomaly, want the burst vetoed")
 	}
 }
+
+// TestKVFilledByBacklog: a clock throttle without GPU series (reqsim, vLLM):
+// arrivals, prompts, outputs and the KV share per running request held
+// while the running set grew ×6 behind slower steps, filling the KV cache
+// (peak 100%) with a few preemptions. The cache filled with more requests
+// of the same size, a backlog's consequence, so the KV rules defer and the
+// steps that got slower at the same work are named. The same window with
+// outputs ×2.2 (each request holds more KV) is KV pressure.
+func TestKVFilledByBacklog(t *testing.T) {
+	rs, err := Default("vllm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := map[string]float64{"samples": 30, "requests": 2270, "targets": 2, "serving_targets": 2,
+		"ttft_mean": 0.215, "ttft_p50": 0.158, "ttft_p95": 0.684, "tpot_mean": 0.0326, "tpot_p50": 0.0185, "tpot_p95": 0.116,
+		"queue_mean": 0.0538, "prefill_mean": 0.153, "arrival_rate": 7.55, "started_rate": 7.66, "request_rate": 7.58,
+		"kv_usage": 0.153, "kv_usage_peak": 0.253, "kv_per_running": 0.0043, "preemption_rate": 0, "running": 70.4,
+		"waiting": 0.833, "waiting_spread": 0.6, "prompt_len_mean": 2310, "prompt_len_p90": 4930, "prompt_len_p99": 15000,
+		"prompt_len_p999": 20000, "gen_len_mean": 274, "prefix_hit_rate": 0.261, "prefix_hits_per_request": 603}
+	now := map[string]float64{"samples": 30, "requests": 1980, "targets": 2, "serving_targets": 2,
+		"ttft_mean": 6.82, "ttft_p50": 5.1, "ttft_p95": 19.7, "tpot_mean": 0.229, "tpot_p50": 0.0714, "tpot_p95": 0.831,
+		"queue_mean": 3.62, "prefill_mean": 0.571, "arrival_rate": 7.56, "started_rate": 7.19, "request_rate": 6.6,
+		"kv_usage": 0.937, "kv_usage_peak": 1, "kv_per_running": 0.00434, "preemption_rate": 0.36, "running": 425,
+		"waiting": 51.5, "waiting_spread": 1.07, "prompt_len_mean": 2260, "prompt_len_p90": 4870, "prompt_len_p99": 10500,
+		"prompt_len_p999": 20000, "gen_len_mean": 240, "prefix_hit_rate": 0.26, "prefix_hits_per_request": 583,
+		"ttft_mean_recent": 14, "tpot_mean_recent": 0.226}
+	z := map[string]float64{"ttft_mean": 5.05, "ttft_p50": 5.41, "ttft_p95": 4.42, "tpot_mean": 4.71, "tpot_p50": 5.17,
+		"tpot_p95": 4.04, "ttft_mean_recent": 4.98, "tpot_mean_recent": 4.47}
+	attr := map[string]float64{"ttft_queue": 0.54, "ttft_prefill": 0.063, "ttft_outside": 0.397, "itl_batch": 0.038,
+		"itl_context": -0.001, "itl_prefill": 0.499, "itl_recompute": 0.042, "itl_unexplained": 0.421}
+	sched := rules.Scheduler{Known: true, ChunkedPrefill: true, MaxNumBatchedTokens: 8192, Source: "default"}
+	out := rs.Walk(rules.Facts{Now: now, Base: base, Z: z, Attr: attr, Scheduler: sched})
+	if r := causeRank(out, "gpu_throttling"); r != 1 {
+		t.Errorf("backlog at the same work: gpu_throttling ranked %d, want first (causes %v)", r, out.Causes)
+	}
+	if r := causeRank(out, "kv_cache_pressure"); r != 0 {
+		t.Errorf("backlog at the same work: kv_cache_pressure ranked %d, want unranked (causes %v)", r, out.Causes)
+	}
+	longer := withValues(now, map[string]float64{"gen_len_mean": 600, "kv_per_running": 0.0049})
+	out = rs.Walk(rules.Facts{Now: longer, Base: base, Z: z, Attr: attr, Scheduler: sched})
+	if r := causeRank(out, "kv_cache_pressure"); r != 1 {
+		t.Errorf("outputs ×2.2: kv_cache_pressure ranked %d, want first (causes %v)", r, out.Causes)
+	}
+}
+
+// TestCachedContextBuildsQueue: TensorRT-LLM (no started prompt length)
+// with requests carrying 7× the context, 87% of it from the prefix cache:
+// decode steps slowed ×2 and, past capacity, the queue holds 91% of a TTFT
+// rise ×350 at steady arrivals. The steps full of context tokens are the
+// backlog's queued prompts, each computing ~1.8k of the 8192-token budget:
+// no prompt past the budget. The cached context is named.
+func TestCachedContextBuildsQueue(t *testing.T) {
+	rs, err := Default("trtllm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sched := rules.Scheduler{Known: true, ChunkedPrefill: true, MaxNumBatchedTokens: 8192, Source: "engine"}
+	base := map[string]float64{"samples": 30, "requests": 4000, "targets": 7, "serving_targets": 7, "ttft_mean": 0.145,
+		"tpot_mean": 0.0312, "prompt_len_mean": 2040, "prefix_hit_rate": 0.432, "prefill_tps": 36500, "prompt_tps": 64200,
+		"arrival_rate": 30, "started_rate": 30, "request_rate": 30, "gen_len_mean": 229, "kv_usage": 0.0913,
+		"kv_usage_peak": 0.144, "kv_per_running": 0.00236, "decode_ctx_tokens": 2150, "ctx_tokens_p99": 6000}
+	now := withValues(base, map[string]float64{"requests": 2500, "ttft_mean": 51.9, "tpot_mean": 0.0616,
+		"prompt_len_mean": 14400, "prefix_hit_rate": 0.874, "prefill_tps": 41800, "prompt_tps": 331000, "started_rate": 24,
+		"request_rate": 24, "kv_usage": 0.883, "kv_usage_peak": 0.897, "kv_per_running": 0.0161, "decode_ctx_tokens": 14500,
+		"ctx_tokens_p99": 8192, "ttft_mean_recent": 75, "tpot_mean_recent": 0.0623})
+	attr := map[string]float64{"ttft_queue": 0.914, "ttft_prefill": 0.002, "ttft_outside": 0.084, "itl_batch": 0.054,
+		"itl_context": 0.21, "itl_prefill": 0.08, "itl_unexplained": 0.656,
+		"itl_symptom": math.Log(0.0616/0.0312) / (math.Log(0.0616/0.0312) + math.Log(51.9/0.145))}
+	out := rs.Walk(rules.Facts{Now: now, Base: base, Attr: attr, Scheduler: sched})
+	if r := causeRank(out, "memory_bandwidth_saturation"); r != 1 {
+		t.Errorf("cached context ×7 behind a queue: memory_bandwidth_saturation ranked %d, want first (causes %v)", r, out.Causes)
+	}
+	if r := causeRank(out, "chunked_prefill_mismatch"); r != 0 {
+		t.Errorf("computed part ~1.8k of an 8192 budget: chunked_prefill_mismatch ranked %d, want unranked (causes %v)", r, out.Causes)
+	}
+	rising := withValues(now, map[string]float64{"arrival_rate": 45, "started_rate": 36, "request_rate": 36})
+	out = rs.Walk(rules.Facts{Now: rising, Base: base, Attr: attr, Scheduler: sched})
+	if r := causeRank(out, "memory_bandwidth_saturation"); r == 1 {
+		t.Errorf("the same queue with arrivals ×1.5: memory_bandwidth_saturation ranked first (causes %v)", out.Causes)
+	}
+}

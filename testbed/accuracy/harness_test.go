@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/whyslow/whyslow/rulesets"
+	"github.com/whyslow/whyslow/verdict"
 )
 
 var (
@@ -163,6 +164,17 @@ func TestOneDraw(t *testing.T) {
 	}
 	for _, g := range o.Verdict.DataGaps {
 		t.Logf("gap %s/%s: %s", g.Signal, g.Window, g.Reason)
+	}
+	if a := o.Verdict.Attribution; a != nil {
+		for name, sp := range map[string]*verdict.LatencySplit{"ttft": a.TTFT, "itl": a.ITL} {
+			if sp == nil {
+				continue
+			}
+			for _, p := range sp.Parts {
+				t.Logf("attr %s %-9s %6.1f%% %s", name, p.Component, 100*p.Share, p.Driver)
+			}
+			t.Logf("attr %s unexplained %6.1f%% missing %v", name, 100*sp.UnexplainedShare, sp.Missing)
+		}
 	}
 }
 
