@@ -39,7 +39,10 @@ func newMaps(list []engineMap) *Maps {
 
 type engineMap struct {
 	engine string
-	file   rules.File
+	// file is the map's file; a shipped one's Data is nil, read from FS
+	// when asked (data): a copy held for the process's life was ~70 KB of
+	// a sidecar's live heap, read only at start and at a compile.
+	file rules.File
 	// user is a user's ruleset, compiled with the user's files; nil for a
 	// shipped map (compiled on demand by Default).
 	user *rules.Ruleset
@@ -49,10 +52,19 @@ type engineMap struct {
 func Shipped() *Maps {
 	var list []engineMap
 	for _, e := range Engines {
-		f, _ := file(e + ".yaml") // Engines lists files that exist
-		list = append(list, engineMap{engine: e, file: f})
+		list = append(list, engineMap{engine: e, file: rules.File{Name: e + ".yaml"}})
 	}
 	return newMaps(list)
+}
+
+// data returns the map file's bytes: a user's as loaded, a shipped one's
+// read from FS.
+func (em engineMap) data() []byte {
+	if em.file.Data != nil {
+		return em.file.Data
+	}
+	f, _ := file(em.file.Name) // Engines lists files that exist
+	return f.Data
 }
 
 // WithUser returns the maps with those of the user's rulesets added: a map
@@ -141,7 +153,7 @@ func (m *Maps) Unknown(engine string) error {
 func (m *Maps) Files() iter.Seq2[string, []byte] {
 	return func(yield func(string, []byte) bool) {
 		for _, em := range m.list {
-			if !yield(em.engine, em.file.Data) {
+			if !yield(em.engine, em.data()) {
 				return
 			}
 		}
@@ -166,7 +178,7 @@ func (m *Maps) Rulesets() []*rules.Ruleset {
 func (m *Maps) sections() []mapSections {
 	out := make([]mapSections, len(m.list))
 	for i, em := range m.list {
-		_ = yaml.Unmarshal(em.file.Data, &out[i])
+		_ = yaml.Unmarshal(em.data(), &out[i])
 		out[i].Series.Engine = em.engine
 		out[i].Chart.Engine, out[i].Chart.KVUsage = em.engine, out[i].Series.KVUsage
 	}

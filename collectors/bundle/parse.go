@@ -44,6 +44,17 @@ func (f Format) ContentType() string {
 	return "text/plain; version=0.0.4"
 }
 
+// parser returns Prometheus's parser of f for b: what textparse.New
+// returns for f's ContentType with no options, called directly so that
+// the protobuf and OpenMetrics 2.0 parsers, which textparse.New can also
+// return, are not linked.
+func (f Format) parser(b []byte, st *labels.SymbolTable) textparse.Parser {
+	if f == FormatOpenMetrics {
+		return textparse.NewOpenMetricsParser(b, st)
+	}
+	return textparse.NewPromParser(b, st, false)
+}
+
 var eofMarker = []byte("# EOF")
 
 // DetectFormat tells OpenMetrics from classic Prometheus text by content:
@@ -171,10 +182,7 @@ func (p *TextParser) reset(data []byte, lineNo []int) error {
 			text = nil
 		}
 	}
-	tp, err := textparse.New(text, p.format.ContentType(), p.syms, textparse.ParserOptions{})
-	if tp == nil {
-		return fmt.Errorf("%s: %w", p.name, err)
-	}
+	tp := p.format.parser(text, p.syms)
 	p.p, p.data, p.lineNo = tp, data, lineNo
 	p.cursor, p.lines, p.next = 0, 0, 0
 	return nil
@@ -424,7 +432,8 @@ func (p *TextParser) lineError(start int, err error) error {
 	if p.format == FormatOpenMetrics {
 		line = append(append(line, eofMarker...), '\n')
 	}
-	tp, lerr := textparse.New(line, p.format.ContentType(), labels.NewSymbolTable(), textparse.ParserOptions{})
+	tp := p.format.parser(line, labels.NewSymbolTable())
+	var lerr error
 	for lerr == nil {
 		_, lerr = tp.Next()
 	}

@@ -115,7 +115,8 @@ func (p *TextParser) fastLabels(l *labels.Labels) {
 	if p.format == FormatOpenMetrics {
 		data = append(append(data, eofMarker...), '\n')
 	}
-	tp, err := textparse.New(data, p.format.ContentType(), p.syms, textparse.ParserOptions{})
+	tp := p.format.parser(data, p.syms)
+	var err error
 	for err == nil {
 		var et textparse.Entry
 		if et, err = tp.Next(); err == nil && et == textparse.EntrySeries {

@@ -22,6 +22,7 @@ import (
 	"github.com/whyslow/whyslow/internal/memlimit"
 	"github.com/whyslow/whyslow/testbed/sim"
 	"github.com/whyslow/whyslow/testbed/simtrace"
+	"github.com/whyslow/whyslow/testbed/simtrace/sdkexport"
 )
 
 // loadEnv tells TestExportLoad, run as a child process, where to send how
@@ -69,7 +70,7 @@ func TestExportLoad(t *testing.T) {
 				PromptTokens: 400 + seq%1600, OutputTokens: 100 + seq%300, MaxTokens: 512, FinishedReason: "stop",
 			})
 		}
-		if err := b.Export(ctx, exp); err != nil {
+		if err := sdkexport.Export(ctx, b, exp); err != nil {
 			t.Fatal(err)
 		}
 	}

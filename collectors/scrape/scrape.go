@@ -119,7 +119,21 @@ type Scraper struct {
 	duration *prometheus.GaugeVec
 	success  *prometheus.GaugeVec
 	samples  *prometheus.GaugeVec
+
+	// spareMu guards what the last scrape left for the next: a sidecar
+	// scrapes one engine every few seconds, and a read buffer regrown
+	// from nothing each time allocated about twice the page per scrape
+	// (a gzip reader another ~45 KB of inflate state). Concurrent scrapes
+	// find none and make their own.
+	spareMu  sync.Mutex
+	spareBuf *bytes.Buffer
+	spareGz  *decompress.Reader
 }
+
+// maxSpareBuffer bounds the read buffer kept between scrapes: a page
+// larger than this (a misbehaving target) is not held for the process's
+// life.
+const maxSpareBuffer = 4 << 20
 
 // New returns a Scraper writing into app.
 func New(app storage.Appendable, opts Options) (*Scraper, error) {
@@ -230,7 +244,11 @@ func (s *Scraper) Scrape(ctx context.Context, target string, at time.Time) (int,
 }
 
 func (s *Scraper) scrape(ctx context.Context, u *url.URL, name string, at time.Time, tl labels.Labels) ([]Sample, error) {
-	body, ctype, err := s.fetch(ctx, u)
+	buf := s.takeBuffer()
+	// Parse copies what it keeps (textparse copies each series' text
+	// before making labels of it), so the buffer is free once it returns.
+	defer s.putBuffer(buf)
+	body, ctype, err := s.fetch(ctx, u, buf)
 	if err != nil {
 		return nil, fmt.Errorf("scrape %s: %w", name, err)
 	}
@@ -241,9 +259,57 @@ func (s *Scraper) scrape(ctx context.Context, u *url.URL, name string, at time.T
 	return samples, nil
 }
 
-// fetch does the request and returns the (decompressed) body and its
-// Content-Type.
-func (s *Scraper) fetch(ctx context.Context, u *url.URL) ([]byte, string, error) {
+// takeBuffer returns the buffer the last scrape left, or a new one.
+func (s *Scraper) takeBuffer() *bytes.Buffer {
+	s.spareMu.Lock()
+	defer s.spareMu.Unlock()
+	buf := s.spareBuf
+	s.spareBuf = nil
+	if buf == nil {
+		buf = new(bytes.Buffer)
+	}
+	return buf
+}
+
+// putBuffer keeps buf for the next scrape unless it grew past
+// maxSpareBuffer.
+func (s *Scraper) putBuffer(buf *bytes.Buffer) {
+	if buf.Cap() > maxSpareBuffer {
+		return
+	}
+	buf.Reset()
+	s.spareMu.Lock()
+	defer s.spareMu.Unlock()
+	s.spareBuf = buf
+}
+
+// gunzip returns a bounded gzip reader of r, reusing the one the last
+// scrape left; give it back with putGzip.
+func (s *Scraper) gunzip(r io.Reader) (*decompress.Reader, error) {
+	s.spareMu.Lock()
+	zr := s.spareGz
+	s.spareGz = nil
+	s.spareMu.Unlock()
+	l := decompress.Limits{MaxBytes: s.maxBody}
+	if zr == nil {
+		return decompress.NewGzip(r, l)
+	}
+	if err := zr.Reset(r, l); err != nil {
+		return nil, err
+	}
+	return zr, nil
+}
+
+func (s *Scraper) putGzip(zr *decompress.Reader) {
+	_ = zr.Close() // only checks the stream's end; the body is closed apart
+	s.spareMu.Lock()
+	defer s.spareMu.Unlock()
+	s.spareGz = zr
+}
+
+// fetch does the request and returns the (decompressed) body, read into
+// buf, and its Content-Type.
+func (s *Scraper) fetch(ctx context.Context, u *url.URL, buf *bytes.Buffer) ([]byte, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
@@ -272,14 +338,13 @@ func (s *Scraper) fetch(ctx context.Context, u *url.URL) ([]byte, string, error)
 	}
 	var r io.Reader = resp.Body
 	if resp.Header.Get("Content-Encoding") == "gzip" {
-		zr, err := decompress.NewGzip(resp.Body, decompress.Limits{MaxBytes: s.maxBody})
+		zr, err := s.gunzip(resp.Body)
 		if err != nil {
 			return nil, "", fmt.Errorf("gzip body: %w", err)
 		}
-		defer zr.Close()
+		defer s.putGzip(zr)
 		r = zr
 	}
-	var buf bytes.Buffer
 	n, err := buf.ReadFrom(io.LimitReader(r, s.maxBody+1))
 	if err != nil {
 		if ctx.Err() != nil {

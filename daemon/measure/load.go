@@ -13,6 +13,7 @@ import (
 
 	"github.com/whyslow/whyslow/testbed/sim"
 	"github.com/whyslow/whyslow/testbed/simtrace"
+	"github.com/whyslow/whyslow/testbed/simtrace/sdkexport"
 )
 
 // spansPerRequest is what simtrace emits per request with a gateway:
@@ -59,7 +60,7 @@ func startSpanLoad(ctx context.Context, endpoint string, rate int) (*spanLoad, e
 					seq++
 					b.Add(request(seq, now))
 				}
-				if err := b.Export(ctx, exp); err != nil {
+				if err := sdkexport.Export(ctx, b, exp); err != nil {
 					l.failed.Add(int64(perTick * spansPerRequest))
 					continue
 				}

@@ -1,12 +1,13 @@
 // Package simtrace turns the engine model's request records into the spans a
 // real deployment would emit: vLLM V1 llm_request spans, and llm-d gateway
 // spans when a router is modelled. The spans can be written as a bundle's
-// traces.jsonl or exported live through the OpenTelemetry SDK exporters.
+// traces.jsonl; package sdkexport sends them live through the OpenTelemetry
+// SDK exporters (kept apart so that whyslow, which imports this package for
+// "whyslow sim", does not link the SDK).
 package simtrace
 
 import (
 	"bufio"
-	"context"
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
@@ -14,12 +15,6 @@ import (
 	"slices"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/sdk/instrumentation"
-	"go.opentelemetry.io/otel/sdk/resource"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	"go.opentelemetry.io/otel/trace"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
@@ -205,60 +200,6 @@ func (b *Batch) WriteJSONL(w io.Writer, perLine int) error {
 		}
 	}
 	return bw.Flush()
-}
-
-// Export sends the spans through an OpenTelemetry SDK exporter (e.g.
-// otlptracehttp or otlptracegrpc), as vLLM and the EPP would.
-func (b *Batch) Export(ctx context.Context, exp sdktrace.SpanExporter) error {
-	var stubs tracetest.SpanStubs
-	for _, k := range b.order {
-		rs := b.bySvc[k]
-		var kvs []attribute.KeyValue
-		for _, a := range rs.Resource.Attributes {
-			kvs = append(kvs, attribute.String(a.Key, a.Value.GetStringValue()))
-		}
-		res := resource.NewSchemaless(kvs...)
-		scope := instrumentation.Scope{Name: rs.ScopeSpans[0].Scope.GetName()}
-		for _, sp := range rs.ScopeSpans[0].Spans {
-			stubs = append(stubs, stubOf(sp, res, scope))
-		}
-	}
-	if err := exp.ExportSpans(ctx, stubs.Snapshots()); err != nil {
-		return fmt.Errorf("export spans: %w", err)
-	}
-	return nil
-}
-
-func stubOf(sp *tracepb.Span, res *resource.Resource, scope instrumentation.Scope) tracetest.SpanStub {
-	var tid trace.TraceID
-	var sid, pid trace.SpanID
-	copy(tid[:], sp.TraceId)
-	copy(sid[:], sp.SpanId)
-	copy(pid[:], sp.ParentSpanId)
-	st := tracetest.SpanStub{
-		Name:                 sp.Name,
-		SpanContext:          trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled}),
-		Parent:               trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: pid, TraceFlags: trace.FlagsSampled, Remote: true}),
-		SpanKind:             trace.SpanKind(sp.Kind),
-		StartTime:            time.Unix(0, int64(sp.StartTimeUnixNano)),
-		EndTime:              time.Unix(0, int64(sp.EndTimeUnixNano)),
-		Resource:             res,
-		InstrumentationScope: scope,
-	}
-	if sp.Status.GetCode() == tracepb.Status_STATUS_CODE_ERROR {
-		st.Status = sdktrace.Status{Code: 1, Description: sp.Status.Message}
-	}
-	for _, a := range sp.Attributes {
-		switch v := a.Value.Value.(type) {
-		case *commonpb.AnyValue_StringValue:
-			st.Attributes = append(st.Attributes, attribute.String(a.Key, v.StringValue))
-		case *commonpb.AnyValue_IntValue:
-			st.Attributes = append(st.Attributes, attribute.Int64(a.Key, v.IntValue))
-		case *commonpb.AnyValue_DoubleValue:
-			st.Attributes = append(st.Attributes, attribute.Float64(a.Key, v.DoubleValue))
-		}
-	}
-	return st
 }
 
 // Records collects records from sim.Options.OnRequest (safe to call from the

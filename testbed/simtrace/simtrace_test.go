@@ -4,11 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
-
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/whyslow/whyslow/collectors/tracequery"
 	"github.com/whyslow/whyslow/requests"
@@ -76,26 +73,3 @@ func TestJSONLRoundTrip(t *testing.T) {
 }
 
 func near(a, b float64) bool { return a-b < 1e-6 && b-a < 1e-6 }
-
-func TestExportThroughSDK(t *testing.T) {
-	b := New(Options{Seed: 2, Gateway: true})
-	b.Add(record(1))
-	exp := tracetest.NewInMemoryExporter()
-	if err := b.Export(context.Background(), exp); err != nil {
-		t.Fatal(err)
-	}
-	got := exp.GetSpans()
-	if len(got) != 4 {
-		t.Fatalf("%d spans", len(got))
-	}
-	var names []string
-	for _, s := range got {
-		names = append(names, s.Name)
-		if s.Name == "llm_request" && (!s.Parent.IsValid() || s.Parent.TraceID() != s.SpanContext.TraceID()) {
-			t.Errorf("llm_request has no W3C parent: %+v", s.Parent)
-		}
-	}
-	if strings.Join(names, ",") != "gateway.request,gateway.request_orchestration,llm_d.epp.scorer.prefix_cache,llm_request" {
-		t.Errorf("names = %v", names)
-	}
-}
