@@ -568,3 +568,44 @@ func TestCachedContextBuildsQueue(t *testing.T) {
 		t.Errorf("the same queue with arrivals ×1.5: memory_bandwidth_saturation ranked first (causes %v)", out.Causes)
 	}
 }
+
+// TestServingTargetLostIsNoThrottle: one of five replicas stopped serving
+// while all five still report (fluid, no GPU series): arrivals, prompts,
+// outputs and context per request held, and the step model leaves 84% of
+// the inter-token rise unexplained, as a clock would. A fleet serving on
+// fewer targets is lost capacity, which the no-GPU throttle rules defer to;
+// the same window with all five serving still reads as a throttle.
+func TestServingTargetLostIsNoThrottle(t *testing.T) {
+	rs, err := Default("vllm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := map[string]float64{"samples": 10, "requests": 13500, "targets": 5, "serving_targets": 5,
+		"ttft_mean": 0.115, "ttft_p50": 0.0904, "ttft_p95": 0.322, "ttft_p99": 0.475, "tpot_mean": 0.018, "tpot_p50": 0.0155,
+		"tpot_p95": 0.068, "tpot_p99": 0.165, "queue_mean": 0.0393, "arrival_rate": 44.9, "started_rate": 44.9,
+		"request_rate": 44.9, "kv_usage": 0.0411, "kv_usage_peak": 0.062, "kv_per_running": 0.0018, "preemption_rate": 0,
+		"running": 105, "waiting": 1.8, "prompt_len_mean": 1760, "prompt_len_p90": 4110, "gen_len_mean": 133,
+		"prefix_hit_rate": 0.26, "prefix_hits_per_request": 457, "rate_spread": 1.02, "running_spread": 1.08}
+	now := withValues(base, map[string]float64{"serving_targets": 4, "ttft_mean": 0.143, "ttft_p50": 0.118,
+		"ttft_p95": 0.425, "ttft_p99": 0.59, "tpot_mean": 0.0271, "tpot_p50": 0.0184, "tpot_p95": 0.111, "tpot_p99": 0.265,
+		"queue_mean": 0.0631, "request_rate": 45, "started_rate": 45.1, "kv_usage": 0.0696, "kv_usage_peak": 0.1,
+		"kv_per_running": 0.00169, "running": 157, "waiting": 2.1, "prompt_len_mean": 1770, "prompt_len_p90": 4160,
+		"rate_spread": 1.26, "running_spread": 1.32, "ttft_mean_recent": 0.131, "tpot_mean_recent": 0.0243})
+	z := map[string]float64{"ttft_mean": 2.98, "ttft_p50": 3.61, "ttft_p95": 2.47, "ttft_p99": 3.58, "tpot_mean": 3.71,
+		"tpot_p50": 2.35, "tpot_p95": 3.69, "tpot_p99": 3.29, "ttft_mean_recent": 2, "tpot_mean_recent": 3.08}
+	attr := map[string]float64{"ttft_queue": 0.868, "itl_batch": 0.145, "itl_context": 0.001, "itl_prefill": 0.013,
+		"itl_unexplained": 0.841}
+	sched := rules.Scheduler{Known: true, ChunkedPrefill: true, MaxNumBatchedTokens: 8192, Source: "default"}
+	out := rs.Walk(rules.Facts{Now: now, Base: base, Z: z, Attr: attr, Scheduler: sched})
+	if r := causeRank(out, "capacity_loss"); r != 1 {
+		t.Errorf("one of five stopped serving: capacity_loss ranked %d, want first (causes %v)", r, out.Causes)
+	}
+	if r := causeRank(out, "gpu_throttling"); r != 0 {
+		t.Errorf("one of five stopped serving: gpu_throttling ranked %d, want unranked (causes %v)", r, out.Causes)
+	}
+	serving := withValues(now, map[string]float64{"serving_targets": 5, "rate_spread": 1.02, "running_spread": 1.08})
+	out = rs.Walk(rules.Facts{Now: serving, Base: base, Z: z, Attr: attr, Scheduler: sched})
+	if r := causeRank(out, "gpu_throttling"); r != 1 {
+		t.Errorf("all five serving: gpu_throttling ranked %d, want first (causes %v)", r, out.Causes)
+	}
+}
