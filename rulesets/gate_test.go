@@ -519,17 +519,11 @@ func TestKVFilledByBacklog(t *testing.T) {
 		"itl_context": -0.001, "itl_prefill": 0.499, "itl_recompute": 0.042, "itl_unexplained": 0.421}
 	sched := rules.Scheduler{Known: true, ChunkedPrefill: true, MaxNumBatchedTokens: 8192, Source: "default"}
 	out := rs.Walk(rules.Facts{Now: now, Base: base, Z: z, Attr: attr, Scheduler: sched})
-	if r := causeRank(out, "gpu_throttling"); r != 1 {
-		t.Errorf("backlog at the same work: gpu_throttling ranked %d, want first (causes %v)", r, out.Causes)
-	}
-	if r := causeRank(out, "kv_cache_pressure"); r != 0 {
-		t.Errorf("backlog at the same work: kv_cache_pressure ranked %d, want unranked (causes %v)", r, out.Causes)
-	}
+	wantRank(t, out, "gpu_throttling", 1, "backlog at the same work")
+	wantRank(t, out, "kv_cache_pressure", 0, "backlog at the same work")
 	longer := withValues(now, map[string]float64{"gen_len_mean": 600, "kv_per_running": 0.0049})
 	out = rs.Walk(rules.Facts{Now: longer, Base: base, Z: z, Attr: attr, Scheduler: sched})
-	if r := causeRank(out, "kv_cache_pressure"); r != 1 {
-		t.Errorf("outputs ×2.2: kv_cache_pressure ranked %d, want first (causes %v)", r, out.Causes)
-	}
+	wantRank(t, out, "kv_cache_pressure", 1, "outputs ×2.2")
 }
 
 // TestCachedContextBuildsQueue: TensorRT-LLM (no started prompt length)
@@ -556,17 +550,11 @@ func TestCachedContextBuildsQueue(t *testing.T) {
 		"itl_context": 0.21, "itl_prefill": 0.08, "itl_unexplained": 0.656,
 		"itl_symptom": math.Log(0.0616/0.0312) / (math.Log(0.0616/0.0312) + math.Log(51.9/0.145))}
 	out := rs.Walk(rules.Facts{Now: now, Base: base, Attr: attr, Scheduler: sched})
-	if r := causeRank(out, "memory_bandwidth_saturation"); r != 1 {
-		t.Errorf("cached context ×7 behind a queue: memory_bandwidth_saturation ranked %d, want first (causes %v)", r, out.Causes)
-	}
-	if r := causeRank(out, "chunked_prefill_mismatch"); r != 0 {
-		t.Errorf("computed part ~1.8k of an 8192 budget: chunked_prefill_mismatch ranked %d, want unranked (causes %v)", r, out.Causes)
-	}
+	wantRank(t, out, "memory_bandwidth_saturation", 1, "cached context ×7 behind a queue")
+	wantRank(t, out, "chunked_prefill_mismatch", 0, "computed part ~1.8k of an 8192 budget")
 	rising := withValues(now, map[string]float64{"arrival_rate": 45, "started_rate": 36, "request_rate": 36})
 	out = rs.Walk(rules.Facts{Now: rising, Base: base, Attr: attr, Scheduler: sched})
-	if r := causeRank(out, "memory_bandwidth_saturation"); r == 1 {
-		t.Errorf("the same queue with arrivals ×1.5: memory_bandwidth_saturation ranked first (causes %v)", out.Causes)
-	}
+	wantRank(t, out, "memory_bandwidth_saturation", -1, "the same queue with arrivals ×1.5")
 }
 
 // TestServingTargetLostIsNoThrottle: one of five replicas stopped serving
@@ -597,15 +585,19 @@ func TestServingTargetLostIsNoThrottle(t *testing.T) {
 		"itl_unexplained": 0.841}
 	sched := rules.Scheduler{Known: true, ChunkedPrefill: true, MaxNumBatchedTokens: 8192, Source: "default"}
 	out := rs.Walk(rules.Facts{Now: now, Base: base, Z: z, Attr: attr, Scheduler: sched})
-	if r := causeRank(out, "capacity_loss"); r != 1 {
-		t.Errorf("one of five stopped serving: capacity_loss ranked %d, want first (causes %v)", r, out.Causes)
-	}
-	if r := causeRank(out, "gpu_throttling"); r != 0 {
-		t.Errorf("one of five stopped serving: gpu_throttling ranked %d, want unranked (causes %v)", r, out.Causes)
-	}
+	wantRank(t, out, "capacity_loss", 1, "one of five stopped serving")
+	wantRank(t, out, "gpu_throttling", 0, "one of five stopped serving")
 	serving := withValues(now, map[string]float64{"serving_targets": 5, "rate_spread": 1.02, "running_spread": 1.08})
 	out = rs.Walk(rules.Facts{Now: serving, Base: base, Z: z, Attr: attr, Scheduler: sched})
-	if r := causeRank(out, "gpu_throttling"); r != 1 {
-		t.Errorf("all five serving: gpu_throttling ranked %d, want first (causes %v)", r, out.Causes)
+	wantRank(t, out, "gpu_throttling", 1, "all five serving")
+}
+
+// wantRank checks a cause's rank in the outcome (1-based; 0: unranked;
+// -n: any rank but n).
+func wantRank(t *testing.T, out *rules.Outcome, cause string, want int, what string) {
+	t.Helper()
+	r := causeRank(out, cause)
+	if (want >= 0 && r != want) || (want < 0 && r == -want) {
+		t.Errorf("%s: %s ranked %d, want %d (0: unranked, -n: not n) (causes %v)", what, cause, r, want, out.Causes)
 	}
 }
