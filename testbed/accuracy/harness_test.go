@@ -166,7 +166,11 @@ func TestOneDraw(t *testing.T) {
 		t.Logf("gap %s/%s: %s", g.Signal, g.Window, g.Reason)
 	}
 	if a := o.Verdict.Attribution; a != nil {
-		for name, sp := range map[string]*verdict.LatencySplit{"ttft": a.TTFT, "itl": a.ITL} {
+		for _, half := range []struct {
+			name string
+			sp   *verdict.LatencySplit
+		}{{"ttft", a.TTFT}, {"itl", a.ITL}} {
+			name, sp := half.name, half.sp
 			if sp == nil {
 				continue
 			}

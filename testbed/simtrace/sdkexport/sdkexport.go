@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/sdk/instrumentation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -41,6 +42,8 @@ func Export(ctx context.Context, b *simtrace.Batch, exp sdktrace.SpanExporter) e
 	}
 	return nil
 }
+
+// stubOf is sp as the SDK's span record, for exporters that take those.
 func stubOf(sp *tracepb.Span, res *resource.Resource, scope instrumentation.Scope) tracetest.SpanStub {
 	var tid trace.TraceID
 	var sid, pid trace.SpanID
@@ -58,7 +61,7 @@ func stubOf(sp *tracepb.Span, res *resource.Resource, scope instrumentation.Scop
 		InstrumentationScope: scope,
 	}
 	if sp.Status.GetCode() == tracepb.Status_STATUS_CODE_ERROR {
-		st.Status = sdktrace.Status{Code: 1, Description: sp.Status.Message}
+		st.Status = sdktrace.Status{Code: codes.Error, Description: sp.Status.Message}
 	}
 	for _, a := range sp.Attributes {
 		switch v := a.Value.Value.(type) {
