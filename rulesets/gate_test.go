@@ -182,6 +182,40 @@ func TestGateTailAgreement(t *testing.T) {
 	}
 }
 
+// TestGateP99AloneIsAHandful: a diurnal growth within capacity (sim, vLLM
+// names) moved the inter-token p99 0.025 → 0.0575 s (×2.3, z 4.8) across
+// vLLM's wide 25–50–75 ms buckets while the p95 held exactly and the mean
+// rose ×1.05: a handful of requests, not a slowdown users feel. The same
+// p99 with the mean up ×1.15 is one.
+func TestGateP99AloneIsAHandful(t *testing.T) {
+	rs, err := Default("vllm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := map[string]float64{"samples": 20, "requests": 792, "targets": 4, "serving_targets": 4, "ttft_mean": 0.174,
+		"ttft_p50": 0.13, "ttft_p95": 0.492, "ttft_p99": 1.1, "tpot_mean": 0.0147, "tpot_p50": 0.0176, "tpot_p95": 0.0244,
+		"tpot_p99": 0.025, "arrival_rate": 2.63, "started_rate": 2.61, "request_rate": 2.64, "prompt_len_mean": 1590,
+		"prompt_len_p90": 4140, "gen_len_mean": 263, "prefill_tps": 3010, "prefix_hit_rate": 0.28, "kv_usage": 0.0103,
+		"kv_usage_peak": 0.0268, "success_rate": 1, "running": 10.6, "waiting": 0, "preemption_rate": 0}
+	now := withValues(base, map[string]float64{"requests": 1070, "ttft_mean": 0.185, "ttft_p50": 0.15, "ttft_p95": 0.513,
+		"ttft_p99": 0.919, "tpot_mean": 0.0154, "tpot_p99": 0.0575, "arrival_rate": 3.57, "started_rate": 3.59,
+		"request_rate": 3.58, "prompt_len_mean": 1660, "prompt_len_p90": 4210, "gen_len_mean": 267, "prefill_tps": 4270,
+		"kv_usage": 0.0173, "kv_usage_peak": 0.0637, "running": 16.2, "ttft_mean_recent": 0.184, "tpot_mean_recent": 0.0156,
+		"ttft_p95_recent": 0.494, "tpot_p95_recent": 0.0244})
+	z := map[string]float64{"ttft_mean": 0.61, "ttft_p50": 1.52, "ttft_p95": 0.309, "ttft_p99": -0.525, "tpot_mean": 1.83,
+		"tpot_p50": 0.0844, "tpot_p95": 0.115, "tpot_p99": 4.8, "ttft_mean_recent": 0.424, "tpot_mean_recent": 1.7,
+		"ttft_p95_recent": 0.0141, "tpot_p95_recent": 0.104}
+	out := rs.Walk(rules.Facts{Now: now, Base: base, Z: z})
+	if out.Anomaly || out.Decode {
+		t.Errorf("inter-token p99 ×2.3 with the p95 ×1.00 and the mean ×1.05: anomaly %v decode %v, want neither", out.Anomaly, out.Decode)
+	}
+	meanToo := withValues(now, map[string]float64{"tpot_mean": 0.0169, "tpot_mean_recent": 0.017})
+	out = rs.Walk(rules.Facts{Now: meanToo, Base: base, Z: z})
+	if !out.Decode {
+		t.Errorf("inter-token p99 ×2.3 with the mean ×1.15: decode %v, want true", out.Decode)
+	}
+}
+
 // decodeAnomaly checks that f is an anomaly in the decode half with cause
 // ranked first.
 func decodeAnomaly(t *testing.T, rs *rules.Ruleset, f rules.Facts, cause, what string) {
@@ -590,6 +624,80 @@ func TestServingTargetLostIsNoThrottle(t *testing.T) {
 	serving := withValues(now, map[string]float64{"serving_targets": 5, "rate_spread": 1.02, "running_spread": 1.08})
 	out = rs.Walk(rules.Facts{Now: serving, Base: base, Z: z, Attr: attr, Scheduler: sched})
 	wantRank(t, out, "gpu_throttling", 1, "all five serving")
+}
+
+// TestLongerOutputsFillTheCache: vLLM (reqsim) with outputs ×2.15 at steady
+// arrivals: three times the requests decode at once, the cache peaks at 90%
+// with no preemption yet, and the bigger batch holds 71% of an inter-token
+// rise ×1.33. The batch is the route of the cache filling with longer
+// outputs: kv_cache_pressure is named first. The same window with the cache
+// at a 45% peak (room left) is the bigger batch reading more: bandwidth.
+func TestLongerOutputsFillTheCache(t *testing.T) {
+	rs, err := Default("vllm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := map[string]float64{"samples": 30, "requests": 3680, "targets": 3, "serving_targets": 3,
+		"ttft_mean": 0.0956, "ttft_p50": 0.0808, "ttft_p95": 0.234, "tpot_mean": 0.0282, "tpot_p50": 0.0185,
+		"tpot_p95": 0.0632, "queue_mean": 0.0162, "prefill_mean": 0.0704, "arrival_rate": 12.2, "started_rate": 12.2,
+		"request_rate": 12.3, "kv_usage": 0.188, "kv_usage_peak": 0.313, "kv_per_running": 0.00523, "preemption_rate": 0,
+		"running": 105, "waiting": 0.2, "prompt_len_mean": 932, "prompt_len_started": 926, "prompt_len_p90": 2050,
+		"prompt_len_p99": 4810, "prompt_len_p999": 9020, "prefill_tps": 8680, "prompt_tps": 11300, "gen_len_mean": 304,
+		"prefix_hit_rate": 0.231, "prefix_hits_per_request": 214, "waiting_spread": 0.133, "rate_spread": 1}
+	now := withValues(base, map[string]float64{"ttft_mean": 0.109, "ttft_p50": 0.095, "ttft_p95": 0.24,
+		"tpot_mean": 0.0376, "tpot_p50": 0.039, "tpot_p95": 0.0839, "queue_mean": 0.0197, "prefill_mean": 0.0794,
+		"request_rate": 12.2, "started_rate": 12.1, "kv_usage": 0.712, "kv_usage_peak": 0.901, "kv_per_running": 0.00692,
+		"running": 302, "waiting": 0.367, "prompt_len_mean": 954, "prompt_len_started": 964, "prompt_len_p90": 1990,
+		"prompt_len_p99": 4840, "prompt_len_p999": 9520, "prefill_tps": 8980, "prompt_tps": 11700, "gen_len_mean": 655,
+		"prefix_hit_rate": 0.232, "prefix_hits_per_request": 224, "ttft_mean_recent": 0.112, "tpot_mean_recent": 0.0378})
+	z := map[string]float64{"ttft_mean": 2.85, "ttft_p50": 3.28, "ttft_p95": 1.26, "tpot_mean": 3.87, "tpot_p50": 4.71,
+		"tpot_p95": 2.72, "ttft_mean_recent": 2.73, "tpot_mean_recent": 3.61}
+	attr := map[string]float64{"ttft_queue": 0.26, "ttft_prefill": 0.657, "ttft_outside": 0.083, "itl_batch": 0.713,
+		"itl_context": 0.123, "itl_prefill": 0.281, "itl_unexplained": -0.117,
+		"itl_symptom": math.Log(0.0376/0.0282) / (math.Log(0.0376/0.0282) + math.Log(0.109/0.0956))}
+	sched := rules.Scheduler{Known: true, ChunkedPrefill: true, MaxNumBatchedTokens: 8192, Source: "default"}
+	out := rs.Walk(rules.Facts{Now: now, Base: base, Z: z, Attr: attr, Scheduler: sched})
+	wantRank(t, out, "kv_cache_pressure", 1, "outputs ×2.15, cache at a 90% peak")
+	roomy := withValues(now, map[string]float64{"kv_usage": 0.3, "kv_usage_peak": 0.45})
+	out = rs.Walk(rules.Facts{Now: roomy, Base: base, Z: z, Attr: attr, Scheduler: sched})
+	wantRank(t, out, "memory_bandwidth_saturation", 1, "outputs ×2.15, cache at a 45% peak")
+	wantRank(t, out, "kv_cache_pressure", 0, "outputs ×2.15, cache at a 45% peak")
+}
+
+// TestMeanPromptPastBudgetDefersPrefill: TensorRT-LLM without prefix-cache
+// or step-token families: the mean prompt grew ×6.2 to 9.1k tokens against
+// the engine's 8192-token budget and prefill carries 97% of a TTFT rise
+// ×4.2. The engine exports no p90, so the mean stands for it, for the
+// mismatch and for the prefill rules that defer to it alike:
+// chunked_prefill_mismatch is named first. Prompts ×2.8 to a mean of half
+// the budget are more prefill: prefill_contention.
+func TestMeanPromptPastBudgetDefersPrefill(t *testing.T) {
+	rs, err := Default("trtllm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := map[string]float64{"samples": 30, "requests": 9050, "targets": 8, "serving_targets": 8,
+		"ttft_mean": 0.12, "ttft_p50": 0.0975, "ttft_p95": 0.25, "ttft_p99": 0.474, "tpot_mean": 0.0251,
+		"tpot_p50": 0.0236, "tpot_p95": 0.0473, "queue_mean": 0.0147, "prefill_mean": 0.0943, "decode_mean": 5.17,
+		"arrival_rate": 30.1, "started_rate": 30, "request_rate": 30.2, "kv_usage": 0.121, "kv_usage_peak": 0.293,
+		"kv_per_running": 0.00558, "running": 158, "waiting": 0.4, "running_peak": 33, "paused": 0,
+		"prompt_len_mean": 1470, "gen_len_mean": 205, "prompt_tps": 44200, "engine_token_budget": 8192, "rate_spread": 1}
+	now := withValues(base, map[string]float64{"requests": 1790, "ttft_mean": 0.504, "ttft_p50": 0.442,
+		"ttft_p95": 1.24, "ttft_p99": 2.25, "tpot_mean": 0.0267, "tpot_p50": 0.0271, "tpot_p95": 0.048,
+		"queue_mean": 0.0203, "prefill_mean": 0.468, "decode_mean": 6.31, "arrival_rate": 5.98, "started_rate": 6.07,
+		"request_rate": 5.97, "kv_usage": 0.222, "kv_usage_peak": 0.489, "kv_per_running": 0.0349, "running": 40.7,
+		"waiting": 0.233, "running_peak": 11, "prompt_len_mean": 9090, "gen_len_mean": 235, "prompt_tps": 54300,
+		"ttft_mean_recent": 0.503, "tpot_mean_recent": 0.0264})
+	z := map[string]float64{"ttft_mean": 5.2, "ttft_p50": 5.25, "ttft_p95": 4.55, "ttft_p99": 5.22, "tpot_mean": 2.1,
+		"tpot_p50": 1.97, "tpot_p95": 0.685, "ttft_mean_recent": 4.99}
+	attr := map[string]float64{"ttft_queue": 0.015, "ttft_prefill": 0.973, "ttft_outside": 0.012}
+	sched := rules.Scheduler{Known: true, MaxNumBatchedTokens: 8192, MaxNumSeqs: 256, KVAdmission: "reserve", Source: "engine"}
+	out := rs.Walk(rules.Facts{Now: now, Base: base, Z: z, Attr: attr, Scheduler: sched})
+	wantRank(t, out, "chunked_prefill_mismatch", 1, "mean prompt 9.1k past an 8192 budget")
+	wantRank(t, out, "prefill_contention", -1, "mean prompt 9.1k past an 8192 budget")
+	shorter := withValues(now, map[string]float64{"prompt_len_mean": 4100, "prompt_tps": 24500})
+	out = rs.Walk(rules.Facts{Now: shorter, Base: base, Z: z, Attr: attr, Scheduler: sched})
+	wantRank(t, out, "prefill_contention", 1, "mean prompt 4.1k, half the budget")
 }
 
 // wantRank checks a cause's rank in the outcome (1-based; 0: unranked;
