@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -327,25 +328,7 @@ func TestTailReadCrossedBound(t *testing.T) {
 		if len(sels) != 1 {
 			t.Fatalf("ttft_p95 bucket selectors %q, want one", sels)
 		}
-		put := func(expr string, ts time.Time, counts []float64) {
-			var vec model.Vector
-			cum := 0.0
-			for i, n := range counts {
-				cum += n
-				le := "+Inf"
-				if i < len(les) {
-					le = strconv.FormatFloat(les[i], 'g', -1, 64)
-				}
-				vec = append(vec, &model.Sample{Metric: model.Metric{"le": model.LabelValue(le)}, Value: model.SampleValue(cum)})
-			}
-			if f.vals[expr] == nil {
-				f.vals[expr] = map[time.Time]model.Vector{}
-			}
-			f.vals[expr][ts] = vec
-		}
-		put(fmt.Sprintf("count by (le) (last_over_time(%s[5m]))", sels[0]), at, c.counts)
-		put(fmt.Sprintf("sum by (le) (increase(%s[5m]))", sels[0]), at, c.counts)
-		put(fmt.Sprintf("sum by (le) (increase(%s[5m]))", sels[0]), at.Add(-time.Hour), baseCounts)
+		putBuckets(f, sels, les, c.counts, baseCounts)
 		v, err := Run(context.Background(), Options{Metrics: f, Rulesets: []*rules.Ruleset{rs}, At: at, GPU: "H100"})
 		if err != nil {
 			t.Fatal(err)
@@ -357,6 +340,80 @@ func TestTailReadCrossedBound(t *testing.T) {
 			if h.Signal == "ttft_p95" && (h.Now == nil || *h.Now != c.p95) {
 				t.Errorf("%s: headline ttft_p95 %v, want the PromQL value %v", c.name, h.Now, c.p95)
 			}
+		}
+	}
+}
+
+// putBuckets answers the bucket queries of a signal's histogram selectors
+// over 5m (one query joining them with "or", as triage asks): its le layout
+// and the requests per bucket now (at) and in the baseline (an hour
+// before), cumulative as Prometheus stores them.
+func putBuckets(f *fakeMetrics, sels []string, les, nowCounts, baseCounts []float64) {
+	put := func(expr string, ts time.Time, counts []float64) {
+		var vec model.Vector
+		cum := 0.0
+		for i, n := range counts {
+			cum += n
+			le := "+Inf"
+			if i < len(les) {
+				le = strconv.FormatFloat(les[i], 'g', -1, 64)
+			}
+			vec = append(vec, &model.Sample{Metric: model.Metric{"le": model.LabelValue(le)}, Value: model.SampleValue(cum)})
+		}
+		if f.vals[expr] == nil {
+			f.vals[expr] = map[time.Time]model.Vector{}
+		}
+		f.vals[expr][ts] = vec
+	}
+	join := func(format string) string {
+		parts := make([]string, len(sels))
+		for i, sel := range sels {
+			parts[i] = fmt.Sprintf(format, sel)
+		}
+		return strings.Join(parts, " or ")
+	}
+	put(join("count by (le) (last_over_time(%s[5m]))"), at, nowCounts)
+	put(join("sum by (le) (increase(%s[5m]))"), at, nowCounts)
+	put(join("sum by (le) (increase(%s[5m]))"), at.Add(-time.Hour), baseCounts)
+}
+
+// TestTailReadFromTheFirstBucket is another diurnal growth's smallest
+// reproduction: the inter-token p95 sat in vLLM's first bucket (0–10 ms,
+// read 9.88 ms) and crossed its bound, and histogram_quantile reads it
+// ×1.59 (→ 15.7 ms, z 3.4) where the requests' own p95 moved ×1.08, the
+// mean ×1.04. The first bucket has no tail to read, so the baseline is read
+// as its 10 ms bound: ×1.19 from the counts, healthy. A quarter of the
+// requests past 10 ms (tail read ×2.66) is an anomaly.
+func TestTailReadFromTheFirstBucket(t *testing.T) {
+	rs, err := rulesets.Default("vllm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	les := []float64{0.01, 0.025, 0.05, 0.075, 0.1}
+	base := with(baseline(), "requests", 1450.0, "tpot_p95", 0.00988, "tpot_mean", 0.00992, "tpot_mean_recent", 0.00992,
+		"tpot_p50", 0.0052, "tpot_p99", 0.0457)
+	baseCounts := []float64{1394.2, 40, 10, 5.8, 0, 0}
+	for _, c := range []struct {
+		name   string
+		p95    float64
+		counts []float64
+		want   verdict.Status
+	}{
+		{"×1.19 in the counts", 0.0157, []float64{1600, 114.5, 10, 5.5, 0, 0}, verdict.StatusHealthy},
+		{"×2.66 in the counts", 0.0292, []float64{1300, 330, 80, 20, 0, 0}, verdict.StatusAnomaly},
+	} {
+		now := with(base, "requests", 1730.0, "tpot_p95", c.p95, "tpot_mean", 0.0103, "tpot_mean_recent", 0.0103,
+			"tpot_p95_recent", c.p95)
+		f := newFake(t, rs, now, base, nil)
+		withNoise(t, f, rs, base, 0.02)
+		sels := bucketSelectors(rs.Declared("tpot_p95"), "", "5m")
+		putBuckets(f, sels, les, c.counts, baseCounts)
+		v, err := Run(context.Background(), Options{Metrics: f, Rulesets: []*rules.Ruleset{rs}, At: at, GPU: "H100"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Status != c.want {
+			t.Errorf("%s: status %s, want %s (causes %v)", c.name, v.Status, c.want, causeIDs(v))
 		}
 	}
 }

@@ -608,8 +608,10 @@ func crossedBound(bounds []float64, b, n float64) bool {
 // read's ratio. histogram_quantile spreads a bucket's requests evenly
 // between its bounds, so a p95 that just crossed into a wide bucket (vLLM's
 // TTFT 0.1–0.25 s) reads far inside it: a diurnal growth's 0.0988 → 0.138 s
-// (×1.40) where the requests' own p95 moved ×1.10. Two queries per such
-// signal; the headline keeps the PromQL values.
+// (×1.40) where the requests' own p95 moved ×1.10. A baseline quantile in
+// the first bucket (vLLM's inter-token 0–10 ms) is read as that bucket's
+// upper bound. Two queries per such signal; the headline keeps the PromQL
+// values.
 func tailReadRises(ctx context.Context, opts *Options, rs *rules.Ruleset, win string, les map[string][]float64, now, base map[string]float64) map[string]float64 {
 	var out map[string]float64
 	for name, bounds := range les {
@@ -626,6 +628,12 @@ func tailReadRises(ctx context.Context, opts *Options, rs *rules.Ruleset, win st
 		baseLes, baseCounts := BucketCounts(ctx, opts.Metrics, rs, name, opts.Selector, win, opts.At.Add(-opts.Baseline))
 		tn, okN := tailQuantile(phi, nowLes, nowCounts)
 		tb, okB := tailQuantile(phi, baseLes, baseCounts)
+		if !okB && len(baseLes) > 0 && b <= baseLes[0] {
+			// The first bucket has no lower bound to read a tail from:
+			// the baseline is known only to lie below its upper bound,
+			// so the rise the counts show is measured from there.
+			tb, okB = baseLes[0], true
+		}
 		if !okN || !okB || tb <= 0 || tn/tb >= n/b {
 			continue
 		}

@@ -301,9 +301,10 @@ type drawPlan struct {
 // 2026-12-03 09:40, 0x7a127 that of 2026-12-03 12:10, 0x7a128 that of
 // 2026-12-03 14:10, 0x7a129 that of 2026-12-03 15:20, 0x7a12a that of
 // 2026-12-03 17:10, 0x7a12b that of 2026-12-03 18:40, 0x7a12c that of
-// 2026-12-04 16:10 and 0x7a12d that of 2026-12-04 16:40; each was then read
-// for what it missed, so the rulebook after that is scored on a new one.
-const validationStream = 0x7a12d
+// 2026-12-04 16:10, 0x7a12d that of 2026-12-04 16:30 and 0x7a12e that of
+// 2026-12-04 16:45; each was then read for what it missed, so the rulebook
+// after that is scored on a new one.
+const validationStream = 0x7a12e
 
 func (p drawPlan) draws(models []engineModel, stream uint64) []Draw {
 	r := rand.New(rand.NewPCG(p.seed, stream))
