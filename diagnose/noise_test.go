@@ -322,17 +322,7 @@ func TestTailReadCrossedBound(t *testing.T) {
 	} {
 		now := with(base, "requests", 3200.0, "ttft_p95", c.p95, "ttft_mean", 0.0457, "ttft_mean_recent", 0.0457,
 			"ttft_p95_recent", c.p95)
-		f := newFake(t, rs, now, base, nil)
-		withNoise(t, f, rs, base, 0.02)
-		sels := bucketSelectors(rs.Declared("ttft_p95"), "", "5m")
-		if len(sels) != 1 {
-			t.Fatalf("ttft_p95 bucket selectors %q, want one", sels)
-		}
-		putBuckets(f, sels, les, c.counts, baseCounts)
-		v, err := Run(context.Background(), Options{Metrics: f, Rulesets: []*rules.Ruleset{rs}, At: at, GPU: "H100"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		v := runWithBuckets(t, rs, "ttft_p95", now, base, les, c.counts, baseCounts)
 		if v.Status != c.want {
 			t.Errorf("%s: status %s, want %s (causes %v)", c.name, v.Status, c.want, causeIDs(v))
 		}
@@ -342,6 +332,25 @@ func TestTailReadCrossedBound(t *testing.T) {
 			}
 		}
 	}
+}
+
+// runWithBuckets triages now against base (a 2% noise spread) with the
+// bucket queries of signal's histogram answered from the requests per
+// bucket of each window.
+func runWithBuckets(t *testing.T, rs *rules.Ruleset, signal string, now, base map[string]float64, les, nowCounts, baseCounts []float64) *verdict.Verdict {
+	t.Helper()
+	f := newFake(t, rs, now, base, nil)
+	withNoise(t, f, rs, base, 0.02)
+	sels := bucketSelectors(rs.Declared(signal), "", "5m")
+	if len(sels) == 0 {
+		t.Fatalf("%s reads no histogram", signal)
+	}
+	putBuckets(f, sels, les, nowCounts, baseCounts)
+	v, err := Run(context.Background(), Options{Metrics: f, Rulesets: []*rules.Ruleset{rs}, At: at, GPU: "H100"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 // putBuckets answers the bucket queries of a signal's histogram selectors
@@ -404,14 +413,7 @@ func TestTailReadFromTheFirstBucket(t *testing.T) {
 	} {
 		now := with(base, "requests", 1730.0, "tpot_p95", c.p95, "tpot_mean", 0.0103, "tpot_mean_recent", 0.0103,
 			"tpot_p95_recent", c.p95)
-		f := newFake(t, rs, now, base, nil)
-		withNoise(t, f, rs, base, 0.02)
-		sels := bucketSelectors(rs.Declared("tpot_p95"), "", "5m")
-		putBuckets(f, sels, les, c.counts, baseCounts)
-		v, err := Run(context.Background(), Options{Metrics: f, Rulesets: []*rules.Ruleset{rs}, At: at, GPU: "H100"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		v := runWithBuckets(t, rs, "tpot_p95", now, base, les, c.counts, baseCounts)
 		if v.Status != c.want {
 			t.Errorf("%s: status %s, want %s (causes %v)", c.name, v.Status, c.want, causeIDs(v))
 		}
