@@ -26,24 +26,26 @@ import (
 // Time: the model runs at speed simulated seconds per real second, and both
 // Prometheus and the embedded scraper stamp samples with the wall clock, so
 // one real second of samples holds speed seconds of the model. The windows
-// are given in wall-clock time: a 5 s window covers 2.5 simulated minutes.
+// are given in wall-clock time: a 10 s window covers 2.5 simulated minutes
+// and holds ten scrapes, so a scraper starved for a few seconds on a busy
+// machine still leaves the two samples a rate needs.
 // Rates come out speed times larger than the model's; both paths see the
 // same scaling, and ratios, quantiles and means are unaffected.
 func TestWhyPrometheusMatchesEmbedded(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts Prometheus and runs for about 20 s; skipped with -short")
+		t.Skip("starts Prometheus and runs for about 35 s; skipped with -short")
 	}
 	promtest.SkipUnlessAvailable(t)
 	const (
 		scenario = "gpu_throttle"
 		cause    = "gpu_throttling"
-		speed    = 30.0            // simulated seconds per real second
-		lead     = 4 * time.Minute // simulated time between the clock start and the onset
-		window   = 5 * time.Second // wall clock: 150 simulated seconds
-		baseline = 8 * time.Second // wall clock: the baseline window ends 4 simulated minutes before at
-		after    = 6 * time.Second // wall clock from the onset to at: 3 simulated minutes
+		speed    = 15.0             // simulated seconds per real second
+		lead     = 4 * time.Minute  // simulated time between the clock start and the onset
+		window   = 10 * time.Second // wall clock: 150 simulated seconds
+		baseline = 16 * time.Second // wall clock: the baseline window ends 4 simulated minutes before at
+		after    = 12 * time.Second // wall clock from the onset to at: 3 simulated minutes
 	)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 
 	live, err := sim.NewLive(sim.Options{Scenario: scenario, Seed: 1})
@@ -89,7 +91,7 @@ func TestWhyPrometheusMatchesEmbedded(t *testing.T) {
 	t0 := time.Now()
 	go func() {
 		defer wg.Done()
-		advanceReal(runCtx, live, speed, 45*time.Second)
+		advanceReal(runCtx, live, speed, 75*time.Second)
 	}()
 	onset := t0.Add(time.Duration(float64(lead) / speed))
 	at := onset.Add(after).Truncate(time.Second)
